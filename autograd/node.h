@@ -1,0 +1,123 @@
+// The tape: nodes, edges, saved tensors and the per-tensor autograd state.
+//
+// A Node is the backward of one recorded op. Its `next` edges point at the
+// nodes that produced its inputs (AccumulateGrad for leaves), so the graph
+// can be walked from a loss back to the parameters. Nodes carry a sequence
+// number from a global counter: a node is always created after the nodes of
+// its inputs, so running nodes by decreasing sequence number ("reverse tape
+// order") runs every consumer before its producers.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace snug {
+
+struct Node;
+
+struct Edge {
+  std::shared_ptr<Node> fn;  // null: that input does not need a gradient
+  int output_nr = 0;         // which output of fn this edge feeds
+};
+
+// Hook on a gradient; returns a replacement or an undefined tensor (keep).
+using GradHook = std::function<Tensor(const Tensor&)>;
+
+// NOTE [ Saved tensors are detached ]
+// A node keeps its saved tensors as detached aliases (same storage, no
+// grad_fn), which breaks the cycle output -> grad_fn -> saved output, and
+// records the storage version at save time. unpack() compares versions, so
+// an in-place change to a saved tensor is an error naming the op.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t);
+  Tensor unpack(const char* op_name) const;  // throws AutogradError if modified or released
+  void release() { data_ = Tensor(); released_ = true; }
+  bool defined() const { return data_.defined(); }
+
+ private:
+  Tensor data_;
+  uint32_t version_ = 0;
+  bool released_ = false;
+};
+
+struct Node : std::enable_shared_from_this<Node> {
+  Node();
+  virtual ~Node() = default;
+  virtual const char* name() const = 0;
+  // grads: one per output of the forward op (undefined = zero); returns one
+  // gradient per input edge (undefined = no gradient for that input).
+  virtual std::vector<Tensor> apply(const std::vector<Tensor>& grads) = 0;
+  // Frees what backward needed; called right after the node runs unless the
+  // graph is retained (NOTE [ Saved tensors die early ] in engine.cpp).
+  virtual void release_saved() {}
+
+  uint64_t seq;                 // tape position
+  std::vector<Edge> next;       // one per forward input
+  int num_outputs = 1;
+  std::vector<Shape> output_shapes;  // to materialize zero grads for unused outputs
+  std::vector<DType> output_dtypes;
+  std::vector<Device> output_devices;
+  // pre_hooks[output_nr] run on the gradient of that output before apply().
+  std::vector<std::vector<GradHook>> pre_hooks;
+};
+
+// A node whose backward is a closure; how every op in autograd/ records.
+struct FunctionNode : Node {
+  using BackwardFn = std::function<std::vector<Tensor>(FunctionNode& self, const std::vector<Tensor>& grads)>;
+  const char* op_name = "?";
+  std::vector<SavedTensor> saved;
+  BackwardFn backward;
+  bool released = false;
+
+  const char* name() const override { return op_name; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override;
+  void release_saved() override;
+  Tensor saved_at(size_t i) const;  // unpacked saved tensor i (version-checked)
+  bool needs_grad(size_t input) const { return input < next.size() && next[input].fn != nullptr; }
+};
+
+// Accumulates into a leaf's .grad; the end of every path.
+struct AccumulateGrad : Node {
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
+  const char* name() const override { return "AccumulateGrad"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads) override;
+  std::weak_ptr<TensorImpl> leaf;
+};
+
+// Per-tensor autograd state (TensorImpl::autograd).
+struct AutogradMeta {
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;         // null for leaves
+  int output_nr = 0;
+  std::weak_ptr<Node> grad_accumulator;  // leaves: their AccumulateGrad, reused
+  bool retains_grad = false;
+  std::string name;
+};
+
+namespace autograd {
+
+AutogradMeta& meta(const Tensor& t);  // creates it if missing
+// The edge a gradient for t should flow into: its grad_fn, or its
+// AccumulateGrad if it is a leaf requiring grad, or none.
+Edge edge_of(const Tensor& t);
+
+// True when grad mode is on and any of ts requires grad.
+bool any_requires_grad(std::initializer_list<Tensor> ts);
+bool any_requires_grad(const std::vector<Tensor>& ts);
+
+// Records op `name` with inputs, outputs, tensors to save and the backward
+// closure. Marks the outputs as requiring grad with the new node as grad_fn.
+// Call only when any_requires_grad(inputs) holds. Returns the node.
+std::shared_ptr<FunctionNode> record(const char* name, const std::vector<Tensor>& inputs,
+                                     const std::vector<Tensor>& outputs,
+                                     std::vector<Tensor> to_save, FunctionNode::BackwardFn backward);
+
+}  // namespace autograd
+}  // namespace snug

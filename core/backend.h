@@ -1,0 +1,71 @@
+// The backend table: core/ calls these through the tensor's device type, so
+// no #ifdef SNUG_CUDA appears outside cuda/ and the one place that registers
+// it. Kernels receive outputs already allocated with the right shape and
+// dtype; checks of shapes/dtypes/devices happen once, in core/raw_ops.cpp.
+//
+// Conventions: `out` is written, never read (unless the method says so);
+// inputs may be strided and broadcast (stride 0); shapes are in comments.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/functors.h"
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace snug {
+
+enum class RandomKind { uniform, normal };
+
+struct Backend {
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // dst[...] = src[...] converting dtype; src is broadcast to dst's shape.
+  // Both on this backend's device type.
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  virtual void fill(const Tensor& dst, double value) = 0;
+  // out = op(x); x and out have the same shape and dtype.
+  virtual void unary(UnaryOp op, double a, double b, const Tensor& x, const Tensor& out) = 0;
+  // out = op(a, b); a, b broadcast to out's shape and share out's dtype.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out (bool) = a <op> b; a and b share a dtype, broadcast to out's shape.
+  virtual void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out = cond ? a : b; cond is bool; all broadcast to out.
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out has x's shape with the reduced dims set to 1 (keepdim form).
+  virtual void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) = 0;
+  // out (i64) has x's shape with `dim` set to 1: index of the max (or min).
+  virtual void arg_reduce(bool is_max, const Tensor& x, int64_t dim, const Tensor& out) = 0;
+  // a (B,M,K) @ b (B,K,N) -> out (B,M,N), out contiguous; a/b any strides.
+  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // Softmax or log-softmax of x along dim; out like x, contiguous.
+  virtual void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) = 0;
+  // Gradient of (log)softmax: from grad_out and the forward output y.
+  virtual void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
+                                const Tensor& grad_in) = 0;
+  // out = x.index_select(dim, index); index is i64 1-D, already bounds-checked.
+  virtual void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) = 0;
+  // out[.., i, ..] += src[.., j, ..] for index[j] = i along dim (out is read).
+  virtual void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) = 0;
+  // out = gather(x, dim, index); index is i64 with out's shape.
+  virtual void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) = 0;
+  // out[index[i]] along dim += src[i] (out is read).
+  virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) = 0;
+  // Fills out (contiguous, floating) from the Philox stream: element i uses the
+  // counter mapping documented in core/philox.h, so every device agrees.
+  virtual void random(RandomKind kind, PhiloxState state, double a, double b, const Tensor& out) = 0;
+  // Copies between devices (at least one on this backend's type). Contiguous.
+  virtual void copy_across(const Tensor& src, const Tensor& dst) = 0;
+  // Blocks until queued work on device finishes (CPU: no-op).
+  virtual void synchronize(Device d) = 0;
+};
+
+// The backend for a device type; throws DeviceError if none is registered
+// (e.g. "cuda:0" in a build without CUDA, or no GPU present).
+Backend& backend_for(DeviceType t);
+inline Backend& backend_for(Device d) { return backend_for(d.type); }
+void register_backend(DeviceType t, Backend* b);  // b lives forever
+bool has_backend(DeviceType t);
+
+}  // namespace snug

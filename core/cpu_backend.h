@@ -1,0 +1,32 @@
+// The CPU backend (Eigen + OpenMP + snug's GEMM). Serves "cpu" and every
+// virtual device "cpu:N". Its methods are spread over core/cpu_*.cpp by
+// family: elementwise, reduce, softmax, index, matmul, random.
+#pragma once
+#include "core/backend.h"
+
+namespace snug {
+
+struct CpuBackend final : Backend {
+  const char* name() const override { return "cpu"; }
+  void copy(const Tensor& src, const Tensor& dst) override;                            // cpu_elementwise.cpp
+  void fill(const Tensor& dst, double value) override;                                 // cpu_elementwise.cpp
+  void unary(UnaryOp op, double a, double b, const Tensor& x, const Tensor& out) override;  // cpu_elementwise.cpp
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;    // cpu_elementwise.cpp
+  void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) override; // cpu_elementwise.cpp
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;  // cpu_elementwise.cpp
+  void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) override;  // cpu_reduce.cpp
+  void arg_reduce(bool is_max, const Tensor& x, int64_t dim, const Tensor& out) override;  // cpu_reduce.cpp
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;               // cpu_matmul.cpp
+  void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) override;        // cpu_softmax.cpp
+  void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
+                        const Tensor& grad_in) override;                                   // cpu_softmax.cpp
+  void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;  // cpu_index.cpp
+  void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;    // cpu_index.cpp
+  void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;         // cpu_index.cpp
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override; // cpu_index.cpp
+  void random(RandomKind kind, PhiloxState state, double a, double b, const Tensor& out) override;   // cpu_random.cpp
+  void copy_across(const Tensor& src, const Tensor& dst) override;                         // cpu_elementwise.cpp
+  void synchronize(Device) override {}
+};
+
+}  // namespace snug

@@ -1,0 +1,195 @@
+// Entry points of core/gemm.h: argument handling, threading policy, the
+// reference loop and the Eigen paths. The fast float32 kernel itself is in
+// core/gemm_avx512.cpp (see NOTE [ GEMM blocking ] there).
+#include "core/gemm.h"
+
+#include <atomic>
+
+#include <Eigen/Core>
+#include <omp.h>
+
+#include "core/error.h"
+#include "core/gemm_detail.h"
+
+namespace snug::kernels {
+
+namespace {
+
+std::atomic<int> g_num_threads{0};  // 0: not set, follow omp_get_max_threads()
+
+// Below this many multiply-adds a GEMM runs on one thread: waking the team
+// costs a few microseconds, about what 2^18 MACs take on one core.
+constexpr int64_t kParallelMacs = int64_t(1) << 18;
+
+void check_args(const char* op, int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t lda,
+                int64_t ldb, int64_t ldc) {
+  SNUG_CHECK(M >= 0 && N >= 0 && K >= 0, ValueError, op, ": negative size (M=", M, ", N=", N,
+             ", K=", K, ")");
+  const int64_t a_cols = ta ? M : K, b_cols = tb ? K : N;
+  SNUG_CHECK(lda >= std::max<int64_t>(1, a_cols), ValueError, op, ": lda=", lda,
+             " is smaller than the ", a_cols, " columns of A as stored (trans_a=", ta, ")");
+  SNUG_CHECK(ldb >= std::max<int64_t>(1, b_cols), ValueError, op, ": ldb=", ldb,
+             " is smaller than the ", b_cols, " columns of B as stored (trans_b=", tb, ")");
+  SNUG_CHECK(ldc >= std::max<int64_t>(1, N), ValueError, op, ": ldc=", ldc,
+             " is smaller than the N=", N, " columns of C");
+}
+
+// C = beta * C, without reading C when beta == 0 (BLAS semantics).
+template <class T>
+void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    T* c = C + i * ldc;
+    if (beta == T(0))
+      for (int64_t j = 0; j < N; ++j) c[j] = T(0);
+    else if (beta != T(1))
+      for (int64_t j = 0; j < N; ++j) c[j] *= beta;
+  }
+}
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMap = Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class T>
+using MutMap = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// Eigen GEMM on maps of the caller's memory. Preconditions as gemm_f32_packed.
+template <class T>
+void eigen_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  MutMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
+  ConstMap<T> a(A, ta ? K : M, ta ? M : K, Eigen::OuterStride<>(lda));
+  ConstMap<T> b(B, tb ? N : K, tb ? K : N, Eigen::OuterStride<>(ldb));
+  auto run = [&](const auto& oa, const auto& ob) {
+    if (beta == T(0)) {
+      c.noalias() = alpha * (oa * ob);
+    } else {
+      if (beta != T(1)) c *= beta;
+      c.noalias() += alpha * (oa * ob);
+    }
+  };
+  if (!ta && !tb) run(a, b);
+  else if (ta && !tb) run(a.transpose(), b);
+  else if (!ta && tb) run(a, b.transpose());
+  else run(a.transpose(), b.transpose());
+}
+
+template <class T>
+void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+               int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        double a = ta ? A[k * lda + i] : A[i * lda + k];
+        double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+        s += a * b;
+      }
+      double r = double(alpha) * s;
+      if (beta != T(0)) r += double(beta) * C[i * ldc + j];
+      C[i * ldc + j] = T(r);
+    }
+}
+
+int threads_for(int64_t M, int64_t N, int64_t K) {
+  if (omp_in_parallel()) return 1;  // already inside someone's team: stay serial
+  if (M * N * K < kParallelMacs) return 1;
+  return get_num_threads();
+}
+
+// gemm_f32 with an explicit thread count (1 inside the batched loop).
+void gemm_f32_nt(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 int nt) {
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0f) return scale_c(M, N, beta, C, ldc);
+  if (detail::gemm_f32_packed_available())
+    detail::gemm_f32_packed(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nt);
+  else
+    eigen_gemm<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace
+
+void set_num_threads(int n) {
+  SNUG_CHECK(n >= 1, ValueError, "set_num_threads: expected n >= 1, got ", n);
+  g_num_threads.store(n);
+  omp_set_num_threads(n);
+  Eigen::setNbThreads(n);
+}
+
+int get_num_threads() {
+  int n = g_num_threads.load();
+  return n > 0 ? n : std::max(1, omp_get_max_threads());
+}
+
+const char* gemm_f32_backend() {
+  return detail::gemm_f32_packed_available() ? "avx512" : "eigen";
+}
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+              int64_t ldc) {
+  check_args("gemm_f32", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+              threads_for(M, N, K));
+}
+
+void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+              const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
+              int64_t ldc) {
+  check_args("gemm_f64", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == 0.0) return scale_c(M, N, beta, C, ldc);
+  eigen_gemm<double>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_f32_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
+                      int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c,
+                      int64_t batch) {
+  check_args("gemm_f32_batched", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  SNUG_CHECK(batch >= 0, ValueError, "gemm_f32_batched: negative batch ", batch);
+  if (batch == 0 || M == 0 || N == 0) return;
+  const int nt = omp_in_parallel() ? 1 : get_num_threads();
+  // One whole matrix per thread when the batch divides well or the matrices
+  // are too small to split; otherwise split each matrix across the team.
+  const bool across = nt > 1 && batch >= nt &&
+                      (batch % nt == 0 || batch >= 4 * nt || M * N * K < kParallelMacs);
+  if (across) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t b = 0; b < batch; ++b)
+      gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
+                  beta, C + b * stride_c, ldc, 1);
+  } else {
+    const int per = M * N * K < kParallelMacs ? 1 : nt;
+    for (int64_t b = 0; b < batch; ++b)
+      gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
+                  beta, C + b * stride_c, ldc, per);
+  }
+}
+
+void gemm_f64_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                      const double* A, int64_t lda, int64_t stride_a, const double* B,
+                      int64_t ldb, int64_t stride_b, double beta, double* C, int64_t ldc,
+                      int64_t stride_c, int64_t batch) {
+  check_args("gemm_f64_batched", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  SNUG_CHECK(batch >= 0, ValueError, "gemm_f64_batched: negative batch ", batch);
+  for (int64_t b = 0; b < batch; ++b)
+    gemm_f64(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta,
+             C + b * stride_c, ldc);
+}
+
+void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                        float* C, int64_t ldc) {
+  reference<float>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                        const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
+                        double* C, int64_t ldc) {
+  reference<double>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace snug::kernels

@@ -1,0 +1,59 @@
+// Raw, tensor-free matrix multiply: the one float32 GEMM every snug matmul goes
+// through on the CPU (Linear, batched matmul, conv via im2col), its float64
+// sibling for gradchecks, and a plain triple loop kept beside them as the
+// reference the tests compare against.
+//
+// Conventions (BLAS-like, row-major):
+//   C (M x N) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C
+//   op(X) = X when trans_x is false, X^T when it is true.
+//   A is stored M x K (lda >= K) or, transposed, K x M (lda >= M); the same for B.
+//   Leading dimensions are in elements. beta == 0 means C is not read (it may
+//   hold NaN or garbage); alpha == 0 or K == 0 means A and B are not read.
+//
+// See docs/performance.md for how the fast path is built and how fast it is.
+#pragma once
+#include <cstdint>
+
+namespace snug::kernels {
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+              int64_t ldc);
+
+// Correctness over speed (Eigen underneath); used by the f64 gradchecks.
+void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+              const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
+              int64_t ldc);
+
+// `batch` independent GEMMs; matrix b uses A + b*stride_a, B + b*stride_b,
+// C + b*stride_c. Small matrices are spread across threads one whole matrix
+// each; large ones are each split across all threads.
+void gemm_f32_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
+                      int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c,
+                      int64_t batch);
+void gemm_f64_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                      const double* A, int64_t lda, int64_t stride_a, const double* B,
+                      int64_t ldb, int64_t stride_b, double beta, double* C, int64_t ldc,
+                      int64_t stride_c, int64_t batch);
+
+// The plain triple loop (accumulating in double), single-threaded. The tests'
+// ground truth; never used on a hot path.
+void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                        float* C, int64_t ldc);
+void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                        const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
+                        double* C, int64_t ldc);
+
+// snug's CPU thread count (OpenMP). Defaults to omp_get_max_threads() (which
+// honours OMP_NUM_THREADS). set_num_threads(n) also calls omp_set_num_threads(n)
+// so other OpenMP loops in snug agree. n < 1 throws snug::ValueError.
+void set_num_threads(int n);
+int get_num_threads();
+
+// Which implementation gemm_f32 uses: "avx512" (snug's packed kernel) or
+// "eigen" (the portable fallback when the build has no AVX-512).
+const char* gemm_f32_backend();
+
+}  // namespace snug::kernels

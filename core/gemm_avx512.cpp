@@ -1,0 +1,316 @@
+// The packed AVX-512 float32 GEMM behind snug::kernels::gemm_f32.
+//
+// NOTE [ GEMM blocking ]
+// The classic Goto/BLIS structure, in row-major terms:
+//
+//   for jc over N in NC columns            (B block: KC x NC, lives in L2)
+//     for pc over K in KC                  (pack the B block once, all threads share it)
+//       for each MR-row panel of A         (pack 14 x KC of op(A): lives in L1)
+//         for each NR-column panel of B    (stream 32-wide panels from L2)
+//           14 x 32 micro-kernel: 28 zmm accumulators, per k two vector loads
+//           of B and 14 broadcasts of A, 28 FMAs
+//
+// The micro-kernel keeps C in registers over the whole KC loop and touches C
+// once at the end (alpha/beta applied there; beta only on the first K block).
+// Packing makes every micro-kernel read unit-stride whatever the transposes and
+// leading dimensions are, and zero-pads B panels so the kernel never branches
+// on N; the M edge uses a kernel instantiated for exactly the rows left and the
+// N edge masks the C stores.
+//
+// Threads: the B block is packed cooperatively, then the (MR-panel x NR-panel)
+// grid of the block is cut into a tm x tn grid of rectangles, one per thread,
+// chosen to balance the work (tall problems split M, wide ones split N).
+#include "core/gemm_detail.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include <omp.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace snug::kernels::detail {
+
+#if defined(__AVX512F__)
+
+namespace {
+
+constexpr int MR = 14;        // rows of the register tile
+constexpr int NR = 32;        // columns of the register tile (two zmm)
+constexpr int64_t KC = 256;   // depth of a packed block
+constexpr int64_t NC = 1024;  // width of a packed B block (multiple of NR)
+
+// Grow-only, 64-byte aligned scratch, one per thread (OpenMP reuses threads, so
+// these live for the program). Packing scratch is not tensor memory, so it does
+// not go through the caching allocator.
+struct Scratch {
+  float* p = nullptr;
+  size_t n = 0;
+  float* get(size_t floats) {
+    if (floats > n) {
+      std::free(p);
+      size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+      p = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (!p) throw std::bad_alloc();
+      n = floats;
+    }
+    return p;
+  }
+  ~Scratch() { std::free(p); }
+};
+thread_local Scratch tl_a_panel;
+thread_local Scratch tl_b_block;
+
+inline __mmask16 head_mask(int64_t n) {  // lanes [0, n) for n in [0, 16]
+  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
+}
+
+// In-register 16x16 transpose: r[i] holds row i; afterwards r[j] holds column j.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // interleave pairs of rows within 128-bit lanes
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4g + c] holds, in 128-bit lane L, rows 4g..4g+3 of column 4L + c.
+  __m512 u[16];
+  for (int g = 0; g < 4; ++g) {
+    __m512d lo0 = _mm512_castps_pd(t[4 * g]), lo1 = _mm512_castps_pd(t[4 * g + 2]);
+    __m512d hi0 = _mm512_castps_pd(t[4 * g + 1]), hi1 = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo0, lo1));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo0, lo1));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi0, hi1));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi0, hi1));
+  }
+  // Gather lane L of the four row groups into column 4L + c.
+  for (int c = 0; c < 4; ++c) {
+    __m512 x = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);       // g0.L0 g0.L2 g1.L0 g1.L2
+    __m512 y = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);       // g0.L1 g0.L3 g1.L1 g1.L3
+    __m512 z = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);  // g2.L0 g2.L2 g3.L0 g3.L2
+    __m512 w = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);  // g2.L1 g2.L3 g3.L1 g3.L3
+    r[c] = _mm512_shuffle_f32x4(x, z, 0x88);
+    r[4 + c] = _mm512_shuffle_f32x4(y, w, 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(x, z, 0xDD);
+    r[12 + c] = _mm512_shuffle_f32x4(y, w, 0xDD);
+  }
+}
+
+// Transposing copy used by both packers: src holds `rows` (<= 16) rows of
+// `len` contiguous floats, row stride ld. Writes dst[k * dst_stride + r] =
+// src[r * ld + k] for k < len and all 16 r (rows >= `rows` read as zero). Each
+// k writes 16 floats, so dst must have 16 floats of slack past the last k and,
+// when dst_stride < 16, k must go upward (later k overwrite the spill).
+inline void pack_transposed16(const float* src, int64_t ld, int rows, int64_t len, float* dst,
+                              int64_t dst_stride) {
+  __m512 r[16];
+  for (int64_t k0 = 0; k0 < len; k0 += 16) {
+    int64_t w = std::min<int64_t>(16, len - k0);
+    __mmask16 m = head_mask(w);
+    for (int i = 0; i < 16; ++i)
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * ld + k0) : _mm512_setzero_ps();
+    transpose16(r);
+    for (int64_t c = 0; c < w; ++c) _mm512_storeu_ps(dst + (k0 + c) * dst_stride, r[c]);
+  }
+}
+
+// Pack rows [i0, i0+mr) x depth [p0, p0+kc) of op(A) as dst[k * MR + i].
+void pack_a(bool trans_a, const float* A, int64_t lda, int64_t i0, int mr, int64_t p0,
+            int64_t kc, float* dst) {
+  if (!trans_a) {
+    // op(A)(i, k) = A[i * lda + k]: rows are contiguous in k, so transpose.
+    pack_transposed16(A + i0 * lda + p0, lda, mr, kc, dst, MR);
+  } else {
+    // op(A)(i, k) = A[k * lda + i]: already k-major, copy mr floats per k.
+    __mmask16 m = head_mask(mr);
+    const float* s = A + p0 * lda + i0;
+    for (int64_t k = 0; k < kc; ++k) _mm512_storeu_ps(dst + k * MR, _mm512_maskz_loadu_ps(m, s + k * lda));
+  }
+}
+
+// Pack depth [p0, p0+kc) x columns [j0, j0+nr) of op(B) as dst[k * NR + j],
+// zero-padded to NR columns.
+void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int nr,
+            float* dst) {
+  if (!trans_b) {
+    // op(B)(k, j) = B[k * ldb + j]: rows already in the layout we want.
+    __mmask16 m0 = head_mask(nr), m1 = head_mask(nr - 16 > 0 ? nr - 16 : 0);
+    const float* s = B + p0 * ldb + j0;
+    for (int64_t k = 0; k < kc; ++k) {
+      _mm512_store_ps(dst + k * NR, _mm512_maskz_loadu_ps(m0, s + k * ldb));
+      _mm512_store_ps(dst + k * NR + 16, _mm512_maskz_loadu_ps(m1, s + k * ldb + 16));
+    }
+  } else {
+    // op(B)(k, j) = B[j * ldb + k]: 16 columns at a time through a transpose.
+    for (int h = 0; h < 2; ++h) {
+      int rows = std::max(0, std::min(16, nr - 16 * h));
+      pack_transposed16(B + (j0 + 16 * h) * ldb + p0, ldb, rows, kc, dst + 16 * h, NR);
+    }
+  }
+}
+
+// The register tile: C[0:R, 0:16*NV] (masked to n columns) =
+//   alpha * sum_k a[k][0:R] x b[k][0:16*NV] + beta * C.
+template <int R, int NV>
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
+                  int64_t ldc, float alpha, float beta, int n) {
+  __m512 acc[R][NV];
+#pragma GCC unroll 14
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 b0 = _mm512_load_ps(b);
+    __m512 b1 = NV > 1 ? _mm512_load_ps(b + 16) : b0;
+#pragma GCC unroll 14
+    for (int i = 0; i < R; ++i) {
+      __m512 ai = _mm512_set1_ps(a[i]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      if constexpr (NV > 1) acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+    a += MR;
+    b += NR;
+  }
+
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __mmask16 m[2] = {head_mask(n), head_mask(n > 16 ? n - 16 : 0)};
+#pragma GCC unroll 14
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      float* p = c + i * ldc + 16 * v;
+      __m512 r = _mm512_mul_ps(va, acc[i][v]);
+      if (beta == 1.0f)
+        r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], p));
+      else if (beta != 0.0f)
+        r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], p), r);
+      _mm512_mask_storeu_ps(p, m[v], r);
+    }
+  }
+}
+
+using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, float, int);
+
+template <int... Rs>
+constexpr auto make_table(std::integer_sequence<int, Rs...>) {
+  struct Table {
+    KernelFn k[MR][2];
+  } t{};
+  ((t.k[Rs][0] = &micro_kernel<Rs + 1, 1>, t.k[Rs][1] = &micro_kernel<Rs + 1, 2>), ...);
+  return t;
+}
+constexpr auto kKernels = make_table(std::make_integer_sequence<int, MR>{});
+
+// Split nt threads into a tm x tn grid over (pm MR-panels) x (pn NR-panels),
+// minimising the largest share; ties go to splitting M (no duplicated A packing).
+void choose_grid(int nt, int64_t pm, int64_t pn, int& tm, int& tn) {
+  int64_t best = -1;
+  for (int a = 1; a <= nt; ++a) {
+    if (nt % a) continue;
+    int b = nt / a;
+    int64_t cost = ((pm + a - 1) / a) * ((pn + b - 1) / b);
+    // Each extra column of threads re-packs the same A panels.
+    cost = cost * 64 + (b - 1) * ((pm + a - 1) / a);
+    if (best < 0 || cost < best || (cost == best && a > tm)) {
+      best = cost;
+      tm = a;
+      tn = b;
+    }
+  }
+}
+
+struct Problem {
+  bool ta, tb;
+  int64_t M, N, K;
+  float alpha, beta;
+  const float* A;
+  int64_t lda;
+  const float* B;
+  int64_t ldb;
+  float* C;
+  int64_t ldc;
+  float* bbuf;  // KC x min(N, NC) rounded up to NR, shared by the team
+};
+
+// One thread's share of the work. With nt > 1 it must run inside a parallel
+// region of exactly nt threads (it uses barriers).
+void run_thread(const Problem& P, int tid, int nt) {
+  const int64_t pm = (P.M + MR - 1) / MR;
+  float* apanel = tl_a_panel.get(MR * KC + 32);
+  for (int64_t jc = 0; jc < P.N; jc += NC) {
+    const int64_t nc = std::min(NC, P.N - jc);
+    const int64_t pn = (nc + NR - 1) / NR;
+    int tm = 1, tn = 1;
+    choose_grid(nt, pm, pn, tm, tn);
+    const int ti = tid / tn, tj = tid % tn;
+    const int64_t m_lo = pm * ti / tm, m_hi = pm * (ti + 1) / tm;
+    const int64_t n_lo = pn * tj / tn, n_hi = pn * (tj + 1) / tn;
+    for (int64_t pc = 0; pc < P.K; pc += KC) {
+      const int64_t kc = std::min(KC, P.K - pc);
+      // Cooperative packing of the B block, NR panel by NR panel.
+      for (int64_t q = pn * tid / nt; q < pn * (tid + 1) / nt; ++q)
+        pack_b(P.tb, P.B, P.ldb, pc, kc, jc + q * NR, int(std::min<int64_t>(NR, nc - q * NR)),
+               P.bbuf + q * kc * NR);
+      if (nt > 1) {
+#pragma omp barrier
+      }
+      const float beta = pc == 0 ? P.beta : 1.0f;
+      for (int64_t p = m_lo; p < m_hi; ++p) {
+        const int64_t i0 = p * MR;
+        const int mr = int(std::min<int64_t>(MR, P.M - i0));
+        pack_a(P.ta, P.A, P.lda, i0, mr, pc, kc, apanel);
+        for (int64_t q = n_lo; q < n_hi; ++q) {
+          const int64_t j0 = jc + q * NR;
+          const int nr = int(std::min<int64_t>(NR, P.N - j0));
+          kKernels.k[mr - 1][nr > 16](kc, apanel, P.bbuf + q * kc * NR, P.C + i0 * P.ldc + j0,
+                                      P.ldc, P.alpha, beta, nr);
+        }
+      }
+      if (nt > 1) {
+#pragma omp barrier
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool gemm_f32_packed_available() { return true; }
+
+void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                     float* C, int64_t ldc, int nthreads) {
+  const int64_t ncols = (std::min(N, NC) + NR - 1) / NR * NR;
+  Problem P{trans_a, trans_b, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc,
+            tl_b_block.get(size_t(std::min(K, KC) * ncols) + 32)};
+  // No point in more threads than register tiles in one block.
+  const int64_t tiles = ((M + MR - 1) / MR) * (ncols / NR);
+  int nt = int(std::max<int64_t>(1, std::min<int64_t>(nthreads, tiles)));
+  if (nt == 1) {
+    run_thread(P, 0, 1);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    // The runtime may give us fewer threads than asked; the grid follows.
+    run_thread(P, omp_get_thread_num(), omp_get_num_threads());
+  }
+}
+
+#else  // no AVX-512: gemm_f32 falls back to Eigen
+
+bool gemm_f32_packed_available() { return false; }
+void gemm_f32_packed(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                     const float*, int64_t, float, float*, int64_t, int) {
+  std::abort();  // unreachable: gemm_f32 checks gemm_f32_packed_available()
+}
+
+#endif
+
+}  // namespace snug::kernels::detail

@@ -1,0 +1,18 @@
+// Internals shared by core/gemm.cpp and core/gemm_avx512.cpp. Not public API.
+#pragma once
+#include <cstdint>
+
+namespace snug::kernels::detail {
+
+// True when core/gemm_avx512.cpp was compiled with AVX-512 (the build used
+// -march=native on an AVX-512 machine).
+bool gemm_f32_packed_available();
+
+// The packed, cache-blocked AVX-512 GEMM. Preconditions (checked by gemm_f32):
+// M, N, K > 0 and alpha != 0. Runs on up to `nthreads` OpenMP threads; with
+// nthreads == 1 it opens no parallel region (safe inside one).
+void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                     float* C, int64_t ldc, int nthreads);
+
+}  // namespace snug::kernels::detail
