@@ -31,6 +31,9 @@
 #include <omp.h>
 
 #if defined(__AVX512F__)
+// GCC 12 flags the intrinsics' internal _mm512_undefined_ps() pass-through
+// operands as "maybe uninitialized" once they are inlined; a false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 

@@ -1,0 +1,94 @@
+// snug-bench gemm: float32 C = A x B, GFLOP/s of snug's gemm_f32 and of Eigen
+// side by side in the same run (W-GEMM in WORKLOADS.md).
+//
+//   snug-bench gemm --n 1024 --threads 2 --json
+//   snug-bench gemm --m 2048 --n 384 --k 128 --ta 0 --tb 1 --json   (any shape)
+//
+// GFLOP/s = 2 M N K / seconds, median over --samples timed samples after
+// warm-up; a sample repeats the call until it lasts ~20 ms so that small
+// shapes are timed above the clock's noise.
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include <Eigen/Core>
+#include <omp.h>
+
+#include "bench/bench.h"
+#include "core/gemm.h"
+
+namespace {
+
+// Median GFLOP/s of fn() doing `flops` each call.
+template <class Fn>
+double time_gflops(Fn fn, double flops, int samples) {
+  using snug::bench::now_seconds;
+  fn();
+  double t0 = now_seconds();
+  fn();
+  double once = std::max(now_seconds() - t0, 1e-7);
+  const int reps = std::max(1, int(0.02 / once));
+  std::vector<double> g;
+  for (int s = 0; s < samples; ++s) {
+    double t = now_seconds();
+    for (int r = 0; r < reps; ++r) fn();
+    g.push_back(flops * reps / (now_seconds() - t) / 1e9);
+  }
+  return snug::bench::median(g);
+}
+
+}  // namespace
+
+SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0|1 --tb 0|1] --threads T)") {
+  const int64_t N = args.get_int("n", 1024);
+  const int64_t M = args.get_int("m", N), K = args.get_int("k", N);
+  const bool ta = args.get_int("ta", 0) != 0, tb = args.get_int("tb", 0) != 0;
+  const int threads = int(args.get_int("threads", 2));
+  const int samples = int(args.get_int("samples", 15));
+  const bool eigen = args.get_int("eigen", 1) != 0;
+
+  snug::kernels::set_num_threads(threads);
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  std::vector<float> A(size_t(M * K)), B(size_t(K * N)), C(size_t(M * N)), C2(size_t(M * N));
+  std::mt19937 rng(1337);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (auto& x : A) x = d(rng);
+  for (auto& x : B) x = d(rng);
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+
+  double g_snug = time_gflops(
+      [&] {
+        snug::kernels::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f,
+                                C.data(), N);
+      },
+      flops, samples);
+
+  double g_eigen = 0, max_diff = 0;
+  if (eigen) {
+    using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    Eigen::Map<const RowMat> a(A.data(), ta ? K : M, ta ? M : K), b(B.data(), tb ? N : K, tb ? K : N);
+    Eigen::Map<RowMat> c(C2.data(), M, N);
+    Eigen::setNbThreads(threads);
+    auto run = [&] {
+      if (!ta && !tb) c.noalias() = a * b;
+      else if (ta && !tb) c.noalias() = a.transpose() * b;
+      else if (!ta && tb) c.noalias() = a * b.transpose();
+      else c.noalias() = a.transpose() * b.transpose();
+    };
+    g_eigen = time_gflops(run, flops, samples);
+    for (size_t i = 0; i < C.size(); ++i) max_diff = std::max(max_diff, double(std::abs(C[i] - C2[i])));
+  }
+
+  if (args.json()) {
+    std::printf(
+        "{\"bench\":\"gemm\",\"n\":%lld,\"m\":%lld,\"k\":%lld,\"ta\":%d,\"tb\":%d,\"threads\":%d,"
+        "\"gflops\":%.1f,\"eigen_gflops\":%.1f,\"ratio_to_eigen\":%.3f,\"backend\":\"%s\","
+        "\"samples\":%d,\"max_abs_diff_vs_eigen\":%.3g}\n",
+        (long long)N, (long long)M, (long long)K, int(ta), int(tb), threads, g_snug, g_eigen,
+        g_eigen > 0 ? g_snug / g_eigen : 0.0, snug::kernels::gemm_f32_backend(), samples, max_diff);
+  } else {
+    std::printf("gemm %lldx%lldx%lld ta=%d tb=%d threads=%d: snug %.1f GFLOP/s, Eigen %.1f GFLOP/s\n",
+                (long long)M, (long long)N, (long long)K, int(ta), int(tb), threads, g_snug, g_eigen);
+  }
+  return 0;
+}

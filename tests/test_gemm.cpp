@@ -1,0 +1,255 @@
+// core/gemm: the fast GEMM against the triple-loop reference on many shapes,
+// all transposes, alpha/beta, padded leading dimensions, batches; and f64.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <omp.h>
+
+#include "core/error.h"
+#include "core/gemm.h"
+
+namespace k = snug::kernels;
+
+namespace {
+
+template <class T>
+std::vector<T> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> d(-1.0, 1.0);
+  std::vector<T> v(n);
+  for (auto& x : v) x = T(d(rng));
+  return v;
+}
+
+struct Case {
+  bool ta, tb;
+  int64_t M, N, K;
+  double alpha, beta;
+  int64_t pad_a = 0, pad_b = 0, pad_c = 0;
+};
+
+// Runs fast and reference on the same inputs and checks every element of C
+// (and that the padding columns of C were left alone). The tolerance is a
+// forward-error bound: K * eps * (|alpha| |A||B| + |beta| |C|).
+template <class T, class Fast, class Ref>
+void check_case(const Case& c, Fast fast, Ref ref, uint32_t seed) {
+  const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
+  const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
+  const int64_t lda = std::max<int64_t>(1, a_cols + c.pad_a);
+  const int64_t ldb = std::max<int64_t>(1, b_cols + c.pad_b);
+  const int64_t ldc = std::max<int64_t>(1, c.N + c.pad_c);
+  auto A = random_vec<T>(size_t(std::max<int64_t>(1, a_rows * lda)), seed);
+  auto B = random_vec<T>(size_t(std::max<int64_t>(1, b_rows * ldb)), seed + 1);
+  auto C0 = random_vec<T>(size_t(std::max<int64_t>(1, c.M * ldc)), seed + 2);
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  if (c.beta == 0)  // beta == 0 must not read C
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) C0[size_t(i * ldc + j)] = nan;
+  auto Cf = C0, Cr = C0;
+  fast(c.ta, c.tb, c.M, c.N, c.K, T(c.alpha), A.data(), lda, B.data(), ldb, T(c.beta), Cf.data(), ldc);
+  ref(c.ta, c.tb, c.M, c.N, c.K, T(c.alpha), A.data(), lda, B.data(), ldb, T(c.beta), Cr.data(), ldc);
+
+  // Bound from the same reference on absolute values.
+  std::vector<T> Aa(A), Ba(B), Ca(C0);
+  for (auto& x : Aa) x = std::abs(x);
+  for (auto& x : Ba) x = std::abs(x);
+  for (auto& x : Ca) x = std::isnan(x) ? T(0) : std::abs(x);
+  ref(c.ta, c.tb, c.M, c.N, c.K, T(std::abs(c.alpha)), Aa.data(), lda, Ba.data(), ldb,
+      T(std::abs(c.beta)), Ca.data(), ldc);
+  const double eps = std::numeric_limits<T>::epsilon();
+
+  int64_t bad = 0;
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      size_t idx = size_t(i * ldc + j);
+      if (j >= c.N) {  // padding: untouched, bit for bit
+        if (!(Cf[idx] == C0[idx])) ++bad;
+        continue;
+      }
+      double tol = double(c.K + 4) * eps * double(Ca[idx]) + 1e-30;
+      double diff = std::abs(double(Cf[idx]) - double(Cr[idx]));
+      if (!(diff <= tol)) {
+        if (bad < 3)
+          MESSAGE("mismatch at (", i, ",", j, "): fast=", Cf[idx], " ref=", Cr[idx], " tol=", tol);
+        ++bad;
+      }
+    }
+  INFO("ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " alpha=", c.alpha,
+       " beta=", c.beta, " pads=", c.pad_a, ",", c.pad_b, ",", c.pad_c);
+  CHECK(bad == 0);
+}
+
+void check_f32(const Case& c, uint32_t seed = 1) {
+  check_case<float>(c, k::gemm_f32, k::gemm_f32_reference, seed);
+}
+void check_f64(const Case& c, uint32_t seed = 1) {
+  check_case<double>(c, k::gemm_f64, k::gemm_f64_reference, seed);
+}
+
+struct ThreadGuard {  // restores the thread count a test changes
+  int saved = k::get_num_threads();
+  ~ThreadGuard() { k::set_num_threads(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("gemm_f32: small and edge shapes, all transposes") {
+  const int64_t sizes[] = {1, 2, 7, 13, 14, 15, 17, 31, 32, 33, 65};
+  uint32_t seed = 10;
+  for (int t = 0; t < 4; ++t)
+    for (int64_t M : sizes)
+      for (int64_t N : sizes)
+        for (int64_t K : sizes) check_f32({bool(t & 1), bool(t & 2), M, N, K, 1.0, 0.0}, seed++);
+}
+
+TEST_CASE("gemm_f32: empty sizes") {
+  for (int t = 0; t < 4; ++t) {
+    bool ta = t & 1, tb = t & 2;
+    check_f32({ta, tb, 0, 5, 3, 1.0, 0.0});
+    check_f32({ta, tb, 5, 0, 3, 1.0, 0.0});
+    check_f32({ta, tb, 5, 3, 0, 1.0, 0.0});   // K == 0: C = beta * C = 0
+    check_f32({ta, tb, 5, 3, 0, 1.0, 0.5});   // K == 0: C = 0.5 * C
+    check_f32({ta, tb, 0, 0, 0, 1.0, 1.0});
+  }
+}
+
+TEST_CASE("gemm_f32: alpha and beta") {
+  const double ab[][2] = {{1, 0}, {2.5, 0}, {1, 1}, {-0.5, 0.75}, {0, 0}, {0, 2}, {1, -1}};
+  for (auto& x : ab)
+    for (int t = 0; t < 4; ++t) {
+      check_f32({bool(t & 1), bool(t & 2), 37, 45, 29, x[0], x[1]}, 3);
+      check_f32({bool(t & 1), bool(t & 2), 100, 70, 300, x[0], x[1]}, 4);  // K > one block
+    }
+}
+
+TEST_CASE("gemm_f32: padded leading dimensions leave padding alone") {
+  for (int t = 0; t < 4; ++t) {
+    check_f32({bool(t & 1), bool(t & 2), 29, 41, 23, 1.0, 0.0, 3, 5, 7});
+    check_f32({bool(t & 1), bool(t & 2), 29, 41, 23, 1.5, 0.5, 16, 1, 33});
+    check_f32({bool(t & 1), bool(t & 2), 64, 64, 64, 1.0, 1.0, 64, 64, 64});
+  }
+}
+
+TEST_CASE("gemm_f32: blocked shapes (K, N past one block), 1 and 2 threads") {
+  ThreadGuard g;
+  for (int nt : {1, 2}) {
+    k::set_num_threads(nt);
+    for (int t = 0; t < 4; ++t) {
+      bool ta = t & 1, tb = t & 2;
+      check_f32({ta, tb, 131, 1100, 600, 1.0, 0.0, 1, 2, 3}, 20);
+      check_f32({ta, tb, 300, 77, 517, 0.5, 1.0}, 21);
+      check_f32({ta, tb, 1, 1500, 300, 1.0, 0.0}, 22);   // a row vector
+      check_f32({ta, tb, 700, 1, 300, 1.0, 0.5}, 23);    // a column vector
+    }
+  }
+}
+
+TEST_CASE("gemm_f32: workload shapes (W-GPT linear layers, forward and backward)") {
+  // qkv forward: x[2048,128] @ W[128,384]; backward dX = dY @ W^T, dW = X^T @ dY.
+  check_f32({false, false, 2048, 384, 128, 1.0, 0.0}, 30);
+  check_f32({false, true, 2048, 128, 384, 1.0, 0.0}, 31);
+  check_f32({true, false, 128, 384, 2048, 1.0, 1.0}, 32);
+  // LM head: 65 columns.
+  check_f32({false, true, 2048, 65, 128, 1.0, 0.0}, 33);
+  check_f32({true, false, 65, 128, 2048, 1.0, 0.0}, 34);
+}
+
+TEST_CASE("gemm_f32: thread count does not change the result (bit for bit)") {
+  ThreadGuard g;
+  const int64_t M = 301, N = 517, K = 700;
+  auto A = random_vec<float>(size_t(M * K), 5), B = random_vec<float>(size_t(K * N), 6);
+  for (int t = 0; t < 4; ++t) {
+    bool ta = t & 1, tb = t & 2;
+    std::vector<float> c1(size_t(M * N)), c2(size_t(M * N));
+    k::set_num_threads(1);
+    k::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0f, c1.data(), N);
+    k::set_num_threads(2);
+    k::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0f, c2.data(), N);
+    CHECK(c1 == c2);
+  }
+}
+
+TEST_CASE("gemm_f32: called from inside an OpenMP parallel region") {
+  const int64_t M = 90, N = 70, K = 110;
+  auto A = random_vec<float>(size_t(M * K), 7), B = random_vec<float>(size_t(K * N), 8);
+  std::vector<float> want(size_t(M * N));
+  k::gemm_f32_reference(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, want.data(), N);
+  std::vector<std::vector<float>> got(4, std::vector<float>(size_t(M * N)));
+#pragma omp parallel for num_threads(2)
+  for (int r = 0; r < 4; ++r)
+    k::gemm_f32(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, got[size_t(r)].data(), N);
+  for (auto& g : got)
+    for (size_t i = 0; i < g.size(); ++i) REQUIRE(std::abs(g[i] - want[i]) < 1e-4f);
+}
+
+TEST_CASE("gemm_f32_batched: attention shapes and odd batches") {
+  ThreadGuard g;
+  struct B { bool ta, tb; int64_t M, N, K, batch; double beta; };
+  // Q K^T (64 heads x 128x32 @ 32x128), att @ V, and their backward products.
+  const B cases[] = {{false, true, 128, 128, 32, 64, 0.0}, {false, false, 128, 32, 128, 64, 0.0},
+                     {true, false, 128, 32, 128, 64, 1.0}, {false, false, 128, 128, 32, 3, 0.5},
+                     {true, true, 200, 300, 150, 3, 0.0},  {false, false, 5, 6, 7, 1, 0.0},
+                     {false, false, 5, 6, 7, 0, 0.0}};
+  for (int nt : {1, 2}) {
+    k::set_num_threads(nt);
+    for (const auto& c : cases) {
+      const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N, ldc = c.N;
+      const int64_t sa = (c.ta ? c.K : c.M) * lda + 3, sb = (c.tb ? c.N : c.K) * ldb + 1,
+                    sc = c.M * ldc + 2;
+      const size_t nb = size_t(std::max<int64_t>(c.batch, 1));
+      auto A = random_vec<float>(nb * size_t(sa), 40), Bm = random_vec<float>(nb * size_t(sb), 41);
+      auto C0 = random_vec<float>(nb * size_t(sc), 42);
+      auto Cf = C0, Cr = C0;
+      k::gemm_f32_batched(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, sa, Bm.data(), ldb, sb,
+                          float(c.beta), Cf.data(), ldc, sc, c.batch);
+      for (int64_t b = 0; b < c.batch; ++b)
+        k::gemm_f32_reference(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data() + b * sa, lda,
+                              Bm.data() + b * sb, ldb, float(c.beta), Cr.data() + b * sc, ldc);
+      float worst = 0;
+      for (size_t i = 0; i < Cf.size(); ++i) worst = std::max(worst, std::abs(Cf[i] - Cr[i]));
+      INFO("batch ", c.batch, " M=", c.M, " N=", c.N, " K=", c.K, " threads=", nt);
+      CHECK(worst < 1e-4f);
+    }
+  }
+}
+
+TEST_CASE("gemm_f64: matches the reference") {
+  const int64_t sizes[] = {1, 3, 8, 17, 40};
+  uint32_t seed = 100;
+  for (int t = 0; t < 4; ++t) {
+    bool ta = t & 1, tb = t & 2;
+    for (int64_t M : sizes)
+      for (int64_t N : sizes)
+        for (int64_t K : sizes) check_f64({ta, tb, M, N, K, 1.0, 0.0}, seed++);
+    check_f64({ta, tb, 33, 21, 45, -1.5, 0.25, 2, 3, 4});
+    check_f64({ta, tb, 33, 21, 45, 1.0, 1.0, 0, 0, 9});
+    check_f64({ta, tb, 4, 5, 0, 1.0, 0.5});
+    check_f64({ta, tb, 0, 5, 6, 1.0, 0.5});
+  }
+  // batched f64
+  const int64_t M = 9, N = 7, K = 5, batch = 4;
+  auto A = random_vec<double>(size_t(batch * M * K), 1), B = random_vec<double>(size_t(batch * K * N), 2);
+  std::vector<double> Cf(size_t(batch * M * N)), Cr(Cf.size());
+  k::gemm_f64_batched(false, false, M, N, K, 1.0, A.data(), K, M * K, B.data(), N, K * N, 0.0,
+                      Cf.data(), N, M * N, batch);
+  for (int64_t b = 0; b < batch; ++b)
+    k::gemm_f64_reference(false, false, M, N, K, 1.0, A.data() + b * M * K, K, B.data() + b * K * N,
+                          N, 0.0, Cr.data() + b * M * N, N);
+  for (size_t i = 0; i < Cf.size(); ++i) CHECK(Cf[i] == doctest::Approx(Cr[i]).epsilon(1e-12));
+}
+
+TEST_CASE("gemm: argument errors name the problem") {
+  float a[4] = {}, b[4] = {}, c[4] = {};
+  CHECK_THROWS_AS(k::gemm_f32(false, false, -1, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2), snug::ValueError);
+  CHECK_THROWS_AS(k::gemm_f32(false, false, 2, 2, 2, 1.0f, a, 1, b, 2, 0.0f, c, 2), snug::ValueError);
+  CHECK_THROWS_AS(k::gemm_f32(false, true, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2), snug::ValueError);
+  CHECK_THROWS_AS(k::gemm_f32(false, false, 2, 3, 2, 1.0f, a, 2, b, 3, 0.0f, c, 2), snug::ValueError);
+  CHECK_THROWS_AS(k::set_num_threads(0), snug::ValueError);
+  CHECK(std::string(k::gemm_f32_backend()).size() > 0);
+}
