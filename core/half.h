@@ -154,8 +154,9 @@ static_assert(sizeof(BFloat16) == 2 && std::is_trivially_copyable_v<BFloat16>);
 // ---- arithmetic: computed in float ------------------------------------------
 // With implicit conversions both ways, `h + 1.0f` would be ambiguous between
 // the built-in float + float and Half + Half; these overloads settle it the
-// way C++ promotion would: 16-bit op 16-bit stays 16-bit, an int keeps the
-// 16-bit type, float or double widens the result to that type.
+// way C++ promotion would: 16-bit op the same 16-bit type stays 16-bit, an
+// int keeps the 16-bit type, float or double widens the result to that type,
+// and Half op BFloat16 is float (neither holds the other; as dtype promotion).
 
 template <class T>
 concept LowPrecisionFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
@@ -163,6 +164,9 @@ concept LowPrecisionFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat1
 #define SNUG_LOWP_BINARY_OP(op)                                                              \
   template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE T operator op(T a, T b) { return T(float(a) op float(b)); }   \
+  template <LowPrecisionFloat A, LowPrecisionFloat B>                                        \
+    requires(!std::is_same_v<A, B>)                                                          \
+  SNUG_HOST_DEVICE SNUG_INLINE float operator op(A a, B b) { return float(a) op float(b); }  \
   template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE float operator op(T a, float b) { return float(a) op b; }     \
   template <LowPrecisionFloat T>                                                             \
