@@ -4,6 +4,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 
 #include "core/device.h"
 
@@ -64,5 +67,45 @@ std::size_t reserved(Device d);        // bytes held from the raw backend
 std::size_t peak_allocated(Device d);  // since start or reset_peak(d)
 void reset_peak(Device d);
 void empty_cache(Device d);
+
+// ---- Caching allocator controls (docs/memory.md) -----------------------------
+class RawBackend;
+class CachingAllocator;
+struct AllocatorSettings;
+
+// p (from allocate(d, ...)) is also used by work on `stream`: it is not reused
+// for its own stream until that work is done (NOTE [ Stream-aware reuse ]).
+void record_stream(Device d, void* p, StreamId stream);
+// Limits the bytes device d may reserve (SIZE_MAX: no limit, the default).
+// Each cpu:N virtual device has its own pool and limit.
+void set_capacity(Device d, std::size_t bytes);
+// fraction in (0, 1] of the backend's total memory (physical RAM for cpu).
+void set_capacity_fraction(Device d, double fraction);
+std::size_t capacity(Device d);
+// Replaces device d's settings (validated; throws ValueError). Every device
+// starts with the settings in SNUG_ALLOC_CONF (or the defaults).
+void set_settings(Device d, const AllocatorSettings& s);
+
+// A readable table of device d's statistics, by tag, and its settings.
+std::string summary(Device d);
+
+// Starts/stops recording alloc/free/segment/oom events on every device
+// (current and future), keeping the newest max_entries per device.
+void record_history(bool enabled, std::size_t max_entries = 100000);
+// Writes a JSON snapshot (segments, blocks, stats, events) of device d, or of
+// every device that has an allocator. Load it with load_snapshot (history.h).
+void dump_snapshot(Device d, const std::string& path);
+void dump_snapshot(const std::string& path);
+
+// How cuda/ plugs in: a factory that makes the raw backend for a device of
+// type t (device memory for CUDA; the CPU default is HostBackend). Call it
+// before the first allocation on such a device (e.g. from a static
+// initializer in cuda/register.cu).
+using BackendFactory = std::function<std::unique_ptr<RawBackend>(Device)>;
+void register_backend_factory(DeviceType t, BackendFactory factory);
+
+// The allocator behind device d, created on first use. It lives until the
+// process ends (never destroyed, so frees after main returns still work).
+CachingAllocator& allocator_for(Device d);
 
 }  // namespace snug::memory

@@ -1,0 +1,41 @@
+#include "memory/raw_backend.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace snug::memory {
+
+void* HostBackend::alloc(std::size_t nbytes) {
+  void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void HostBackend::free(void* p, std::size_t nbytes) { ::munmap(p, nbytes); }
+
+std::size_t HostBackend::total_memory() const {
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+}
+
+void* SimulatedBackend::alloc(std::size_t nbytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (nbytes > total_ - in_use_) return nullptr;
+  // Keep every segment 2 MiB-aligned like a GPU driver would.
+  constexpr std::uintptr_t kAlign = std::uintptr_t{2} << 20;
+  std::uintptr_t p = next_;
+  next_ += (nbytes + kAlign - 1) / kAlign * kAlign;
+  in_use_ += nbytes;
+  return reinterpret_cast<void*>(p);
+}
+
+void SimulatedBackend::free(void*, std::size_t nbytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  in_use_ -= nbytes;
+}
+
+std::size_t SimulatedBackend::in_use() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return in_use_;
+}
+
+}  // namespace snug::memory

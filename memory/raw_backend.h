@@ -1,0 +1,78 @@
+// RawBackend: the small interface the caching allocator needs from a kind of
+// memory. It hands out and takes back whole segments (megabytes at a time;
+// the caching allocator does all the carving), and it records and queries
+// events so that a block used on another stream is reused only when that
+// stream is done with it.
+//
+// Backends here: HostBackend (page-aligned host memory, used for cpu and
+// every virtual cpu:N) and SimulatedBackend (address ranges that are never
+// touched, so a trace from an 80 GB GPU replays on a laptop). cuda/ adds
+// device memory and pinned host memory through register_backend_factory()
+// (memory/allocator.h); nothing in memory/ includes a CUDA header.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "memory/allocator.h"
+
+namespace snug::memory {
+
+// An opaque event handle (a cudaEvent_t on CUDA). 0 may be a valid handle.
+using EventHandle = std::uintptr_t;
+
+class RawBackend {
+ public:
+  virtual ~RawBackend() = default;
+  virtual const char* name() const = 0;
+  // A segment of nbytes, aligned to at least 512 bytes; nullptr when the
+  // memory is not there (the caching allocator then frees its cache, retries,
+  // and finally throws OutOfMemoryError). Must not throw for lack of memory.
+  virtual void* alloc(std::size_t nbytes) = 0;
+  // Returns a segment; nbytes is what alloc was given.
+  virtual void free(void* p, std::size_t nbytes) = 0;
+  // Total memory of the device (physical RAM for the host), for
+  // set_capacity_fraction; 0 when unknown.
+  virtual std::size_t total_memory() const = 0;
+
+  // Events. The defaults suit a device with one stream whose work is done
+  // when the call returns (the CPU): an event is complete as soon as recorded.
+  virtual EventHandle record_event(StreamId /*stream*/) { return 0; }
+  virtual bool query_event(EventHandle /*e*/) { return true; }
+  virtual void synchronize_event(EventHandle /*e*/) {}
+  virtual void destroy_event(EventHandle /*e*/) {}
+};
+
+// Host memory from mmap: page-aligned (>= 4096, so AVX-512 loads are aligned)
+// and returned to the OS on free. mmap rather than malloc because a failed
+// request returns nullptr under every sanitizer and segments are large anyway.
+class HostBackend final : public RawBackend {
+ public:
+  const char* name() const override { return "host"; }
+  void* alloc(std::size_t nbytes) override;
+  void free(void* p, std::size_t nbytes) override;
+  std::size_t total_memory() const override;  // physical RAM
+};
+
+// Address ranges only: alloc never touches memory, so a simulated device may
+// be far larger than the machine. Addresses start at a high, 2 MiB-aligned
+// base and are handed out by a bump pointer (never reused: 2^46 bytes of
+// addresses last a very long replay). Never dereference them.
+class SimulatedBackend final : public RawBackend {
+ public:
+  explicit SimulatedBackend(std::size_t total_memory = std::size_t{80} << 30) : total_(total_memory) {}
+  const char* name() const override { return "simulated"; }
+  void* alloc(std::size_t nbytes) override;
+  void free(void* p, std::size_t nbytes) override;
+  std::size_t total_memory() const override { return total_; }
+  // Bytes currently handed out (the backend enforces total_memory too).
+  std::size_t in_use() const;
+
+ private:
+  std::size_t total_;
+  mutable std::mutex mu_;
+  std::uintptr_t next_ = std::uintptr_t{1} << 44;
+  std::size_t in_use_ = 0;
+};
+
+}  // namespace snug::memory
