@@ -96,7 +96,7 @@ struct AutogradMeta {
   Tensor grad;
   std::shared_ptr<Node> grad_fn;         // null for leaves
   int output_nr = 0;
-  std::weak_ptr<Node> grad_accumulator;  // leaves: their AccumulateGrad, reused
+  std::shared_ptr<Node> grad_accumulator;  // leaves: their AccumulateGrad (it holds the leaf weakly: no cycle)
   bool retains_grad = false;
   std::string name;
 };

@@ -30,6 +30,7 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements, from storage->data()
   DType dtype = DType::f32;
   bool requires_grad = false;
+  bool is_view = false;  // made by a differentiable view op (in-place + autograd on views is refused)
   std::shared_ptr<AutogradMeta> autograd;  // created lazily by autograd/
 };
 

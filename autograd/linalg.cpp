@@ -1,0 +1,41 @@
+// matmul: out = a @ b, torch.matmul semantics.
+//   a (..., M, K) @ b (..., K, N) -> (..., M, N), batch dims broadcast.
+//   backward: ga = g @ b^T, gb = a^T @ g, each summed over broadcast batch dims.
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "core/raw_ops.h"
+
+namespace snug {
+
+using autograd::any_requires_grad;
+using autograd::record;
+using G = std::vector<Tensor>;
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  // 1-D operands: promote with differentiable views, then drop the added dim.
+  if (a.dim() == 1 && b.dim() >= 1) {
+    SNUG_CHECK(b.dim() >= 1, ShapeError, "matmul: second argument has no dims");
+    Tensor r = matmul(a.unsqueeze(0), b);
+    return r.squeeze(-2);
+  }
+  if (b.dim() == 1 && a.dim() >= 2) {
+    Tensor r = matmul(a, b.unsqueeze(1));
+    return r.squeeze(-1);
+  }
+  Tensor out = raw::matmul(a, b);
+  if (any_requires_grad({a, b})) {
+    Shape sa = a.shape(), sb = b.shape();
+    record("matmul", {a, b}, {out}, {b.requires_grad() ? a : Tensor(), a.requires_grad() ? b : Tensor()},
+           [sa, sb](FunctionNode& self, const G& g) -> G {
+             Tensor ga, gb;
+             if (self.needs_grad(0))
+               ga = raw::sum_to(raw::matmul(g[0], raw::transpose(self.saved_at(1), -1, -2)), sa);
+             if (self.needs_grad(1))
+               gb = raw::sum_to(raw::matmul(raw::transpose(self.saved_at(0), -1, -2), g[0]), sb);
+             return {ga, gb};
+           });
+  }
+  return out;
+}
+
+}  // namespace snug

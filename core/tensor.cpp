@@ -1,0 +1,121 @@
+// Tensor geometry, raw data access, item(), to_vector() and printing.
+#include "core/tensor.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "core/raw_ops.h"
+
+namespace snug {
+
+TensorImpl* Tensor::impl() const {
+  SNUG_CHECK(impl_ != nullptr, ValueError, "Tensor: this tensor is undefined (default-constructed); "
+             "create it with a factory such as snug::zeros before use");
+  return impl_.get();
+}
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "Tensor::size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "Tensor::stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;  // any stride is fine for a size-1 dim
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  return static_cast<char*>(impl()->storage->data()) + impl()->offset * static_cast<int64_t>(element_size());
+}
+
+template <class T>
+T* Tensor::data() const {
+  SNUG_CHECK(dtype() == dtype_v<T>, DTypeError, "Tensor::data<", dtype_name(dtype_v<T>),
+             ">: tensor has dtype ", dtype_name(dtype()));
+  return static_cast<T*>(data_ptr());
+}
+template float* Tensor::data<float>() const;
+template double* Tensor::data<double>() const;
+template Half* Tensor::data<Half>() const;
+template BFloat16* Tensor::data<BFloat16>() const;
+template int8_t* Tensor::data<int8_t>() const;
+template uint8_t* Tensor::data<uint8_t>() const;
+template int32_t* Tensor::data<int32_t>() const;
+template int64_t* Tensor::data<int64_t>() const;
+template bool* Tensor::data<bool>() const;
+
+double Tensor::item() const {
+  SNUG_CHECK(numel() == 1, ValueError, "Tensor::item: expected a tensor with one element, got shape ",
+             shape_str(shape()), " (", numel(), " elements)");
+  Tensor c = raw::to_dtype(raw::to_device(*this, kCPU), DType::f64).contiguous();
+  return *static_cast<const double*>(c.data_ptr());
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = raw::contiguous(raw::to_dtype(raw::to_device(*this, kCPU), dtype_v<T>));
+  const T* p = static_cast<const T*>(c.data_ptr());
+  return std::vector<T>(p, p + c.numel());
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
+template std::vector<int8_t> Tensor::to_vector<int8_t>() const;
+template std::vector<bool> Tensor::to_vector<bool>() const;
+template std::vector<Half> Tensor::to_vector<Half>() const;
+template std::vector<BFloat16> Tensor::to_vector<BFloat16>() const;
+
+// Prints like PyTorch: nested brackets, at most 6 items per dim (first and
+// last 3 with "..." between), then shape, dtype, device and grad info.
+std::string Tensor::str() const {
+  if (!defined()) return "Tensor(undefined)";
+  std::ostringstream os;
+  Tensor v = raw::contiguous(raw::to_dtype(raw::to_device(*this, kCPU), DType::f64));
+  const double* p = static_cast<const double*>(v.data_ptr());
+  bool integral = is_integral(dtype());
+  auto fmt = [&](double x) {
+    char buf[32];
+    if (dtype() == DType::b8) return std::string(x != 0 ? "true" : "false");
+    if (integral) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(x));
+    else std::snprintf(buf, sizeof buf, "%.4g", x);
+    return std::string(buf);
+  };
+  const Shape& s = shape();
+  Strides st = contiguous_strides(s);
+  std::function<void(int64_t, int64_t)> rec = [&](int64_t d, int64_t base) {
+    if (d == static_cast<int64_t>(s.size())) {
+      os << fmt(p[base]);
+      return;
+    }
+    os << "[";
+    int64_t n = s[d];
+    for (int64_t i = 0; i < n; ++i) {
+      if (n > 6 && i == 3) {
+        os << "...";
+        i = n - 3;
+        os << (d + 1 == static_cast<int64_t>(s.size()) ? ", " : ",\n" + std::string(d + 1, ' '));
+      }
+      rec(d + 1, base + i * st[d]);
+      if (i + 1 < n) os << (d + 1 == static_cast<int64_t>(s.size()) ? ", " : ",\n" + std::string(d + 1, ' '));
+    }
+    os << "]";
+  };
+  os << "tensor(";
+  rec(0, 0);
+  os << ", shape=" << shape_str(s) << ", dtype=" << dtype_name(dtype());
+  if (device() != kCPU) os << ", device=" << device().str();
+  if (requires_grad()) os << ", requires_grad=true";
+  os << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+}  // namespace snug
