@@ -13,11 +13,23 @@ void CpuBackend::random(RandomKind kind, PhiloxState st, double a, double b, con
     T* o = static_cast<T*>(out.data_ptr());
     const int64_t n = out.numel();
     using C = compute_t<T>;
+    const int64_t blocks = (n + 3) / 4;
+    // One Philox block feeds 4 consecutive elements (the same numbers as
+    // uniform_at/normal_at per element, computed once per block).
 #pragma omp parallel for if (n > cpu::kParallelGrain) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      double v = kind == RandomKind::uniform ? a + (b - a) * static_cast<double>(uniform_at(st, i))
-                                             : a + b * static_cast<double>(normal_at(st, i));
-      o[i] = static_cast<T>(static_cast<C>(v));
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      PhiloxBlock w = philox_block(st, static_cast<uint64_t>(blk));
+      float v[4];
+      if (kind == RandomKind::uniform) {
+        for (int j = 0; j < 4; ++j) v[j] = uniform_float(w[j]);
+      } else {
+        NormalPair z0 = box_muller(w[0], w[1]), z1 = box_muller(w[2], w[3]);
+        v[0] = z0.z0, v[1] = z0.z1, v[2] = z1.z0, v[3] = z1.z1;
+      }
+      for (int j = 0; j < 4 && blk * 4 + j < n; ++j) {
+        double x = kind == RandomKind::uniform ? a + (b - a) * static_cast<double>(v[j]) : a + b * static_cast<double>(v[j]);
+        o[blk * 4 + j] = static_cast<T>(static_cast<C>(x));
+      }
     }
   });
 }
