@@ -20,6 +20,7 @@ struct CachingAllocator::Block {
   Block* prev = nullptr;  // neighbours in the same segment, by address
   Block* next = nullptr;
   std::vector<StreamId> stream_uses;  // other streams that use this block
+  FreeSet::iterator pool_it;          // where it is in its pool, while free (erase without a search)
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
@@ -31,14 +32,30 @@ bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) con
 }
 
 CachingAllocator::CachingAllocator(Device device, std::unique_ptr<RawBackend> backend, AllocatorSettings settings)
-    : device_(device), backend_(std::move(backend)), settings_(settings) {
+    : device_(device),
+      backend_(std::move(backend)),
+      settings_(settings),
+      small_free_(BlockLess{settings.fit == FitPolicy::first}, PoolAllocator<Block*>(&set_nodes_)),
+      large_free_(BlockLess{settings.fit == FitPolicy::first}, PoolAllocator<Block*>(&set_nodes_)) {
   SNUG_CHECK(backend_ != nullptr, ValueError, "CachingAllocator(", device, "): backend is null");
   settings_.validate();
-  bool by_addr = settings_.fit == FitPolicy::first;
-  small_free_ = FreeSet(BlockLess{by_addr});
-  large_free_ = FreeSet(BlockLess{by_addr});
-  live_.reserve(1024);
 }
+
+CachingAllocator::Block* CachingAllocator::new_block() {
+  if (spare_blocks_.empty()) return new Block;
+  Block* b = spare_blocks_.back();
+  spare_blocks_.pop_back();
+  // Reset field by field: keeps stream_uses' (empty) storage, no temporaries.
+  b->requested = 0;
+  b->state = BlockState::free;
+  b->tag = Tag::other;
+  b->op = nullptr;
+  b->pending_events = 0;
+  b->prev = b->next = nullptr;
+  return b;
+}
+
+void CachingAllocator::delete_block(Block* b) { spare_blocks_.push_back(b); }
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -58,6 +75,7 @@ CachingAllocator::~CachingAllocator() {
       b = n;
     }
   }
+  for (Block* b : spare_blocks_) delete b;
 }
 
 std::size_t CachingAllocator::round_size(std::size_t nbytes) const {
@@ -77,7 +95,7 @@ std::size_t CachingAllocator::segment_size(std::size_t size) const {
 // ---- pools --------------------------------------------------------------------
 
 void CachingAllocator::pool_insert(Block* b) {
-  pool_of(b->small).insert(b);
+  b->pool_it = pool_of(b->small).insert(b).first;
   if (b->is_split()) {
     stats_.inactive_split_bytes.add(static_cast<int64_t>(b->size));
     stats_.inactive_split.add(1);
@@ -85,7 +103,7 @@ void CachingAllocator::pool_insert(Block* b) {
 }
 
 void CachingAllocator::pool_erase(Block* b) {
-  pool_of(b->small).erase(b);
+  pool_of(b->small).erase(b->pool_it);
   if (b->is_split()) {
     stats_.inactive_split_bytes.sub(static_cast<int64_t>(b->size));
     stats_.inactive_split.sub(1);
@@ -136,7 +154,7 @@ CachingAllocator::Block* CachingAllocator::new_segment(bool small, std::size_t s
   if (capacity_ != kNoLimit && (seg > capacity_ || reserved > capacity_ - seg)) return nullptr;
   void* p = backend_->alloc(seg);
   if (!p) return nullptr;
-  Block* b = new Block;
+  Block* b = new_block();
   b->ptr = static_cast<char*>(p);
   b->size = seg;
   b->stream = stream;
@@ -156,7 +174,7 @@ void CachingAllocator::release_segment(Block* b) {
   stats_.reserved_bytes.sub(static_cast<int64_t>(b->size));
   stats_.segment.sub(1);
   ++stats_.num_raw_frees;
-  delete b;
+  delete_block(b);
 }
 
 // Returns every segment that is one free block to the backend.
@@ -214,7 +232,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   else b = alloc_slow(small, size, nbytes, stream);
 
   if (should_split(b, size)) {
-    Block* rest = new Block;
+    Block* rest = new_block();
     rest->ptr = b->ptr + size;
     rest->size = b->size - size;
     rest->stream = b->stream;
@@ -230,7 +248,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   b->requested = nbytes;
   b->tag = tag;
   b->op = op;
-  live_.emplace(b->ptr, b);
+  live_.insert(b->ptr, b);
 
   const auto bytes = static_cast<int64_t>(b->size);
   stats_.allocated_bytes.add(bytes);
@@ -248,11 +266,11 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
 void CachingAllocator::deallocate(void* p) {
   if (!p) return;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(p);
-  SNUG_CHECK(it != live_.end(), ValueError, "memory::deallocate: ", p, " is not a live allocation on ", device_,
+  Block** found = live_.find(p);
+  SNUG_CHECK(found != nullptr, ValueError, "memory::deallocate: ", p, " is not a live allocation on ", device_,
              " (freed twice, or allocated on another device)");
-  Block* b = it->second;
-  live_.erase(it);
+  Block* b = *found;
+  live_.erase(p);
   const auto bytes = static_cast<int64_t>(b->size);
   stats_.allocated_bytes.sub(bytes);
   stats_.allocation.sub(1);
@@ -287,7 +305,7 @@ void CachingAllocator::free_block(Block* b) {
     p->size += b->size;
     p->next = b->next;
     if (b->next) b->next->prev = p;
-    delete b;
+    delete_block(b);
     b = p;
   }
   if (Block* n = b->next; n && n->state == BlockState::free) {
@@ -295,16 +313,16 @@ void CachingAllocator::free_block(Block* b) {
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
-    delete n;
+    delete_block(n);
   }
   pool_insert(b);
 }
 
 void CachingAllocator::record_stream(void* p, StreamId stream) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(p);
-  SNUG_CHECK(it != live_.end(), ValueError, "memory::record_stream: ", p, " is not a live allocation on ", device_);
-  Block* b = it->second;
+  Block** found = live_.find(p);
+  SNUG_CHECK(found != nullptr, ValueError, "memory::record_stream: ", p, " is not a live allocation on ", device_);
+  Block* b = *found;
   if (stream == b->stream) return;  // its own stream orders its reuse already
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);
@@ -416,8 +434,8 @@ void CachingAllocator::set_settings(const AllocatorSettings& s) {
   settings_ = s;
   // The fit policy decides the free sets' order: rebuild them.
   for (FreeSet* pool : {&small_free_, &large_free_}) {
-    FreeSet rebuilt(BlockLess{s.fit == FitPolicy::first});
-    rebuilt.insert(pool->begin(), pool->end());
+    FreeSet rebuilt(BlockLess{s.fit == FitPolicy::first}, PoolAllocator<Block*>(&set_nodes_));
+    for (Block* b : *pool) b->pool_it = rebuilt.insert(b).first;
     pool->swap(rebuilt);
   }
 }
@@ -484,9 +502,9 @@ DeviceSnapshot CachingAllocator::snapshot() const {
 
 std::size_t CachingAllocator::block_size(void* p) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(p);
-  SNUG_CHECK(it != live_.end(), ValueError, "memory::block_size: ", p, " is not a live allocation on ", device_);
-  return it->second->size;
+  Block* const* found = live_.find(p);
+  SNUG_CHECK(found != nullptr, ValueError, "memory::block_size: ", p, " is not a live allocation on ", device_);
+  return (*found)->size;
 }
 
 void CachingAllocator::check_invariants() const {
@@ -521,8 +539,8 @@ void CachingAllocator::check_invariants() const {
           allocated += static_cast<int64_t>(b->size);
           requested += static_cast<int64_t>(b->requested);
           ++n_alloc;
-          auto it = live_.find(b->ptr);
-          if (it == live_.end() || it->second != b) fail("allocated block missing from the live map");
+          Block* const* it = live_.find(b->ptr);
+          if (!it || *it != b) fail("allocated block missing from the live map");
         }
       }
     }

@@ -29,11 +29,12 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <unordered_map>
 #include <vector>
 
 #include "memory/allocator.h"
 #include "memory/history.h"
+#include "memory/node_pool.h"
+#include "memory/ptr_map.h"
 #include "memory/raw_backend.h"
 #include "memory/settings.h"
 #include "memory/stats.h"
@@ -80,7 +81,7 @@ class CachingAllocator {
     bool by_address = false;  // first fit orders by address, best fit by size
     bool operator()(const Block* a, const Block* b) const;
   };
-  using FreeSet = std::set<Block*, BlockLess>;
+  using FreeSet = std::set<Block*, BlockLess, PoolAllocator<Block*>>;
 
   std::size_t segment_size(std::size_t size) const;
   FreeSet& pool_of(bool small) { return small ? small_free_ : large_free_; }
@@ -103,9 +104,15 @@ class CachingAllocator {
   AllocatorSettings settings_;
   std::size_t capacity_ = kNoLimit;
 
+  Block* new_block();
+  void delete_block(Block* b);
+
   mutable std::mutex mu_;
+  // The node pool first: the sets using it are destroyed before it.
+  NodePool set_nodes_;
+  std::vector<Block*> spare_blocks_;  // Block objects kept for reuse
   FreeSet small_free_, large_free_;
-  std::unordered_map<void*, Block*> live_;            // allocated blocks by address
+  PtrMap<Block*> live_;               // allocated blocks by address
   std::map<std::uintptr_t, Block*> segments_;         // first block of each segment
   std::vector<std::pair<EventHandle, Block*>> pending_;  // see NOTE [ Stream-aware reuse ]
   DeviceStats stats_;

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <unistd.h>
@@ -205,4 +206,21 @@ TEST_CASE("replaying a recorded trace with the same settings gives the same peak
   ReplayResult tight = replay(snap.events, snap.settings, 32 * MiB);
   CHECK(tight.num_ooms > 0);
   CHECK(tight.peak_reserved_bytes <= 32 * static_cast<int64_t>(MiB));
+}
+
+TEST_CASE("the synthetic trace in bench/traces loads and replays") {
+  const char* src = std::getenv("SNUG_SOURCE_DIR");
+  std::string path = std::string(src ? src : ".") + "/bench/traces/synthetic_gpt_step.json";
+  Snapshot snap = load_snapshot(path);
+  REQUIRE(snap.devices.size() == 1);
+  const auto& ev = snap.devices[0].events;
+  REQUIRE(ev.size() > 1000);
+  ReplayResult best = replay(ev, AllocatorSettings{});
+  CHECK(best.ops == static_cast<int64_t>(ev.size()));
+  CHECK(best.skipped_frees == 0);
+  CHECK(best.stats.allocated_bytes.current == 0);
+  CHECK(best.peak_reserved_bytes >= best.peak_allocated_bytes);
+  AllocatorSettings first;
+  first.fit = FitPolicy::first;
+  CHECK(replay(ev, first).ops == best.ops);
 }
