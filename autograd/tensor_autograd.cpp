@@ -256,6 +256,30 @@ Tensor& apply_inplace(Tensor& self, const char* op, const std::vector<Tensor>& o
 }
 }  // namespace
 
+namespace {
+// Writes op(self, other) straight into self's storage when self needs no
+// conversion or broadcasting (the optimizer's hot path); else via a temporary.
+// Elementwise kernels read each element before writing it, so out == a is safe.
+void binary_into(BinaryOp op, const Tensor& self, const Tensor& other) {
+  DType dt = promote_types(self.dtype(), other.dtype());
+  if (op == BinaryOp::div && !is_floating(dt)) dt = DType::f32;
+  if (dt == self.dtype() && self.device() == other.device() &&
+      broadcast_shapes(self.shape(), other.shape(), binary_op_name(op)) == self.shape()) {
+    backend_for(self.device()).binary(op, self, raw::to_dtype(other, dt), self);
+  } else {
+    raw::copy_(self, raw::binary(op, self, other));
+  }
+}
+// self = a * self + b for floating self, in place.
+void affine_into(const Tensor& self, double a, double b) {
+  if (self.is_floating_point()) {
+    backend_for(self.device()).unary(UnaryOp::affine, a, b, self, self);
+  } else {
+    raw::copy_(self, raw::unary(UnaryOp::affine, self, a, b));
+  }
+}
+}  // namespace
+
 Tensor& Tensor::zero_() { return fill_(0.0); }
 
 Tensor& Tensor::fill_(double value) {
@@ -275,29 +299,29 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   Tensor& self = *this;
   return apply_inplace(self, "add_", {other}, [&] { return snug::add(self, other, alpha); }, [&] {
     Tensor o = alpha == 1.0 ? other : raw::binary_scalar(BinaryOp::mul, other, alpha);
-    raw::copy_(self, raw::binary(BinaryOp::add, self, o));
+    binary_into(BinaryOp::add, self, o);
   });
 }
 Tensor& Tensor::add_(double value) {
   Tensor& self = *this;
   return apply_inplace(self, "add_", {}, [&] { return self + value; },
-                       [&] { raw::copy_(self, raw::binary_scalar(BinaryOp::add, self, value)); });
+                       [&] { affine_into(self, 1.0, value); });
 }
 Tensor& Tensor::sub_(const Tensor& other, double alpha) { return add_(other, -alpha); }
 Tensor& Tensor::mul_(const Tensor& other) {
   Tensor& self = *this;
   return apply_inplace(self, "mul_", {other}, [&] { return self * other; },
-                       [&] { raw::copy_(self, raw::binary(BinaryOp::mul, self, other)); });
+                       [&] { binary_into(BinaryOp::mul, self, other); });
 }
 Tensor& Tensor::mul_(double value) {
   Tensor& self = *this;
   return apply_inplace(self, "mul_", {}, [&] { return self * value; },
-                       [&] { raw::copy_(self, raw::binary_scalar(BinaryOp::mul, self, value)); });
+                       [&] { affine_into(self, value, 0.0); });
 }
 Tensor& Tensor::div_(const Tensor& other) {
   Tensor& self = *this;
   return apply_inplace(self, "div_", {other}, [&] { return self / other; },
-                       [&] { raw::copy_(self, raw::binary(BinaryOp::div, self, other)); });
+                       [&] { binary_into(BinaryOp::div, self, other); });
 }
 Tensor& Tensor::div_(double value) {
   Tensor& self = *this;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/backend.h"
+#include "core/gemm.h"
 #include "core/generator.h"
 #include "core/raw_ops.h"
 #include "core/tensor.h"
@@ -147,9 +148,8 @@ Tensor from_blob(void* ptr, const Shape& shape, DType dtype, std::function<void(
 }
 
 void set_num_threads(int n) {
-  SNUG_CHECK(n >= 1, ValueError, "set_num_threads: expected n >= 1, got ", n);
-  omp_set_num_threads(n);
+  kernels::set_num_threads(n);  // validates n; sets OpenMP's count for every CPU loop too
 }
-int get_num_threads() { return omp_get_max_threads(); }
+int get_num_threads() { return kernels::get_num_threads(); }
 
 }  // namespace snug
