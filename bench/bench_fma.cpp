@@ -21,20 +21,33 @@ constexpr int kChains = 12;
 
 #if defined(__AVX512F__)
 // Returns a value derived from the accumulators so the work cannot be elided.
+// The twelve accumulators are named variables (not an array) so that they stay
+// in registers; the empty asm keeps the compiler from folding the chains.
 __attribute__((noinline)) float fma_chains(long long iters) {
-  __m512 acc[kChains];
-  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.001f * float(c));
+  __m512 a0 = _mm512_set1_ps(0.00f), a1 = _mm512_set1_ps(0.01f), a2 = _mm512_set1_ps(0.02f),
+         a3 = _mm512_set1_ps(0.03f), a4 = _mm512_set1_ps(0.04f), a5 = _mm512_set1_ps(0.05f),
+         a6 = _mm512_set1_ps(0.06f), a7 = _mm512_set1_ps(0.07f), a8 = _mm512_set1_ps(0.08f),
+         a9 = _mm512_set1_ps(0.09f), a10 = _mm512_set1_ps(0.10f), a11 = _mm512_set1_ps(0.11f);
   const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
   for (long long i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], x, y);
-    // The compiler cannot reorder or fold these: each depends on the last.
-    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]),
-                     "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]), "+v"(acc[8]), "+v"(acc[9]),
-                     "+v"(acc[10]), "+v"(acc[11]));
+    a0 = _mm512_fmadd_ps(a0, x, y);
+    a1 = _mm512_fmadd_ps(a1, x, y);
+    a2 = _mm512_fmadd_ps(a2, x, y);
+    a3 = _mm512_fmadd_ps(a3, x, y);
+    a4 = _mm512_fmadd_ps(a4, x, y);
+    a5 = _mm512_fmadd_ps(a5, x, y);
+    a6 = _mm512_fmadd_ps(a6, x, y);
+    a7 = _mm512_fmadd_ps(a7, x, y);
+    a8 = _mm512_fmadd_ps(a8, x, y);
+    a9 = _mm512_fmadd_ps(a9, x, y);
+    a10 = _mm512_fmadd_ps(a10, x, y);
+    a11 = _mm512_fmadd_ps(a11, x, y);
+    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6),
+                     "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
   }
-  __m512 s = acc[0];
-  for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
   return _mm512_reduce_add_ps(s);
 }
 constexpr int kLanes = 16;

@@ -45,8 +45,15 @@ namespace {
 
 constexpr int MR = 14;        // rows of the register tile
 constexpr int NR = 32;        // columns of the register tile (two zmm)
-constexpr int64_t KC = 256;   // depth of a packed block
-constexpr int64_t NC = 1024;  // width of a packed B block (multiple of NR)
+#ifndef SNUG_GEMM_KC  // overridable at compile time for tuning experiments
+#define SNUG_GEMM_KC 256
+#endif
+#ifndef SNUG_GEMM_NC
+#define SNUG_GEMM_NC 1024
+#endif
+constexpr int64_t KC = SNUG_GEMM_KC;  // depth of a packed block
+constexpr int64_t NC = SNUG_GEMM_NC;  // width of a packed B block (multiple of NR)
+static_assert(NC % NR == 0, "NC must be a multiple of NR");
 
 // Grow-only, 64-byte aligned scratch, one per thread (OpenMP reuses threads, so
 // these live for the program). Packing scratch is not tensor memory, so it does
@@ -161,6 +168,11 @@ void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t p0, int64_t kc, i
 template <int R, int NV>
 void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
                   int64_t ldc, float alpha, float beta, int n) {
+  // Pull the C tile towards L1 while the FMAs run; it is touched only at the end.
+  for (int i = 0; i < R; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    if (NV > 1) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 16), _MM_HINT_T0);
+  }
   __m512 acc[R][NV];
 #pragma GCC unroll 14
   for (int i = 0; i < R; ++i)

