@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -56,6 +57,18 @@ CachingAllocator::Block* CachingAllocator::new_block() {
 }
 
 void CachingAllocator::delete_block(Block* b) { spare_blocks_.push_back(b); }
+
+const char* CachingAllocator::intern_op(const char* op) {
+  if (!op) return nullptr;
+  // Fast path: the same pointer with the same text as last time (a pointer
+  // may be reused for other text once its scope ends, hence the compare).
+  const char** seen = op_seen_.find(op);
+  if (seen && std::strcmp(*seen, op) == 0) return *seen;
+  const char* copy = op_names_.emplace(op).first->c_str();
+  if (seen) *seen = copy;
+  else op_seen_.insert(op, copy);
+  return copy;
+}
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -195,7 +208,7 @@ void CachingAllocator::release_cached() {
 // The out-of-memory path: a new segment; then wait for blocks held back by
 // other streams and look again; then free the cache and retry; then throw.
 CachingAllocator::Block* CachingAllocator::alloc_slow(bool small, std::size_t size, std::size_t nbytes,
-                                                      StreamId stream) {
+                                                      StreamId stream, Tag tag, const char* op) {
   const std::size_t seg = segment_size(size);
   if (Block* b = new_segment(small, seg, stream)) {
     ++stats_.num_cache_misses;
@@ -217,7 +230,7 @@ CachingAllocator::Block* CachingAllocator::alloc_slow(bool small, std::size_t si
   // Tell a capacity refusal from the backend's own failure.
   std::size_t reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
   bool over_capacity = capacity_ != kNoLimit && (seg > capacity_ || reserved > capacity_ - seg);
-  throw_oom(small, size, nbytes, stream, !over_capacity);
+  throw_oom(small, size, nbytes, stream, tag, op, !over_capacity);
 }
 
 // ---- allocate / free --------------------------------------------------------------
@@ -229,7 +242,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   const bool small = size <= settings_.small_threshold;
   Block* b = find_free(small, size, stream);
   if (b) ++stats_.num_cache_hits;
-  else b = alloc_slow(small, size, nbytes, stream);
+  else b = alloc_slow(small, size, nbytes, stream, tag, op);
 
   if (should_split(b, size)) {
     Block* rest = new_block();
@@ -247,7 +260,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   b->state = BlockState::allocated;
   b->requested = nbytes;
   b->tag = tag;
-  b->op = op;
+  b->op = intern_op(op);
   live_.insert(b->ptr, b);
 
   const auto bytes = static_cast<int64_t>(b->size);
@@ -352,11 +365,11 @@ std::size_t CachingAllocator::largest_free_block() const {
   return m;
 }
 
-void CachingAllocator::throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream,
-                                 bool backend_failed) {
+void CachingAllocator::throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
+                                 const char* op, bool backend_failed) {
   ++stats_.num_ooms;
   if (history_.enabled())
-    history_.record(Action::oom, trace_now_ns(), 0, size, nbytes, stream, current_tag(), current_op());
+    history_.record(Action::oom, trace_now_ns(), 0, size, nbytes, stream, tag, intern_op(op));
   const std::size_t seg = segment_size(size);
   const auto allocated = static_cast<std::size_t>(stats_.allocated_bytes.current);
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);

@@ -29,6 +29,8 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "memory/allocator.h"
@@ -88,8 +90,9 @@ class CachingAllocator {
   Block* find_free(bool small, std::size_t size, StreamId stream);
   bool should_split(const Block* b, std::size_t size) const;
   Block* new_segment(bool small, std::size_t seg, StreamId stream);
-  Block* alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream);
-  [[noreturn]] void throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, bool backend_failed);
+  Block* alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
+  [[noreturn]] void throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
+                              const char* op, bool backend_failed);
   void pool_insert(Block* b);
   void pool_erase(Block* b);
   void free_block(Block* b);
@@ -106,6 +109,7 @@ class CachingAllocator {
 
   Block* new_block();
   void delete_block(Block* b);
+  const char* intern_op(const char* op);
 
   mutable std::mutex mu_;
   // The node pool first: the sets using it are destroyed before it.
@@ -115,6 +119,11 @@ class CachingAllocator {
   PtrMap<Block*> live_;               // allocated blocks by address
   std::map<std::uintptr_t, Block*> segments_;         // first block of each segment
   std::vector<std::pair<EventHandle, Block*>> pending_;  // see NOTE [ Stream-aware reuse ]
+  // An OpScope's string need only outlive the scope, but a block keeps its op
+  // name for snapshots: blocks point at copies here (by content, never freed;
+  // op names are a small set). op_seen_ maps a caller's pointer to its copy.
+  std::unordered_set<std::string> op_names_;
+  PtrMap<const char*> op_seen_;
   DeviceStats stats_;
   History history_;
 };

@@ -422,3 +422,26 @@ TEST_CASE("summary names every statistic and the tags in use") {
     CHECK_MESSAGE(s.find(want) != std::string::npos, want);
   deallocate(d, p);
 }
+
+TEST_CASE("a block keeps its op name after the OpScope's string is gone") {
+  Fixture f;
+  f.a.record_history(true, 100);
+  void* p;
+  {
+    std::string name = "temporary_op_name";
+    p = f.a.allocate(1000, 0, Tag::temporary, name.c_str());
+    name.assign("overwritten_text!");  // the caller's buffer changes after the scope
+  }
+  DeviceSnapshot s = f.a.snapshot();
+  REQUIRE(s.segments.size() == 1);
+  CHECK(s.segments[0].blocks[0].op == "temporary_op_name");
+  CHECK(s.events.back().op == "temporary_op_name");
+  f.a.deallocate(p);
+  // A capacity failure records an oom event with the caller's tag and op.
+  f.a.set_capacity(4 * MiB);
+  CHECK_THROWS_AS(f.a.allocate(8 * MiB, 0, Tag::workspace, "huge"), OutOfMemoryError);
+  s = f.a.snapshot();
+  CHECK(s.events.back().action == Action::oom);
+  CHECK(s.events.back().tag == Tag::workspace);
+  CHECK(s.events.back().op == "huge");
+}
