@@ -46,6 +46,14 @@ void gather_impl(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   auto L = cpu::make_loop<3>(out.shape(), {&out, &index, &xv});
   dispatch_size(x.element_size(), [&]<class E>() {
     cpu::run_loop<3>(L, [&](std::array<char*, 3> p, const int64_t* s, int64_t n) {
+      constexpr int64_t es = sizeof(E);
+      if (s[1] == 0 && s[0] == es && s[2] == es) {
+        // One index for the whole contiguous row (index_select of rows, an
+        // embedding lookup): a plain copy.
+        const int64_t j = *reinterpret_cast<const int64_t*>(p[1]);
+        std::memcpy(p[0], p[2] + j * jump, static_cast<size_t>(n * es));
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) {
         const int64_t j = *reinterpret_cast<const int64_t*>(p[1] + i * s[1]);
         *reinterpret_cast<E*>(p[0] + i * s[0]) = *reinterpret_cast<const E*>(p[2] + i * s[2] + j * jump);
@@ -73,6 +81,18 @@ void scatter_add_impl(const Tensor& out, int64_t dim, const Tensor& index, const
   dispatch_numeric(out.dtype(), "scatter_add", [&]<class T>() {
     using C = compute_t<T>;
     cpu::run_loop<3>(L, [&](std::array<char*, 3> p, const int64_t* s, int64_t n) {
+      constexpr int64_t es = sizeof(T);
+      if (s[1] == 0 && s[0] == es && s[2] == es) {
+        // One index per row and contiguous rows (index_add of rows, an
+        // embedding's backward): add whole rows.
+        for (int64_t j = 0; j < len; ++j) {
+          const int64_t k = *reinterpret_cast<const int64_t*>(p[1] + j * istep);
+          T* o = reinterpret_cast<T*>(p[0] + k * ostep);
+          const T* v = reinterpret_cast<const T*>(p[2] + j * sstep);
+          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(static_cast<C>(o[i]) + static_cast<C>(v[i]));
+        }
+        return;
+      }
       for (int64_t j = 0; j < len; ++j) {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t k = *reinterpret_cast<const int64_t*>(p[1] + i * s[1] + j * istep);

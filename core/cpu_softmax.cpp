@@ -10,6 +10,8 @@
 // accumulators ] in cpu_reduce.cpp) and in f32 for the half types.
 #include <omp.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -53,6 +55,132 @@ struct Rows {
   }
 };
 
+// exp for f32 rows, written so the compiler can vectorize it (a call to
+// expf cannot be). Cephes' expf: x = n ln2 + r with |r| <= ln2/2, exp(r) by
+// a degree-7 polynomial, 2^n through the exponent bits; within 2 ulp of expf.
+// Valid for x <= 88 -- softmax only evaluates it at x - max <= 0 -- with
+// exp(-inf) = 0 and NaN kept; results below 2^-126 flush to 0.
+inline float exp_row(float x) {
+  const float xc = std::max(std::min(x, 88.0f), -87.33654f);
+  // n = round(xc / ln2) by the 1.5 * 2^23 trick (std::floor would not vectorize).
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 split in two for exactness
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const float y = p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return x != x ? x : (x < -87.33654f ? 0.0f : y);
+}
+
+constexpr int kLanes = 16;  // independent partial results, so the loops vectorize
+
+// Contiguous f32 rows of length L (the common case: the last dim of a
+// contiguous tensor). Same math as the strided loops below.
+void softmax_row_f32(const float* x, float* y, int64_t L, bool log) {
+  float ml[kLanes];
+  for (float& m : ml) m = -INFINITY;
+  int64_t i = 0;
+  for (; i + kLanes <= L; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) ml[j] = (x[i + j] != x[i + j] || x[i + j] > ml[j]) ? x[i + j] : ml[j];
+  for (int j = 0; i + j < L; ++j) ml[j] = (x[i + j] != x[i + j] || x[i + j] > ml[j]) ? x[i + j] : ml[j];
+  float m = ml[0];
+  for (int j = 1; j < kLanes; ++j) m = (ml[j] != ml[j] || ml[j] > m) ? ml[j] : m;
+  // exp into y first (log_softmax overwrites it below): a loop without a
+  // reduction vectorizes; the sum then runs over y.
+  for (i = 0; i < L; ++i) y[i] = exp_row(x[i] - m);
+  double sl[kLanes] = {};
+  for (i = 0; i + kLanes <= L; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) sl[j] += y[i + j];
+  for (int j = 0; i + j < L; ++j) sl[j] += y[i + j];
+  double s = 0;
+  for (double v : sl) s += v;
+  if (log) {
+    const float ls = static_cast<float>(std::log(s));
+    for (i = 0; i < L; ++i) y[i] = (x[i] - m) - ls;
+  } else {
+    const float inv = static_cast<float>(1 / s);
+    for (i = 0; i < L; ++i) y[i] *= inv;
+  }
+}
+
+void softmax_backward_row_f32(const float* g, const float* y, float* d, int64_t L, bool log) {
+  double sl[kLanes] = {};
+  int64_t i = 0;
+  if (log) {
+    for (; i + kLanes <= L; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) sl[j] += g[i + j];
+    for (int j = 0; i + j < L; ++j) sl[j] += g[i + j];
+  } else {
+    for (; i + kLanes <= L; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) sl[j] += g[i + j] * y[i + j];
+    for (int j = 0; i + j < L; ++j) sl[j] += g[i + j] * y[i + j];
+  }
+  double s = 0;
+  for (double v : sl) s += v;
+  const float cs = static_cast<float>(s);
+  if (log) {
+    for (i = 0; i < L; ++i) d[i] = g[i] - exp_row(y[i]) * cs;
+  } else {
+    for (i = 0; i < L; ++i) d[i] = y[i] * (g[i] - cs);
+  }
+}
+
+template <class C>
+inline C exp_c(C v) {
+  if constexpr (std::is_same_v<C, float>) {
+    return exp_row(v);
+  } else {
+    return fmath::exp(v);
+  }
+}
+
+// Contiguous x and out, dim not the last: x is (outer, L, inner) and each
+// softmax runs down a column. Blocks of kBlock neighbouring columns are
+// processed together so every pass reads whole rows in order (a column
+// walk would touch a new cache line, and soon a new page, per element).
+template <class T>
+void softmax_cols(const T* x, T* y, int64_t outer, int64_t L, int64_t inner, bool log) {
+  using C = compute_t<T>;
+  using S = sum_t<T>;
+  constexpr int64_t kBlock = 64;
+  const int64_t nb = (inner + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (outer * L * inner > cpu::kParallelGrain && outer * nb > 1)
+  for (int64_t u = 0; u < outer * nb; ++u) {
+    const int64_t o = u / nb, c0 = (u % nb) * kBlock, w = std::min(kBlock, inner - c0);
+    const T* xb = x + o * L * inner + c0;
+    T* yb = y + o * L * inner + c0;
+    C m[kBlock];
+    S s[kBlock];
+    for (int64_t j = 0; j < w; ++j) {
+      m[j] = -INFINITY;
+      s[j] = 0;
+    }
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < w; ++j) {
+        const C v = static_cast<C>(xb[i * inner + j]);
+        m[j] = (v != v || v > m[j]) ? v : m[j];
+      }
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < w; ++j) s[j] += exp_c(static_cast<C>(xb[i * inner + j]) - m[j]);
+    if (log) {
+      C ls[kBlock];
+      for (int64_t j = 0; j < w; ++j) ls[j] = static_cast<C>(std::log(s[j]));
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < w; ++j) yb[i * inner + j] = static_cast<T>((static_cast<C>(xb[i * inner + j]) - m[j]) - ls[j]);
+    } else {
+      C inv[kBlock];
+      for (int64_t j = 0; j < w; ++j) inv[j] = static_cast<C>(1 / s[j]);
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < w; ++j)
+          yb[i * inner + j] = static_cast<T>(exp_c(static_cast<C>(xb[i * inner + j]) - m[j]) * inv[j]);
+    }
+  }
+}
+
 }  // namespace
 
 // x (any strides) -> out (x's shape).
@@ -65,12 +193,23 @@ void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& o
     using S = sum_t<T>;
     const T* xp = x.data<T>();
     T* op = out.data<T>();
+    if (dim + 1 < x.dim() && x.is_contiguous() && out.is_contiguous()) {
+      const int64_t inner = numel_of(Shape(x.shape().begin() + dim + 1, x.shape().end()));
+      softmax_cols(xp, op, x.numel() / (L * inner), L, inner, log);
+      return;
+    }
 #pragma omp parallel for schedule(static) if (R.count * L > cpu::kParallelGrain && R.count > 1)
     for (int64_t r = 0; r < R.count; ++r) {
       int64_t off[2];
       R.offsets(r, off);
       const T* xr = xp + off[0];
       T* yr = op + off[1];
+      if constexpr (std::is_same_v<T, float>) {
+        if (sx == 1 && so == 1) {
+          softmax_row_f32(xr, yr, L, log);
+          continue;
+        }
+      }
       // A NaN anywhere makes m NaN, and the whole row NaN, as in PyTorch.
       C m = -INFINITY;
       for (int64_t i = 0; i < L; ++i) {
@@ -122,6 +261,12 @@ void CpuBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64
       const T* g = gp + off[0];
       const T* yr = yp + off[1];
       T* d = dp + off[2];
+      if constexpr (std::is_same_v<T, float>) {
+        if (sg == 1 && sy == 1 && sd == 1) {
+          softmax_backward_row_f32(g, yr, d, L, log);
+          continue;
+        }
+      }
       S s = 0;
       if (log) {
         for (int64_t i = 0; i < L; ++i) s += static_cast<C>(g[i * sg]);

@@ -131,7 +131,51 @@ TEST_CASE("softmax on a large batch matches the row-by-row reference") {
   for (int r = 0; r < 512; r += 37) {
     std::vector<double> row(xs.begin() + r * 257, xs.begin() + (r + 1) * 257);
     auto want = ref_softmax(row);
-    for (int c = 0; c < 257; ++c) REQUIRE(got[r * 257 + c] == doctest::Approx(want[c]).epsilon(1e-5));
+    for (int c = 0; c < 257; ++c) REQUIRE(got[r * 257 + c] == doctest::Approx(want[c]).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("the contiguous f32 fast path agrees with the strided path") {
+  Generator g(13);
+  Tensor x = randn({64, 300}, {}, &g) * 10.0;
+  Tensor xs = x.t().contiguous().t();  // same values, column-major: the strided loops
+  CHECK_FALSE(xs.is_contiguous());
+  for (bool log : {false, true}) {
+    auto fast = raw::softmax(x, 1, log).to_vector<double>();
+    auto slow = raw::softmax(xs, 1, log).to_vector<double>();
+    for (size_t i = 0; i < fast.size(); ++i) REQUIRE(fast[i] == doctest::Approx(slow[i]).epsilon(1e-6));
+    Tensor y = raw::softmax(x, 1, log), gy = randn({64, 300}, {}, &g);
+    auto bf = raw::softmax_backward(gy, y, 1, log).to_vector<double>();
+    auto bs = raw::softmax_backward(gy.t().contiguous().t(), y.t().contiguous().t(), 1, log).to_vector<double>();
+    for (size_t i = 0; i < bf.size(); ++i) REQUIRE(bf[i] == doctest::Approx(bs[i]).epsilon(1e-5).scale(0.1));
+  }
+  // Far below the max: exp underflows to 0 without NaN or garbage.
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor tail = make({0, -20, -80, -87, -90, -1000, -inf}, {7});
+  auto got = softmax(tail, 0).to_vector<double>();
+  auto want = ref_softmax({0, -20, -80, -87, -90, -1000, -inf});
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6).scale(1e-31));
+  CHECK(got[6] == 0);
+  auto lg = log_softmax(tail, 0).to_vector<double>();
+  CHECK(lg[4] == doctest::Approx(-90).epsilon(1e-6));
+  CHECK(lg[6] == -inf);
+}
+
+TEST_CASE("softmax over a leading or middle dim of a contiguous tensor (column blocks) agrees with the strided path") {
+  Generator g(17);
+  for (DType dt : {kFloat32, kFloat64, kFloat16}) {
+    CAPTURE(dt);
+    Tensor big = (randn({7, 150, 2 * 70 + 1}, {}, &g) * 5.0).to(dt);
+    Tensor strided = big.slice(2, 0, 2 * 70, 2);  // (7, 150, 70), last-dim stride 2: the strided loops
+    Tensor dense = strided.contiguous();          // same values: the column-block loops
+    for (int64_t d : {0, 1}) {
+      for (bool log : {false, true}) {
+        auto a = raw::softmax(dense, d, log).to_vector<double>();
+        auto b = raw::softmax(strided, d, log).to_vector<double>();
+        double tol = dt == kFloat16 ? 2e-3 : 1e-6;
+        for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == doctest::Approx(b[i]).epsilon(tol).scale(1e-3));
+      }
+    }
   }
 }
 
