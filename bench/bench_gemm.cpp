@@ -3,6 +3,7 @@
 //
 //   snug-bench gemm --n 1024 --threads 2 --json
 //   snug-bench gemm --m 2048 --n 384 --k 128 --ta 0 --tb 1 --json   (any shape)
+//   snug-bench gemm --m 128 --n 128 --k 32 --tb 1 --batch 64 --json  (gemm_f32_batched)
 //
 // GFLOP/s = 2 M N K / seconds, median over --samples timed samples after
 // warm-up; a sample repeats the call until it lasts ~20 ms so that small
@@ -53,20 +54,27 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
   const int threads = int(args.get_int("threads", 2));
   const int samples = int(args.get_int("samples", 15));
   const bool eigen = args.get_int("eigen", 1) != 0;
+  const int64_t batch = args.get_int("batch", 1);
 
   snug::kernels::set_num_threads(threads);
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-  std::vector<float> A(size_t(M * K)), B(size_t(K * N)), C(size_t(M * N)), C2(size_t(M * N));
+  const int64_t sa = M * K, sb = K * N, sc = M * N;
+  std::vector<float> A(size_t(sa * batch)), B(size_t(sb * batch)), C(size_t(sc * batch)),
+      C2(size_t(sc * batch));
   std::mt19937 rng(1337);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   for (auto& x : A) x = d(rng);
   for (auto& x : B) x = d(rng);
-  const double flops = 2.0 * double(M) * double(N) * double(K);
+  const double flops = 2.0 * double(M) * double(N) * double(K) * double(batch);
 
   Rate g_snug = time_gflops(
       [&] {
-        snug::kernels::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f,
-                                C.data(), N);
+        if (batch == 1)
+          snug::kernels::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f,
+                                  C.data(), N);
+        else
+          snug::kernels::gemm_f32_batched(ta, tb, M, N, K, 1.0f, A.data(), lda, sa, B.data(), ldb,
+                                          sb, 0.0f, C.data(), N, sc, batch);
       },
       flops, samples);
 
@@ -74,14 +82,18 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
   double max_diff = 0;
   if (eigen) {
     using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    Eigen::Map<const RowMat> a(A.data(), ta ? K : M, ta ? M : K), b(B.data(), tb ? N : K, tb ? K : N);
-    Eigen::Map<RowMat> c(C2.data(), M, N);
     Eigen::setNbThreads(threads);
+    // Eigen has no batched product: a loop of products, each with Eigen's own threading.
     auto run = [&] {
-      if (!ta && !tb) c.noalias() = a * b;
-      else if (ta && !tb) c.noalias() = a.transpose() * b;
-      else if (!ta && tb) c.noalias() = a * b.transpose();
-      else c.noalias() = a.transpose() * b.transpose();
+      for (int64_t i = 0; i < batch; ++i) {
+        Eigen::Map<const RowMat> a(A.data() + i * sa, ta ? K : M, ta ? M : K),
+            b(B.data() + i * sb, tb ? N : K, tb ? K : N);
+        Eigen::Map<RowMat> c(C2.data() + i * sc, M, N);
+        if (!ta && !tb) c.noalias() = a * b;
+        else if (ta && !tb) c.noalias() = a.transpose() * b;
+        else if (!ta && tb) c.noalias() = a * b.transpose();
+        else c.noalias() = a.transpose() * b.transpose();
+      }
     };
     g_eigen = time_gflops(run, flops, samples);
     for (size_t i = 0; i < C.size(); ++i) max_diff = std::max(max_diff, double(std::abs(C[i] - C2[i])));
@@ -89,10 +101,11 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
 
   if (args.json()) {
     std::printf(
-        "{\"bench\":\"gemm\",\"n\":%lld,\"m\":%lld,\"k\":%lld,\"ta\":%d,\"tb\":%d,\"threads\":%d,"
+        "{\"bench\":\"gemm\",\"n\":%lld,\"m\":%lld,\"k\":%lld,\"batch\":%lld,\"ta\":%d,\"tb\":%d,\"threads\":%d,"
         "\"gflops\":%.1f,\"eigen_gflops\":%.1f,\"ratio_to_eigen\":%.3f,\"gflops_best\":%.1f,"
         "\"eigen_gflops_best\":%.1f,\"backend\":\"%s\",\"samples\":%d,\"max_abs_diff_vs_eigen\":%.3g}\n",
-        (long long)N, (long long)M, (long long)K, int(ta), int(tb), threads, g_snug.median,
+        (long long)N, (long long)M, (long long)K, (long long)batch, int(ta), int(tb), threads,
+        g_snug.median,
         g_eigen.median, g_eigen.median > 0 ? g_snug.median / g_eigen.median : 0.0, g_snug.best,
         g_eigen.best, snug::kernels::gemm_f32_backend(), samples, max_diff);
   } else {
