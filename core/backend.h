@@ -55,6 +55,18 @@ struct Backend {
   // Fills out (contiguous, floating) from the Philox stream: element i uses the
   // counter mapping documented in core/philox.h, so every device agrees.
   virtual void random(RandomKind kind, PhiloxState state, double a, double b, const Tensor& out) = 0;
+  // Layer norm over the last dim. x (R, C) contiguous; weight/bias (C) or
+  // undefined; out (R, C) like x; mean/rstd (R) f32, saved for backward.
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                          const Tensor& mean, const Tensor& rstd) = 0;
+  // grad_out (R, C) -> grad_x (R, C), grad_weight/grad_bias (C) (undefined when not wanted).
+  virtual void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                                   const Tensor& grad_bias) = 0;
+  // Causal softmax of scale * x over the last dim. x (..., Tq, Tk)
+  // contiguous; row i sees columns j <= i + (Tk - Tq), the rest are 0 in
+  // out. No mask tensor is built.
+  virtual void causal_softmax(const Tensor& x, double scale, const Tensor& out) = 0;
   // Copies between devices (at least one on this backend's type). Contiguous.
   virtual void copy_across(const Tensor& src, const Tensor& dst) = 0;
   // Blocks until queued work on device finishes (CPU: no-op).

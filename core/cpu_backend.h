@@ -25,6 +25,12 @@ struct CpuBackend final : Backend {
   void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;         // cpu_index.cpp
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override; // cpu_index.cpp
   void random(RandomKind kind, PhiloxState state, double a, double b, const Tensor& out) override;   // cpu_random.cpp
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                  const Tensor& mean, const Tensor& rstd) override;                        // cpu_norm.cpp
+  void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                           const Tensor& grad_bias) override;                              // cpu_norm.cpp
+  void causal_softmax(const Tensor& x, double scale, const Tensor& out) override;         // cpu_attention.cpp
   void copy_across(const Tensor& src, const Tensor& dst) override;                         // cpu_elementwise.cpp
   void synchronize(Device) override {}
 };

@@ -1,0 +1,271 @@
+// nn::functional: linear, layer_norm, embedding, losses, attention.
+#include "nn/functional.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/node.h"
+#include "core/backend.h"
+#include "core/raw_ops.h"
+
+namespace snug::nn::functional {
+
+using autograd::any_requires_grad;
+using autograd::record;
+using G = std::vector<Tensor>;
+
+// ---- linear ------------------------------------------------------------------------
+// x (..., in), weight (out, in), bias (out) -> (..., out)
+// backward: gx = g @ W, gW = g^T @ x, gb = sum over rows of g
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  SNUG_CHECK(weight.dim() == 2, ShapeError, "linear: weight must be (out, in), got ", shape_str(weight.shape()));
+  SNUG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), ShapeError, "linear: input of shape ",
+             shape_str(x.shape()), " does not match weight ", shape_str(weight.shape()), " (expected last dim ",
+             weight.size(1), ")");
+  if (bias.defined())
+    SNUG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), ShapeError, "linear: bias of shape ",
+               shape_str(bias.shape()), " does not match weight ", shape_str(weight.shape()));
+  const int64_t in = weight.size(1), outf = weight.size(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = outf;
+  Tensor x2 = raw::can_view(x, {x.numel() / std::max<int64_t>(in, 1), in}) ? raw::view(x, {-1, in})
+                                                                          : raw::view(raw::contiguous(x), {-1, in});
+  Tensor y = raw::matmul(x2, raw::transpose(weight, 0, 1));  // (N, out)
+  if (bias.defined()) y = raw::binary(BinaryOp::add, y, bias);
+  y = raw::view(y, out_shape);
+  if (any_requires_grad({x, weight, bias})) {
+    Shape xs = x.shape();
+    record("linear", {x, weight, bias}, {y}, {weight.requires_grad() ? x2 : Tensor(), weight},
+           [xs, in, outf](FunctionNode& self, const G& g) -> G {
+             Tensor g2 = raw::view(raw::contiguous(g[0]), {-1, outf});  // (N, out)
+             Tensor gx, gw, gb;
+             if (self.needs_grad(0)) gx = raw::view(raw::matmul(g2, self.saved_at(1)), xs);
+             if (self.needs_grad(1)) gw = raw::matmul(raw::transpose(g2, 0, 1), self.saved_at(0));
+             if (self.needs_grad(2)) gb = raw::reduce(ReduceOp::sum, g2, {0}, false);
+             return {gx, gw, gb};
+           });
+  }
+  return y;
+}
+
+// ---- layer_norm ------------------------------------------------------------------
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  SNUG_CHECK(x.dim() >= 1, ShapeError, "layer_norm: input needs at least 1 dim");
+  const int64_t C = x.size(-1);
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined())
+      SNUG_CHECK(p->dim() == 1 && p->size(0) == C, ShapeError, "layer_norm: weight/bias of shape ",
+                 shape_str(p->shape()), " do not match the last dim of input ", shape_str(x.shape()));
+  SNUG_CHECK(x.is_floating_point(), DTypeError, "layer_norm: expected a floating input, got ", dtype_name(x.dtype()));
+  Tensor xc = raw::contiguous(x);
+  Tensor w = weight.defined() ? raw::contiguous(raw::to_dtype(weight, x.dtype())) : Tensor();
+  Tensor b = bias.defined() ? raw::contiguous(raw::to_dtype(bias, x.dtype())) : Tensor();
+  const int64_t R = C ? x.numel() / C : 0;
+  Tensor y = empty(x.shape(), x.options());
+  Tensor mean = empty({R}, TensorOptions(DType::f32, x.device()));
+  Tensor rstd = empty({R}, TensorOptions(DType::f32, x.device()));
+  backend_for(x.device()).layer_norm(xc, w, b, eps, y, mean, rstd);
+  if (any_requires_grad({x, weight, bias})) {
+    record("layer_norm", {x, weight, bias}, {y}, {xc, w, mean, rstd}, [C](FunctionNode& self, const G& g) -> G {
+      Tensor xs = self.saved_at(0), ws = self.saved_at(1);
+      Tensor go = raw::contiguous(raw::to_dtype(g[0], xs.dtype()));
+      Tensor gx = self.needs_grad(0) ? empty(xs.shape(), xs.options()) : Tensor();
+      Tensor gw = self.needs_grad(1) ? empty({C}, xs.options()) : Tensor();
+      Tensor gb = self.needs_grad(2) ? empty({C}, xs.options()) : Tensor();
+      backend_for(xs.device()).layer_norm_backward(go, xs, ws, self.saved_at(2), self.saved_at(3), gx, gw, gb);
+      return {gx, gw, gb};
+    });
+  }
+  return y;
+}
+
+// ---- embedding -------------------------------------------------------------------
+// indices (...) i64, weight (num, dim) -> (..., dim); backward: index_add rows.
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  SNUG_CHECK(weight.dim() == 2, ShapeError, "embedding: weight must be (num, dim), got ", shape_str(weight.shape()));
+  SNUG_CHECK(indices.dtype() == DType::i64 || indices.dtype() == DType::i32, DTypeError,
+             "embedding: indices must be i64 or i32, got ", dtype_name(indices.dtype()));
+  Tensor flat = raw::view(raw::contiguous(raw::to_dtype(indices, DType::i64)), {-1});
+  Tensor rows = raw::index_select(weight, 0, flat);  // (n, dim); checks the range
+  Shape out_shape = indices.shape();
+  out_shape.push_back(weight.size(1));
+  Tensor y = raw::view(rows, out_shape);
+  if (any_requires_grad({weight})) {
+    Shape ws = weight.shape();
+    record("embedding", {weight}, {y}, {flat}, [ws](FunctionNode& self, const G& g) -> G {
+      Tensor g2 = raw::view(raw::contiguous(g[0]), {-1, ws[1]});
+      return {raw::index_add(zeros(ws, g2.options()), 0, self.saved_at(0), g2)};
+    });
+  }
+  return y;
+}
+
+// ---- losses ------------------------------------------------------------------------
+namespace {
+Tensor reduce_loss(const Tensor& per_row, Reduction r, const Tensor& count_valid = Tensor()) {
+  switch (r) {
+    case Reduction::none: return per_row;
+    case Reduction::sum: return sum(per_row);
+    case Reduction::mean: return count_valid.defined() ? sum(per_row) / count_valid : mean(per_row);
+  }
+  return per_row;
+}
+}  // namespace
+
+// logits (N, C), target (N) -> scalar (or (N) with Reduction::none)
+// loss_i = (1 - eps) * (-logp[i, t_i]) + eps * mean_c(-logp[i, c]) for rows with t_i != ignore
+// d loss_i / d logits_i = softmax_i - (1 - eps) * onehot(t_i) - eps / C
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double eps,
+                     Reduction reduction) {
+  SNUG_CHECK(logits.dim() == 2, ShapeError, "cross_entropy: logits must be (N, C), got ", shape_str(logits.shape()),
+             "; flatten extra dims first, e.g. logits.view({-1, C})");
+  SNUG_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), ShapeError, "cross_entropy: target of shape ",
+             shape_str(target.shape()), " does not match logits ", shape_str(logits.shape()), " (expected (",
+             logits.size(0), "))");
+  SNUG_CHECK(target.dtype() == DType::i64, DTypeError, "cross_entropy: target must be i64 class indices, got ",
+             dtype_name(target.dtype()));
+  SNUG_CHECK(eps >= 0 && eps < 1, ValueError, "cross_entropy: label_smoothing must be in [0, 1), got ", eps);
+  const int64_t N = logits.size(0), C = logits.size(1);
+  Tensor valid = raw::compare_scalar(CompareOp::ne, target, static_cast<double>(ignore_index));  // (N) bool
+  Tensor tsafe = raw::where(valid, target, zeros({}, TensorOptions(DType::i64, target.device())));
+  {
+    // Range check on the valid targets only, with a message naming the value.
+    Tensor bad = raw::binary(BinaryOp::mul, raw::to_dtype(valid, DType::i64),
+                             raw::to_dtype(raw::binary(BinaryOp::maximum,
+                                                       raw::to_dtype(raw::compare_scalar(CompareOp::lt, tsafe, 0), DType::i64),
+                                                       raw::to_dtype(raw::compare_scalar(CompareOp::ge, tsafe, double(C)), DType::i64)),
+                                           DType::i64));
+    if (raw::reduce(ReduceOp::sum, bad, {}, false).item() > 0) {
+      Tensor idx = raw::arg_reduce(true, bad, 0, false);
+      int64_t i = static_cast<int64_t>(idx.item());
+      throw IndexError(str("cross_entropy: target[", i, "] = ", static_cast<int64_t>(raw::select(target, 0, i).item()),
+                           " is out of range for ", C, " classes (expected 0..", C - 1, " or ignore_index ",
+                           ignore_index, ")"));
+    }
+  }
+  Tensor logp = raw::softmax(logits, 1, true);                                             // (N, C)
+  Tensor picked = raw::view(raw::gather(logp, 1, raw::view(tsafe, {N, 1})), {N});          // (N)
+  Tensor loss = raw::unary(UnaryOp::neg, picked);
+  if (eps > 0) {
+    Tensor smooth = raw::unary(UnaryOp::neg, raw::reduce(ReduceOp::mean, logp, {1}, false));
+    loss = raw::binary(BinaryOp::add, raw::unary(UnaryOp::affine, loss, 1 - eps, 0),
+                       raw::unary(UnaryOp::affine, smooth, eps, 0));
+  }
+  Tensor validf = raw::to_dtype(valid, loss.dtype());
+  loss = raw::binary(BinaryOp::mul, loss, validf);  // ignored rows give exactly 0
+  Tensor count = raw::reduce(ReduceOp::sum, validf, {}, false);
+  Tensor out;
+  switch (reduction) {
+    case Reduction::none: out = loss; break;
+    case Reduction::sum: out = raw::reduce(ReduceOp::sum, loss, {}, false); break;
+    case Reduction::mean: out = raw::binary(BinaryOp::div, raw::reduce(ReduceOp::sum, loss, {}, false), count); break;
+  }
+  if (any_requires_grad({logits})) {
+    record("cross_entropy", {logits}, {out}, {logp, tsafe, validf, count},
+           [eps, C, N, reduction](FunctionNode& self, const G& g) -> G {
+             Tensor lp = self.saved_at(0), t = self.saved_at(1), vf = self.saved_at(2);
+             // Per-row weight w_i = upstream grad for row i (x 1/count for mean), 0 if ignored.
+             Tensor w = reduction == Reduction::none ? g[0] : raw::expand(raw::view(g[0], {1}), {N});
+             if (reduction == Reduction::mean) w = raw::binary(BinaryOp::div, w, self.saved_at(3));
+             w = raw::binary(BinaryOp::mul, w, vf);                                    // (N)
+             Tensor w2 = raw::view(raw::contiguous(w), {N, 1});
+             Tensor gl = raw::binary(BinaryOp::mul, raw::unary(UnaryOp::exp, lp), w2);  // softmax * w
+             if (eps > 0) gl = raw::binary(BinaryOp::sub, gl, raw::unary(UnaryOp::affine, w2, eps / double(C), 0));
+             Tensor hot = raw::unary(UnaryOp::affine, w2, -(1 - eps), 0);              // (N, 1)
+             gl = raw::scatter_add(gl, 1, raw::view(t, {N, 1}), hot);
+             return {gl};
+           });
+  }
+  return out;
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index, Reduction reduction) {
+  SNUG_CHECK(log_probs.dim() == 2, ShapeError, "nll_loss: log_probs must be (N, C), got ",
+             shape_str(log_probs.shape()));
+  SNUG_CHECK(target.dim() == 1 && target.size(0) == log_probs.size(0), ShapeError, "nll_loss: target of shape ",
+             shape_str(target.shape()), " does not match log_probs ", shape_str(log_probs.shape()));
+  SNUG_CHECK(target.dtype() == DType::i64, DTypeError, "nll_loss: target must be i64, got ", dtype_name(target.dtype()));
+  const int64_t N = log_probs.size(0);
+  Tensor valid = raw::compare_scalar(CompareOp::ne, target, static_cast<double>(ignore_index));
+  Tensor tsafe = raw::where(valid, target, zeros({}, TensorOptions(DType::i64, target.device())));
+  Tensor picked = gather(log_probs, 1, raw::view(tsafe, {N, 1})).view({N});  // differentiable; checks range
+  Tensor validf = raw::to_dtype(valid, log_probs.dtype());
+  Tensor per_row = -(picked * validf);
+  return reduce_loss(per_row, reduction, reduction == Reduction::mean ? sum(validf) : Tensor());
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  SNUG_CHECK(input.shape() == target.shape(), ShapeError, "mse_loss: input ", shape_str(input.shape()),
+             " and target ", shape_str(target.shape()), " must have the same shape");
+  Tensor d = input - target;
+  return reduce_loss(d * d, reduction);
+}
+
+// loss = max(x, 0) - x t + log(1 + exp(-|x|));  d/dx = sigmoid(x) - t
+Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& t, Reduction reduction) {
+  SNUG_CHECK(x.shape() == t.shape(), ShapeError, "binary_cross_entropy_with_logits: logits ", shape_str(x.shape()),
+             " and target ", shape_str(t.shape()), " must have the same shape");
+  Tensor tt = raw::to_dtype(t, x.dtype());
+  Tensor l = raw::binary(BinaryOp::sub, raw::unary(UnaryOp::relu, x), raw::binary(BinaryOp::mul, x, tt));
+  Tensor soft = raw::unary(UnaryOp::log, raw::unary(UnaryOp::affine,
+                                                   raw::unary(UnaryOp::exp, raw::unary(UnaryOp::neg, raw::unary(UnaryOp::abs, x))),
+                                                   1.0, 1.0));
+  l = raw::binary(BinaryOp::add, l, soft);
+  if (any_requires_grad({x, t})) {
+    record("binary_cross_entropy_with_logits", {x, t}, {l}, {x, tt}, [](FunctionNode& self, const G& g) -> G {
+      Tensor xs = self.saved_at(0), ts = self.saved_at(1);
+      Tensor gx, gt;
+      if (self.needs_grad(0))
+        gx = raw::binary(BinaryOp::mul, g[0], raw::binary(BinaryOp::sub, raw::unary(UnaryOp::sigmoid, xs), ts));
+      if (self.needs_grad(1)) gt = raw::binary(BinaryOp::mul, g[0], raw::unary(UnaryOp::neg, xs));
+      return {gx, gt};
+    });
+  }
+  return reduce_loss(l, reduction);
+}
+
+// ---- attention ---------------------------------------------------------------------
+// backward of y = softmax(scale * x): gx = scale * y * (g - sum(g * y))
+Tensor causal_softmax(const Tensor& x, double scale) {
+  SNUG_CHECK(x.dim() >= 2, ShapeError, "causal_softmax: expected (..., Tq, Tk), got ", shape_str(x.shape()));
+  SNUG_CHECK(x.is_floating_point(), DTypeError, "causal_softmax: expected a floating input, got ",
+             dtype_name(x.dtype()));
+  Tensor xc = raw::contiguous(x);
+  Tensor y = empty(x.shape(), x.options());
+  backend_for(x.device()).causal_softmax(xc, scale, y);
+  if (any_requires_grad({x}))
+    record("causal_softmax", {x}, {y}, {y}, [scale](FunctionNode& self, const G& g) -> G {
+      Tensor gx = raw::softmax_backward(raw::contiguous(g[0]), self.saved_at(0), -1, false);
+      return {scale == 1.0 ? gx : raw::unary(UnaryOp::affine, gx, scale, 0.0)};
+    });
+  return y;
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    const Tensor& mask, double dropout_p, bool training) {
+  SNUG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError,
+             "scaled_dot_product_attention: q, k, v must have the same number of dims (B, H, T, D), got ",
+             shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+  SNUG_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), ShapeError,
+             "scaled_dot_product_attention: shapes q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ",
+             shape_str(v.shape()), " do not agree (q/k head size, k/v length)");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  Tensor scores = matmul(q, k.transpose(-2, -1));  // (B, H, Tq, Tk)
+  Tensor p;
+  if (causal && !mask.defined()) {
+    p = causal_softmax(scores, scale);
+  } else {
+    Tensor s = scores * scale;
+    if (mask.defined()) s = masked_fill(s, mask, -std::numeric_limits<double>::infinity());
+    if (causal) {
+      const int64_t Tq = q.size(-2), Tk = k.size(-2);
+      Tensor i = arange(Tq).view({Tq, 1}), j = arange(Tk).view({1, Tk});
+      s = masked_fill(s, gt(j, i + double(Tk - Tq)), -std::numeric_limits<double>::infinity());
+    }
+    p = softmax(s, -1);
+  }
+  if (dropout_p > 0 && training) p = dropout(p, dropout_p, true);
+  return matmul(p, v);  // (B, H, Tq, D)
+}
+
+}  // namespace snug::nn::functional

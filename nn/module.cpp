@@ -1,0 +1,237 @@
+#include "nn/module.h"
+
+#include <set>
+#include <sstream>
+#include <unordered_set>
+
+#include "autograd/grad_mode.h"
+#include "core/raw_ops.h"
+#include "memory/allocator.h"
+
+namespace snug::nn {
+
+Tensor Module::forward(const Tensor&) {
+  throw ValueError(str(name_, ": this module has no single-tensor forward(x); call its own forward overload"));
+}
+
+Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  SNUG_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError, name_,
+             ": parameter name \"", name, "\" must be non-empty and contain no '.'");
+  for (auto& [n, p] : params_) SNUG_CHECK(n != name, ValueError, name_, ": parameter \"", name, "\" already exists");
+  if (t.defined() && requires_grad) t.requires_grad_(true);
+  params_.emplace_back(name, t);
+  return params_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor t) {
+  SNUG_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError, name_, ": buffer name \"", name,
+             "\" must be non-empty and contain no '.'");
+  for (auto& [n, b] : buffers_) SNUG_CHECK(n != name, ValueError, name_, ": buffer \"", name, "\" already exists");
+  buffers_.emplace_back(name, t);
+  return buffers_.back().second;
+}
+
+void Module::replace_parameter(const std::string& name, const Tensor& t) {
+  for (auto& [n, p] : params_)
+    if (n == name) {
+      p = t;
+      return;
+    }
+  throw ValueError(str(name_, ": no parameter named \"", name, "\""));
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  SNUG_CHECK(m != nullptr, ValueError, name_, ": register_module(\"", name, "\") got a null module");
+  SNUG_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError, name_, ": module name \"", name,
+             "\" must be non-empty and contain no '.'");
+  for (auto& [n, c] : children_) SNUG_CHECK(n != name, ValueError, name_, ": submodule \"", name, "\" already exists");
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::collect(NamedTensors& out, const std::string& prefix, bool params, bool recurse) const {
+  for (auto& [n, t] : params ? params_ : buffers_)
+    if (t.defined()) out.emplace_back(prefix + n, t);
+  if (recurse)
+    for (auto& [n, c] : children_) c->collect(out, prefix + n + ".", params, true);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors all, out;
+  collect(all, "", true, recurse);
+  std::unordered_set<const TensorImpl*> seen;
+  for (auto& [n, t] : all)
+    if (seen.insert(t.impl()).second) out.emplace_back(n, t);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  collect(out, "", false, recurse);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules(const std::string& prefix) {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
+  out.emplace_back(prefix, shared_from_this());
+  for (auto& [n, c] : children_) {
+    auto sub = c->named_modules(prefix.empty() ? n : prefix + "." + n);
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (auto& p : parameters()) {
+    if (set_to_none || !p.grad().defined()) {
+      p.set_grad(Tensor());
+    } else {
+      NoGradGuard ng;
+      p.grad().zero_();
+    }
+  }
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (auto& [n, c] : children_) c->apply(fn);
+}
+
+namespace {
+// Swaps t's storage for a converted copy, keeping the same TensorImpl so
+// every holder of the handle (optimizers, tied modules) sees the change.
+void convert_in_place(const Tensor& t, const std::function<Tensor(const Tensor&)>& conv) {
+  Tensor c = raw::contiguous(conv(t));
+  if (c.is_same(t)) return;
+  TensorImpl* impl = t.impl();
+  impl->storage = c.storage();
+  impl->strides = c.strides();
+  impl->offset = c.offset();
+  impl->dtype = c.dtype();
+  Tensor g = t.grad();
+  if (g.defined()) t.set_grad(raw::contiguous(conv(g)));
+}
+std::vector<Tensor> unique_tensors(const NamedTensors& a, const NamedTensors& b) {
+  std::vector<Tensor> out;
+  std::unordered_set<const TensorImpl*> seen;
+  for (auto* list : {&a, &b})
+    for (auto& [n, t] : *list)
+      if (seen.insert(t.impl()).second) out.push_back(t);
+  return out;
+}
+}  // namespace
+
+void Module::to(Device device) {
+  NoGradGuard ng;
+  for (auto& t : unique_tensors(named_parameters(), named_buffers()))
+    convert_in_place(t, [&](const Tensor& x) { return raw::to_device(x, device); });
+}
+
+void Module::to(DType dtype) {
+  NoGradGuard ng;
+  SNUG_CHECK(is_floating(dtype), DTypeError, name_, ".to(dtype): expected a floating dtype, got ", dtype_name(dtype));
+  for (auto& t : unique_tensors(named_parameters(), named_buffers()))
+    if (t.is_floating_point()) convert_in_place(t, [&](const Tensor& x) { return raw::to_dtype(x, dtype); });
+}
+
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  collect(out, "", true, true);
+  collect(out, "", false, true);
+  for (auto& [n, t] : out) t = t.detach();
+  return out;
+}
+
+std::string Module::load_state_dict(const NamedTensors& state, bool strict) {
+  NamedTensors mine = state_dict();
+  std::map<std::string, Tensor> given;
+  for (auto& [n, t] : state) given[n] = t;
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::set<std::string> known;
+  for (auto& [n, t] : mine) {
+    known.insert(n);
+    auto it = given.find(n);
+    if (it == given.end()) {
+      missing.push_back(n);
+    } else if (it->second.shape() != t.shape()) {
+      mismatched.push_back(str(n, " (expected ", shape_str(t.shape()), ", got ", shape_str(it->second.shape()), ")"));
+    }
+  }
+  for (auto& [n, t] : state)
+    if (!known.count(n)) unexpected.push_back(n);
+  std::string problems;
+  auto list = [&](const char* what, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    problems += str(problems.empty() ? "" : "; ", what, ": ");
+    for (size_t i = 0; i < v.size(); ++i) problems += (i ? ", " : "") + v[i];
+  };
+  list("missing keys", missing);
+  list("unexpected keys", unexpected);
+  list("shape mismatches", mismatched);
+  SNUG_CHECK(!strict || problems.empty(), ValueError, name_, ".load_state_dict (strict): ", problems);
+  NoGradGuard ng;
+  for (auto& [n, t] : mine) {
+    auto it = given.find(n);
+    if (it != given.end() && it->second.shape() == t.shape()) raw::copy_(t, it->second);
+  }
+  return problems;
+}
+
+std::string Module::pretty(int indent) const {
+  std::ostringstream os;
+  os << repr();
+  if (!children_.empty()) {
+    os << " (\n";
+    for (auto& [n, c] : children_) os << std::string(indent + 2, ' ') << "(" << n << "): " << c->pretty(indent + 2) << "\n";
+    os << std::string(indent, ' ') << ")";
+  }
+  return os.str();
+}
+
+// ---- containers ---------------------------------------------------------------------
+
+Sequential::Sequential(std::vector<std::shared_ptr<Module>> mods) : Module("Sequential") {
+  for (auto& m : mods) push_back(m);
+}
+Sequential& Sequential::push_back(std::shared_ptr<Module> m) {
+  add_child(std::to_string(mods_.size()), m);
+  mods_.push_back(std::move(m));
+  return *this;
+}
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& m : mods_) h = m->forward(h);
+  return h;
+}
+std::shared_ptr<Module> Sequential::operator[](size_t i) const {
+  SNUG_CHECK(i < mods_.size(), IndexError, "Sequential: index ", i, " out of range (size ", mods_.size(), ")");
+  return mods_[i];
+}
+
+ModuleList& ModuleList::push_back(std::shared_ptr<Module> m) {
+  add_child(std::to_string(mods_.size()), m);
+  mods_.push_back(std::move(m));
+  return *this;
+}
+std::shared_ptr<Module> ModuleList::operator[](size_t i) const {
+  SNUG_CHECK(i < mods_.size(), IndexError, "ModuleList: index ", i, " out of range (size ", mods_.size(), ")");
+  return mods_[i];
+}
+
+}  // namespace snug::nn

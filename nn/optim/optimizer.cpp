@@ -1,0 +1,239 @@
+#include "nn/optim/optimizer.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "core/raw_ops.h"
+#include "memory/allocator.h"
+
+namespace snug::nn::optim {
+
+// ---- base ------------------------------------------------------------------------------
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (auto& g : groups_)
+    for (auto& p : g.params) {
+      if (set_to_none || !p.grad().defined()) {
+        p.set_grad(Tensor());
+      } else {
+        NoGradGuard ng;
+        p.grad().zero_();
+      }
+    }
+}
+
+void Optimizer::add_param_group(ParamGroup g) {
+  SNUG_CHECK(g.lr >= 0, ValueError, name(), ": learning rate must be >= 0, got ", g.lr);
+  SNUG_CHECK(g.weight_decay >= 0, ValueError, name(), ": weight_decay must be >= 0, got ", g.weight_decay);
+  for (auto& p : g.params) {
+    SNUG_CHECK(p.defined() && p.is_floating_point(), ValueError, name(), ": parameters must be floating tensors");
+    for (auto& other : groups_)
+      for (auto& q : other.params)
+        SNUG_CHECK(!q.is_same(p), ValueError, name(), ": a parameter appears in more than one group");
+  }
+  state_.emplace_back(g.params.size());
+  groups_.push_back(std::move(g));
+}
+
+void Optimizer::set_lr(double lr) {
+  for (auto& g : groups_) g.lr = lr;
+}
+
+double Optimizer::opt(const ParamGroup& g, const std::string& key, double def) const {
+  auto it = g.options.find(key);
+  return it == g.options.end() ? def : it->second;
+}
+
+Tensor& Optimizer::state(size_t group, size_t param, const std::string& name, const Tensor& like) {
+  Tensor& t = state_[group][param][name];
+  if (!t.defined()) {
+    memory::TagScope tag(memory::Tag::optimizer_state);
+    t = zeros(like.shape(), TensorOptions(like.dtype(), like.device()));
+  }
+  return t;
+}
+
+NamedTensors Optimizer::state_dict() const {
+  NamedTensors out;
+  auto scalar = [](double v) { return full({}, v, DType::f64); };
+  out.emplace_back("step", scalar(static_cast<double>(step_count_)));
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const auto& g = groups_[gi];
+    std::string pre = str("group.", gi, ".");
+    out.emplace_back(pre + "lr", scalar(g.lr));
+    out.emplace_back(pre + "weight_decay", scalar(g.weight_decay));
+    out.emplace_back(pre + "num_params", scalar(static_cast<double>(g.params.size())));
+    for (auto& [k, v] : g.options) out.emplace_back(pre + "opt." + k, scalar(v));
+    for (size_t pi = 0; pi < state_[gi].size(); ++pi)
+      for (auto& [k, t] : state_[gi][pi]) out.emplace_back(str("state.", gi, ".", pi, ".", k), t.detach());
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const NamedTensors& sd) {
+  std::map<std::string, Tensor> m(sd.begin(), sd.end());
+  auto get = [&](const std::string& k) -> Tensor {
+    auto it = m.find(k);
+    SNUG_CHECK(it != m.end(), ValueError, name(), ".load_state_dict: missing key \"", k, "\"");
+    return it->second;
+  };
+  step_count_ = static_cast<int64_t>(get("step").item());
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    std::string pre = str("group.", gi, ".");
+    SNUG_CHECK(static_cast<size_t>(get(pre + "num_params").item()) == g.params.size(), ValueError, name(),
+               ".load_state_dict: group ", gi, " has ", g.params.size(), " parameters but the state has ",
+               get(pre + "num_params").item());
+    g.lr = get(pre + "lr").item();
+    g.weight_decay = get(pre + "weight_decay").item();
+    for (auto& [k, v] : m)
+      if (k.rfind(pre + "opt.", 0) == 0) g.options[k.substr(pre.size() + 4)] = v.item();
+  }
+  for (auto& [k, v] : m) {
+    if (k.rfind("state.", 0) != 0) continue;
+    size_t a = k.find('.', 6), b = a == std::string::npos ? a : k.find('.', a + 1);
+    SNUG_CHECK(b != std::string::npos, ValueError, name(), ".load_state_dict: malformed key \"", k, "\"");
+    size_t gi = std::stoul(k.substr(6, a - 6)), pi = std::stoul(k.substr(a + 1, b - a - 1));
+    SNUG_CHECK(gi < groups_.size() && pi < groups_[gi].params.size(), ValueError, name(),
+               ".load_state_dict: key \"", k, "\" refers to a parameter that does not exist");
+    const Tensor& p = groups_[gi].params[pi];
+    SNUG_CHECK(v.shape() == p.shape(), ValueError, name(), ".load_state_dict: \"", k, "\" has shape ",
+               shape_str(v.shape()), " but the parameter has ", shape_str(p.shape()));
+    memory::TagScope tag(memory::Tag::optimizer_state);
+    state_[gi][pi][k.substr(b + 1)] = raw::clone(raw::to_device(v, p.device()));
+  }
+}
+
+// ---- SGD --------------------------------------------------------------------------------
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions o) : SGD(std::vector<ParamGroup>{ParamGroup{params, o.lr, o.weight_decay, {}}}, o) {}
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : defaults(o) {
+  SNUG_CHECK(o.momentum >= 0, ValueError, "SGD: momentum must be >= 0, got ", o.momentum);
+  SNUG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), ValueError,
+             "SGD: Nesterov momentum requires momentum > 0 and dampening = 0");
+  for (auto& g : groups) add_param_group(std::move(g));
+}
+
+void SGD::step() {
+  NoGradGuard ng;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    double mom = opt(g, "momentum", defaults.momentum), damp = opt(g, "dampening", defaults.dampening);
+    bool nesterov = opt(g, "nesterov", defaults.nesterov ? 1 : 0) != 0;
+    for (size_t pi = 0; pi < g.params.size(); ++pi) {
+      Tensor p = g.params[pi];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      Tensor d = g.weight_decay != 0 ? raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, g.weight_decay)) : grad;
+      if (mom != 0) {
+        bool first = !state_[gi][pi].count("momentum_buffer");
+        Tensor& buf = state(gi, pi, "momentum_buffer", p);
+        if (first) {
+          raw::copy_(buf, d);
+        } else {
+          buf.mul_(mom);
+          buf.add_(d, 1 - damp);
+        }
+        d = nesterov ? raw::binary(BinaryOp::add, d, raw::binary_scalar(BinaryOp::mul, buf, mom)) : buf;
+      }
+      p.add_(d, -g.lr);
+    }
+  }
+  ++step_count_;
+}
+
+// ---- Adam / AdamW -------------------------------------------------------------------------
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled)
+    : Adam(std::vector<ParamGroup>{ParamGroup{params, o.lr, o.weight_decay, {}}}, o, decoupled) {}
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled) : defaults(o), decoupled_(decoupled) {
+  SNUG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, ValueError, name(),
+             ": betas must be in [0, 1), got (", o.beta1, ", ", o.beta2, ")");
+  SNUG_CHECK(o.eps > 0, ValueError, name(), ": eps must be > 0, got ", o.eps);
+  for (auto& g : groups) add_param_group(std::move(g));
+}
+
+// m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+void Adam::step() {
+  NoGradGuard ng;
+  ++step_count_;
+  const double t = static_cast<double>(step_count_);
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    double b1 = opt(g, "beta1", defaults.beta1), b2 = opt(g, "beta2", defaults.beta2), eps = opt(g, "eps", defaults.eps);
+    double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+    for (size_t pi = 0; pi < g.params.size(); ++pi) {
+      Tensor p = g.params[pi];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      if (decoupled_) {
+        if (g.weight_decay != 0) p.mul_(1 - g.lr * g.weight_decay);
+      } else if (g.weight_decay != 0) {
+        grad = raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, g.weight_decay));
+      }
+      Tensor& m = state(gi, pi, "exp_avg", p);
+      Tensor& v = state(gi, pi, "exp_avg_sq", p);
+      m.mul_(b1);
+      m.add_(grad, 1 - b1);
+      v.mul_(b2);
+      v.add_(raw::binary(BinaryOp::mul, grad, grad), 1 - b2);
+      // denom = sqrt(v) / sqrt(bc2) + eps;  p -= (lr / bc1) * m / denom
+      Tensor denom = raw::unary(UnaryOp::affine, raw::unary(UnaryOp::sqrt, v), 1.0 / std::sqrt(bc2), eps);
+      p.add_(raw::binary(BinaryOp::div, m, denom), -g.lr / bc1);
+    }
+  }
+}
+
+// ---- schedulers ------------------------------------------------------------------------------
+
+LRScheduler::LRScheduler(Optimizer& opt) : opt_(opt) {
+  for (auto& g : opt.param_groups()) base_lrs_.push_back(g.lr);
+}
+void LRScheduler::step() { set_last_step(step_ + 1); }
+void LRScheduler::set_last_step(int64_t s) {
+  step_ = s;
+  double f = lr_at(s);
+  auto& groups = opt_.param_groups();
+  for (size_t i = 0; i < groups.size() && i < base_lrs_.size(); ++i) groups[i].lr = base_lrs_[i] * f;
+}
+
+WarmupCosine::WarmupCosine(Optimizer& opt, int64_t w, int64_t t, double mf)
+    : LRScheduler(opt), warmup(w), total(t), min_factor(mf) {
+  SNUG_CHECK(w >= 0 && t > 0 && w <= t, ValueError, "WarmupCosine: need 0 <= warmup <= total and total > 0, got warmup=",
+             w, " total=", t);
+  SNUG_CHECK(mf >= 0 && mf <= 1, ValueError, "WarmupCosine: min_factor must be in [0, 1], got ", mf);
+  set_last_step(0);
+}
+double WarmupCosine::lr_at(int64_t s) const {
+  if (s < warmup) return static_cast<double>(s + 1) / static_cast<double>(warmup);
+  if (s >= total) return min_factor;
+  double progress = static_cast<double>(s - warmup) / static_cast<double>(std::max<int64_t>(total - warmup, 1));
+  return min_factor + (1 - min_factor) * 0.5 * (1 + std::cos(M_PI * progress));
+}
+
+StepLR::StepLR(Optimizer& opt, int64_t ss, double gm) : LRScheduler(opt), step_size(ss), gamma(gm) {
+  SNUG_CHECK(ss > 0, ValueError, "StepLR: step_size must be > 0, got ", ss);
+  set_last_step(0);
+}
+double StepLR::lr_at(int64_t s) const { return std::pow(gamma, static_cast<double>(s / step_size)); }
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  SNUG_CHECK(max_norm > 0, ValueError, "clip_grad_norm_: max_norm must be > 0, got ", max_norm);
+  NoGradGuard ng;
+  double total = 0;
+  for (auto& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor g64 = raw::to_dtype(g, DType::f64);
+    total += raw::reduce(ReduceOp::sum, raw::binary(BinaryOp::mul, g64, g64), {}, false).item();
+  }
+  double norm = std::sqrt(total);
+  double coef = max_norm / (norm + 1e-6);
+  if (coef < 1)
+    for (auto& p : params)
+      if (p.grad().defined()) p.grad().mul_(coef);
+  return norm;
+}
+
+}  // namespace snug::nn::optim

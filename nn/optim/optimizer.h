@@ -1,0 +1,132 @@
+// Optimizers: SGD (momentum, Nesterov, weight decay), Adam, AdamW, with
+// parameter groups and state_dict; LR schedulers; clip_grad_norm_.
+//
+// Updates run under NoGradGuard and write parameters in place, so the
+// Tensor handles held by modules stay valid. Optimizer state tensors are
+// allocated under memory::Tag::optimizer_state.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/module.h"
+
+namespace snug::nn::optim {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  // Per-group overrides of other hyper-parameters (momentum, beta1, ...);
+  // missing keys take the optimizer's defaults.
+  std::map<std::string, double> options;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  virtual std::string name() const = 0;
+  void zero_grad(bool set_to_none = true);
+  void add_param_group(ParamGroup g);
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  void set_lr(double lr);  // every group
+  double lr() const { return groups_.empty() ? 0 : groups_[0].lr; }
+  int64_t step_count() const { return step_count_; }
+
+  // State: "state.<group>.<param>.<name>" tensors plus hyper-parameters as
+  // one-element f64 tensors ("group.<g>.lr", ...) and "step".
+  NamedTensors state_dict() const;
+  // Strict: the layout must match (same groups and parameter shapes).
+  void load_state_dict(const NamedTensors& state);
+
+ protected:
+  double opt(const ParamGroup& g, const std::string& key, double def) const;
+  // Per-parameter state, created on first use, indexed [group][param].
+  Tensor& state(size_t group, size_t param, const std::string& name, const Tensor& like);
+  std::vector<ParamGroup> groups_;
+  std::vector<std::vector<std::map<std::string, Tensor>>> state_;
+  int64_t step_count_ = 0;
+};
+
+struct SGDOptions {
+  double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+// v = momentum v + (1 - dampening) g;  step = nesterov ? g + momentum v : v;  p -= lr step
+// (weight decay adds wd * p to g first; the first step sets v = g, as PyTorch does).
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions o);
+  SGD(std::vector<ParamGroup> groups, SGDOptions o);
+  void step() override;
+  std::string name() const override { return "SGD"; }
+  SGDOptions defaults;
+};
+
+struct AdamOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+// Adam: L2 weight decay added to the gradient. AdamW: decoupled decay
+// p -= lr * wd * p before the Adam update. Bias-corrected moments.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled = false);
+  Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled = false);
+  void step() override;
+  std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  AdamOptions defaults;
+
+ private:
+  bool decoupled_;
+};
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamOptions o) : Adam(std::move(params), o, true) {}
+  AdamW(std::vector<ParamGroup> groups, AdamOptions o) : Adam(std::move(groups), o, true) {}
+};
+
+// ---- schedulers ---------------------------------------------------------------------
+class LRScheduler {
+ public:
+  explicit LRScheduler(Optimizer& opt);
+  virtual ~LRScheduler() = default;
+  // Advances one step and sets the optimizer's lr for the next step.
+  void step();
+  int64_t last_step() const { return step_; }
+  void set_last_step(int64_t s);  // for resuming
+  virtual double lr_at(int64_t step) const = 0;  // factor times each group's base lr
+
+ protected:
+  Optimizer& opt_;
+  std::vector<double> base_lrs_;
+  int64_t step_ = 0;
+};
+
+// Linear warmup from 0 over `warmup` steps, then cosine from base lr to
+// base * min_factor at `total` steps (and flat after).
+class WarmupCosine : public LRScheduler {
+ public:
+  WarmupCosine(Optimizer& opt, int64_t warmup, int64_t total, double min_factor = 0.1);
+  double lr_at(int64_t step) const override;
+  int64_t warmup, total;
+  double min_factor;
+};
+
+// lr = base * gamma^(step / step_size)
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+  double lr_at(int64_t step) const override;
+  int64_t step_size;
+  double gamma;
+};
+
+// Scales all gradients so their global L2 norm is at most max_norm.
+// Returns the norm before clipping.
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace snug::nn::optim
