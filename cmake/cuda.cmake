@@ -1,4 +1,8 @@
-# Decides SNUG_WITH_CUDA from SNUG_CUDA (AUTO|ON|OFF).
+# Decides SNUG_WITH_CUDA from SNUG_CUDA (AUTO|ON|OFF), and when on, enables the
+# CUDA language and defines the targets snug_cuda links: CUDA::cudart and
+# CUDA::cublas (FindCUDAToolkit) and snug::cudnn (below; CMake has no cuDNN
+# module). cmake/snugConfig.cmake.in recreates the same targets for installed
+# consumers.
 set(SNUG_WITH_CUDA OFF)
 if(NOT SNUG_CUDA STREQUAL "OFF")
   include(CheckLanguage)
@@ -6,7 +10,6 @@ if(NOT SNUG_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
   check_language(CUDA)
-  set(_snug_cudnn "")
   if(CMAKE_CUDA_COMPILER)
     get_filename_component(_cuda_bin "${CMAKE_CUDA_COMPILER}" DIRECTORY)
     find_library(SNUG_CUDNN_LIBRARY cudnn HINTS "${_cuda_bin}/../lib64" "${_cuda_bin}/../lib" /usr/lib/x86_64-linux-gnu)
@@ -16,16 +19,32 @@ if(NOT SNUG_CUDA STREQUAL "OFF")
     set(SNUG_WITH_CUDA ON)
   elseif(SNUG_CUDA STREQUAL "ON")
     message(FATAL_ERROR "SNUG_CUDA=ON but nvcc (${CMAKE_CUDA_COMPILER}) or cuDNN (${SNUG_CUDNN_LIBRARY}) was not found")
+  else()
+    message(STATUS "snug: SNUG_CUDA=AUTO found no nvcc or no cuDNN (nvcc: '${CMAKE_CUDA_COMPILER}', cuDNN: '${SNUG_CUDNN_LIBRARY}')")
   endif()
 endif()
+
 if(SNUG_WITH_CUDA)
   enable_language(CUDA)
   # CMake 3.25 predates nvcc 13; tell it the C++20 flag.
   set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA_STANDARD 20)
-  find_package(CUDAToolkit REQUIRED)
-  message(STATUS "snug: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, cuDNN ${SNUG_CUDNN_LIBRARY})")
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  # Ampere and Hopper by default; e.g. -DSNUG_CUDA_ARCHITECTURES=native on a GPU box.
+  set(SNUG_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures for snug's kernels")
+  # GLOBAL so that a parent project that add_subdirectory()s snug can resolve
+  # these names in snug's link interface.
+  find_package(CUDAToolkit REQUIRED GLOBAL)
+  if(NOT TARGET snug::cudnn)
+    add_library(snug::cudnn UNKNOWN IMPORTED GLOBAL)
+    set_target_properties(snug::cudnn PROPERTIES
+      IMPORTED_LOCATION "${SNUG_CUDNN_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${SNUG_CUDNN_INCLUDE}")
+  endif()
+  message(STATUS "snug: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, archs ${SNUG_CUDA_ARCHITECTURES}, cuDNN ${SNUG_CUDNN_LIBRARY})")
 else()
   message(STATUS "snug: CUDA backend OFF")
 endif()
+# For scripts and CI (.ci/run checks it): what this configure decided.
+set(SNUG_CUDA_ENABLED ${SNUG_WITH_CUDA} CACHE INTERNAL "Whether the last configure built the CUDA target")

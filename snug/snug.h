@@ -1,5 +1,32 @@
-// The umbrella header: #include <snug/snug.h>
+// The umbrella header: #include <snug/snug.h> gives the public API.
+//
+// Paths are relative to the source root (in the build tree) or to
+// <prefix>/include/snug (installed); snug::snug puts both on the include path.
+// Headers for one part only (e.g. "memory/allocator.h") may be included
+// directly. Internal headers (core/cpu_*.h, core/backend.h, memory/caching_*.h,
+// cuda/check.h) are not part of this list.
 #pragma once
+
+// core: tensors and what they are made of
 #include "core/error.h"
 #include "core/device.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/tensor.h"
+#include "core/generator.h"
+
+// memory: the caching allocator's public face
 #include "memory/allocator.h"
+#include "memory/settings.h"
+#include "memory/stats.h"
+#include "memory/history.h"
+
+// autograd: differentiable ops, grad mode, backward, gradcheck
+#include "autograd/ops.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "autograd/engine.h"
+#include "autograd/gradcheck.h"
+
+// cuda: device queries, in every build (no CUDA headers; 0 devices without CUDA)
+#include "cuda/cuda_api.h"

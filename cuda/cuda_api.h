@@ -1,0 +1,59 @@
+// The CUDA runtime as plain C++: device queries, raw device memory and the
+// elementwise launchers. This header includes no CUDA header, so anything
+// (tests, a future backend registration, user code) may include it in every
+// build. With CUDA compiled in, cuda/device.cu and cuda/elementwise.cu
+// implement it; without, cuda/no_cuda.cpp does (no device, and calls that
+// need one throw DeviceError). Either way there is no #ifdef for the caller.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/functors.h"
+
+namespace snug::cuda {
+
+// True when this build of snug was compiled with nvcc (SNUG_CUDA found it).
+bool compiled();
+
+// Number of usable GPUs: 0 when built without CUDA, when no driver is
+// installed, or when the driver sees no device. Never throws.
+int device_count();
+inline bool is_available() { return device_count() > 0; }
+
+// CUDA runtime version as the runtime reports it (13000 for 13.0); 0 without CUDA.
+int runtime_version();
+
+// The calling thread's current device; throws DeviceError when there is none.
+int current_device();
+void set_device(int device);
+
+struct DeviceProperties {
+  int index = 0;
+  std::string name;
+  std::size_t total_memory = 0;  // bytes of global memory
+  int major = 0, minor = 0;      // compute capability
+  int multiprocessor_count = 0;
+  std::string compute_capability() const { return std::to_string(major) + "." + std::to_string(minor); }
+};
+// Throws DeviceError if `device` is out of range or there is no GPU.
+DeviceProperties properties(int device);
+
+// ---- raw device memory on the current device (no caching: the caching
+// allocator will sit on top of these) -----------------------------------------
+void* device_malloc(std::size_t bytes);
+void device_free(void* ptr);  // nullptr is a no-op
+void copy_to_device(void* dst, const void* src, std::size_t bytes);    // blocking
+void copy_to_host(void* dst, const void* src, std::size_t bytes);      // blocking
+void synchronize();  // waits for all work on the current device
+
+// ---- elementwise kernels over contiguous f32 device arrays --------------------
+// They instantiate the same functors as the CPU loops (NOTE [ One definition of
+// each op's math ] in core/functors.h). Asynchronous on the default stream;
+// launch errors throw DeviceError naming the op.
+// x, out are (n,); a and b are the op's scalar parameters.
+void unary_f32(UnaryOp op, double a, double b, const float* x, float* out, int64_t n);
+// x, y, out are (n,).
+void binary_f32(BinaryOp op, const float* x, const float* y, float* out, int64_t n);
+
+}  // namespace snug::cuda

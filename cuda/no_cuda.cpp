@@ -1,0 +1,34 @@
+// cuda/cuda_api.h for a build without CUDA (SNUG_CUDA=OFF, or AUTO without
+// nvcc/cuDNN). Like a machine with no GPU: device_count() is 0 and every call
+// that needs a device throws a DeviceError that says why. This keeps the API
+// (and tests/test_cuda.cpp) the same in every build, with no #ifdef.
+#include "core/error.h"
+#include "cuda/cuda_api.h"
+
+namespace snug::cuda {
+
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw DeviceError(::snug::str("cuda::", what,
+                                ": this build of snug has no CUDA support "
+                                "(configure with -DSNUG_CUDA=ON on a machine with nvcc and cuDNN)"));
+}
+}  // namespace
+
+bool compiled() { return false; }
+int device_count() { return 0; }
+int runtime_version() { return 0; }
+int current_device() { no_cuda("current_device"); }
+void set_device(int) { no_cuda("set_device"); }
+DeviceProperties properties(int) { no_cuda("properties"); }
+void* device_malloc(std::size_t) { no_cuda("device_malloc"); }
+void device_free(void* ptr) {
+  if (ptr) no_cuda("device_free");
+}
+void copy_to_device(void*, const void*, std::size_t) { no_cuda("copy_to_device"); }
+void copy_to_host(void*, const void*, std::size_t) { no_cuda("copy_to_host"); }
+void synchronize() { no_cuda("synchronize"); }
+void unary_f32(UnaryOp, double, double, const float*, float*, int64_t) { no_cuda("unary_f32"); }
+void binary_f32(BinaryOp, const float*, const float*, float*, int64_t) { no_cuda("binary_f32"); }
+
+}  // namespace snug::cuda

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs snug's build dependencies from Debian's packages (nothing is
+# vendored). Idempotent and fast when everything is already there: it asks dpkg
+# first and runs apt-get (and apt-get update) only for what is missing.
+# Needs root (or sudo) only when something is missing.
+#
+# The CUDA toolkit (nvcc, cuBLAS, cuDNN) is not installed here; it is found at
+# /usr/local/cuda when present, and snug builds without it otherwise.
+set -euo pipefail
+
+required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-json3-dev python3)
+optional=(ninja-build)  # faster builds; the scripts use it when present
+
+is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+missing=()
+for p in "${required[@]}" "${optional[@]}"; do
+  is_installed "$p" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all dependencies present"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "install_deps: missing packages (${missing[*]}) and not root; run as root: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+# Required packages must install; an optional one failing is only a warning.
+req_missing=()
+for p in "${missing[@]}"; do
+  case " ${optional[*]} " in *" $p "*) ;; *) req_missing+=("$p") ;; esac
+done
+if [ ${#req_missing[@]} -gt 0 ]; then
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${req_missing[@]}"
+fi
+for p in "${optional[@]}"; do
+  if ! is_installed "$p"; then
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "$p" ||
+      echo "install_deps: optional package $p could not be installed; continuing" >&2
+  fi
+done
+echo "install_deps: done"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite: configures the `release` preset (CUDA when nvcc and
+# cuDNN are found; CUDA tests skip themselves without a GPU), builds
+# everything, and runs ctest. Exits non-zero on any failure.
+#   scripts/test.sh [extra ctest arguments, e.g. -R test_softmax]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$SNUG_ROOT"
+
+snug_configure_preset release
+cmake --build --preset release -j"$(snug_jobs)"
+ctest --preset release -j2 "$@"
