@@ -21,8 +21,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   // The scaled mask: 1/(1-p) where kept, 0 where dropped, in x's dtype.
   Tensor u = rand(x.shape(), TensorOptions(DType::f32, x.device()), gen);
   Tensor keep = raw::compare_scalar(CompareOp::ge, u, p);
-  Tensor mask = raw::to_dtype(raw::unary(UnaryOp::affine, raw::to_dtype(keep, DType::f32), 1.0 / (1.0 - p), 0.0),
-                              x.dtype());
+  // Scaled in x's dtype directly: an f32 detour would round 1/(1-p) to f32
+  // for f64 inputs, so forward and backward (which scales in g's dtype) would
+  // use different scales.
+  Tensor mask = raw::unary(UnaryOp::affine, raw::to_dtype(keep, x.dtype()), 1.0 / (1.0 - p), 0.0);
   Tensor out = raw::binary(BinaryOp::mul, x, mask);
   if (any_requires_grad({x})) {
     // Save the 1-byte keep mask, not the scaled mask in x's dtype.

@@ -27,21 +27,32 @@ Tensor grad_for(const Tensor& g, const Tensor& input_like) { return raw::sum_to(
 
 // ---- arithmetic -------------------------------------------------------------------
 
-Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+namespace {
+// a + alpha b (op add) or a - alpha b (op sub). sub is its own op rather than
+// add(a, b, -alpha) so errors and the tape name the op the caller used, and so
+// bool - bool is refused (b * -1 would quietly turn a bool into an i64).
+Tensor add_or_sub(BinaryOp op, const Tensor& a, const Tensor& b, double alpha) {
+  const char* name = binary_op_name(op);
+  SNUG_CHECK(!(a.dtype() == DType::b8 && b.dtype() == DType::b8), DTypeError, name,
+             ": not defined for bool tensors; convert with .to(kFloat32) or .to(kInt64)");
   Tensor bb = alpha == 1.0 ? b : raw::binary_scalar(BinaryOp::mul, b, alpha);
-  Tensor out = raw::binary(BinaryOp::add, a, bb);
+  Tensor out = raw::binary(op, a, bb);
   if (any_requires_grad({a, b})) {
     Shape sa = a.shape(), sb = b.shape();
-    record("add", {a, b}, {out}, {}, [sa, sb, alpha](FunctionNode& self, const G& g) -> G {
+    const double gscale = op == BinaryOp::sub ? -alpha : alpha;  // d(out)/db
+    record(name, {a, b}, {out}, {}, [sa, sb, gscale](FunctionNode& self, const G& g) -> G {
       Tensor gb;
-      if (self.needs_grad(1)) gb = raw::sum_to(alpha == 1.0 ? g[0] : raw::binary_scalar(BinaryOp::mul, g[0], alpha), sb);
+      if (self.needs_grad(1))
+        gb = raw::sum_to(gscale == 1.0 ? g[0] : raw::binary_scalar(BinaryOp::mul, g[0], gscale), sb);
       return {self.needs_grad(0) ? raw::sum_to(g[0], sa) : Tensor(), gb};
     });
   }
   return out;
 }
+}  // namespace
 
-Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add(a, b, -alpha); }
+Tensor add(const Tensor& a, const Tensor& b, double alpha) { return add_or_sub(BinaryOp::add, a, b, alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add_or_sub(BinaryOp::sub, a, b, alpha); }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = raw::binary(BinaryOp::mul, a, b);

@@ -12,9 +12,20 @@ using autograd::record;
 using G = std::vector<Tensor>;
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  // Check the contracted dim here, with the caller's shapes: the 1-D forms
+  // below reach raw::matmul with unsqueezed shapes the caller never wrote.
+  SNUG_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: both arguments need at least 1 dim, got shapes ",
+             shape_str(a.shape()), " and ", shape_str(b.shape()));
+  const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  SNUG_CHECK(ka == kb, ShapeError, "matmul: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+             " cannot be multiplied (", ka, " vs ", kb, " in the contracted dim)");
   // 1-D operands: promote with differentiable views, then drop the added dim.
-  if (a.dim() == 1 && b.dim() >= 1) {
-    SNUG_CHECK(b.dim() >= 1, ShapeError, "matmul: second argument has no dims");
+  if (a.dim() == 1 && b.dim() == 1) {
+    // Dot product: [1, K] @ [K, 1] -> [1, 1] -> 0-d. (Going through the 1-D . 2-D
+    // branch would squeeze dim -2 of a 1-D result, which does not exist.)
+    return matmul(a.unsqueeze(0), b.unsqueeze(1)).squeeze();
+  }
+  if (a.dim() == 1) {
     Tensor r = matmul(a.unsqueeze(0), b);
     return r.squeeze(-2);
   }

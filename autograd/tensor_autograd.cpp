@@ -228,8 +228,11 @@ Tensor Tensor::to(Device d) const {
 // Leaves that require grad, and views of tensors that require grad, refuse.
 
 namespace {
+// differentiable(src) computes the op out of place from src, a differentiable
+// copy of self (see NOTE [ In-place with autograd computes from a copy ]).
 Tensor& apply_inplace(Tensor& self, const char* op, const std::vector<Tensor>& others,
-                      const std::function<Tensor()>& differentiable, const std::function<void()>& raw_write) {
+                      const std::function<Tensor(const Tensor& src)>& differentiable,
+                      const std::function<void()>& raw_write) {
   std::vector<Tensor> all = others;
   all.push_back(self);
   if (!any_requires_grad(all)) {
@@ -243,7 +246,14 @@ Tensor& apply_inplace(Tensor& self, const char* op, const std::vector<Tensor>& o
   SNUG_CHECK(!self.impl()->is_view, AutogradError, op,
              ": in-place operation with autograd on a view is not supported; use the out-of-place op "
              "or .clone() the view first");
-  Tensor r = differentiable();
+  // NOTE [ In-place with autograd computes from a copy ]
+  // The out-of-place op may save its input for backward (clamp saves x; mul
+  // saves self for the other operand's gradient). Writing the result into
+  // self's storage below bumps the version of that very storage, so backward
+  // would refuse the saved tensor. Computing from a differentiable clone keeps
+  // what the op saved intact; the clone passes its gradient on to self's old
+  // history unchanged.
+  Tensor r = differentiable(self.clone());
   raw::copy_(self, r.detach());
   self.bump_version();
   TensorImpl* impl = self.impl();
@@ -263,7 +273,14 @@ namespace {
 void binary_into(BinaryOp op, const Tensor& self, const Tensor& other) {
   DType dt = promote_types(self.dtype(), other.dtype());
   if (op == BinaryOp::div && !is_floating(dt)) dt = DType::f32;
-  if (dt == self.dtype() && self.device() == other.device() &&
+  // Reading `other` while writing self is only safe when other does not share
+  // self's bytes, or is self exactly (each element is read before it is
+  // written). A shifted or transposed alias (x.add_(x.t())) would read values
+  // the loop already overwrote, so it goes through a temporary.
+  bool alias_safe = other.storage() != self.storage() ||
+                    (other.offset() == self.offset() && other.shape() == self.shape() &&
+                     other.strides() == self.strides() && other.dtype() == self.dtype());
+  if (alias_safe && dt == self.dtype() && self.device() == other.device() &&
       broadcast_shapes(self.shape(), other.shape(), binary_op_name(op)) == self.shape()) {
     backend_for(self.device()).binary(op, self, raw::to_dtype(other, dt), self);
   } else {
@@ -284,63 +301,79 @@ Tensor& Tensor::zero_() { return fill_(0.0); }
 
 Tensor& Tensor::fill_(double value) {
   Tensor& self = *this;
-  return apply_inplace(self, "fill_", {}, [&] { return snug::full_like(self.detach(), value) * 1.0 + self * 0.0; },
-                       [&] { raw::fill_(self, value); });
+  // With autograd: where(true, value, old) gives exact values (old * 0 would
+  // be NaN where old is inf) and a zero gradient to the old value.
+  auto differentiable = [&](const Tensor& old) {
+    return snug::where(scalar_tensor(1, TensorOptions(DType::b8, old.device())), snug::full({}, value, old.options()),
+                       old);
+  };
+  return apply_inplace(self, "fill_", {}, differentiable, [&] { raw::fill_(self, value); });
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   Tensor& self = *this;
-  return apply_inplace(self, "copy_", {src},
-                       [&] { return snug::add(self * 0.0, src.to(self.dtype()).to(self.device())); },
-                       [&] { raw::copy_(self, src); });
+  // With autograd: where(true, src, old) gives src's values exactly, its
+  // gradient to src and none to the old value (see fill_).
+  auto differentiable = [&](const Tensor& old) {
+    return snug::where(scalar_tensor(1, TensorOptions(DType::b8, old.device())),
+                       src.to(old.dtype()).to(old.device()), old);
+  };
+  return apply_inplace(self, "copy_", {src}, differentiable, [&] { raw::copy_(self, src); });
 }
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   Tensor& self = *this;
-  return apply_inplace(self, "add_", {other}, [&] { return snug::add(self, other, alpha); }, [&] {
+  return apply_inplace(self, "add_", {other}, [&](const Tensor& s) { return snug::add(s, other, alpha); }, [&] {
     Tensor o = alpha == 1.0 ? other : raw::binary_scalar(BinaryOp::mul, other, alpha);
     binary_into(BinaryOp::add, self, o);
   });
 }
 Tensor& Tensor::add_(double value) {
   Tensor& self = *this;
-  return apply_inplace(self, "add_", {}, [&] { return self + value; },
+  return apply_inplace(self, "add_", {}, [&](const Tensor& s) { return s + value; },
                        [&] { affine_into(self, 1.0, value); });
 }
-Tensor& Tensor::sub_(const Tensor& other, double alpha) { return add_(other, -alpha); }
+Tensor& Tensor::sub_(const Tensor& other, double alpha) {
+  // Not add_(other, -alpha): errors name sub_, and the tape records sub.
+  Tensor& self = *this;
+  return apply_inplace(self, "sub_", {other}, [&](const Tensor& s) { return snug::sub(s, other, alpha); }, [&] {
+    Tensor o = alpha == 1.0 ? other : raw::binary_scalar(BinaryOp::mul, other, alpha);
+    binary_into(BinaryOp::sub, self, o);
+  });
+}
 Tensor& Tensor::mul_(const Tensor& other) {
   Tensor& self = *this;
-  return apply_inplace(self, "mul_", {other}, [&] { return self * other; },
+  return apply_inplace(self, "mul_", {other}, [&](const Tensor& s) { return s * other; },
                        [&] { binary_into(BinaryOp::mul, self, other); });
 }
 Tensor& Tensor::mul_(double value) {
   Tensor& self = *this;
-  return apply_inplace(self, "mul_", {}, [&] { return self * value; },
+  return apply_inplace(self, "mul_", {}, [&](const Tensor& s) { return s * value; },
                        [&] { affine_into(self, value, 0.0); });
 }
 Tensor& Tensor::div_(const Tensor& other) {
   Tensor& self = *this;
-  return apply_inplace(self, "div_", {other}, [&] { return self / other; },
+  return apply_inplace(self, "div_", {other}, [&](const Tensor& s) { return s / other; },
                        [&] { binary_into(BinaryOp::div, self, other); });
 }
 Tensor& Tensor::div_(double value) {
   Tensor& self = *this;
-  return apply_inplace(self, "div_", {}, [&] { return self / value; },
+  return apply_inplace(self, "div_", {}, [&](const Tensor& s) { return s / value; },
                        [&] { raw::copy_(self, raw::binary_scalar(BinaryOp::div, self, value)); });
 }
 Tensor& Tensor::clamp_(double lo, double hi) {
   Tensor& self = *this;
-  return apply_inplace(self, "clamp_", {}, [&] { return snug::clamp(self, lo, hi); },
+  return apply_inplace(self, "clamp_", {}, [&](const Tensor& s) { return snug::clamp(s, lo, hi); },
                        [&] { raw::copy_(self, raw::unary(UnaryOp::clamp, self, lo, hi)); });
 }
 Tensor& Tensor::relu_() {
   Tensor& self = *this;
-  return apply_inplace(self, "relu_", {}, [&] { return snug::relu(self); },
+  return apply_inplace(self, "relu_", {}, [&](const Tensor& s) { return snug::relu(s); },
                        [&] { raw::copy_(self, raw::unary(UnaryOp::relu, self)); });
 }
 Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
   Tensor& self = *this;
-  return apply_inplace(self, "masked_fill_", {}, [&] { return snug::masked_fill(self, mask, value); },
+  return apply_inplace(self, "masked_fill_", {}, [&](const Tensor& s) { return snug::masked_fill(s, mask, value); },
                        [&] { raw::copy_(self, raw::masked_fill(self, mask, value)); });
 }
 

@@ -1,11 +1,41 @@
 // CPU elementwise kernels: copy/convert, fill, unary, binary, compare, where.
 // The math is the shared functors of core/functors.h; the loop is cpu_loop.h.
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/cpu_backend.h"
 #include "core/cpu_loop.h"
 
 namespace snug {
+
+namespace {
+// NOTE [ Rounding wide values to 16 bits ]
+// Half(float)/BFloat16(float) round correctly from a float, but a double or a
+// wide integer converted through float rounds twice: a value just above a
+// 16-bit tie can land exactly on the tie in float and then go to even, the
+// wrong way (1 + 2^-11 + 2^-40 would become 1.0 in f16, not 1 + 2^-10).
+// Rounding to float with round-to-odd first (an inexact result keeps an odd
+// last bit) makes the second rounding exact, because float carries at least 2
+// more bits than either 16-bit type.
+template <class S>
+float to_float_round_odd(S x) {
+  float f = static_cast<float>(x);  // one correct rounding (RNE) from S
+  if constexpr (std::is_floating_point_v<S>) {
+    if (std::isnan(x)) return f;
+  }
+  using W = long double;  // holds every double and every int64 exactly
+  W wx = static_cast<W>(x), wf = static_cast<W>(f);
+  if (wf == wx || (detail::float_bits(f) & 1u)) return f;
+  // Inexact with an even last bit: the odd neighbour lies on x's side.
+  return std::nextafter(f, wx > wf ? INFINITY : -INFINITY);
+}
+template <class T> inline constexpr bool is_half_type_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+// Sources that do not fit a float exactly: double and 32/64-bit integers.
+template <class T>
+inline constexpr bool needs_round_odd_v =
+    std::is_same_v<T, double> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
+}  // namespace
 
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   if (src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() && dst.is_contiguous()) {
@@ -18,6 +48,9 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
                                    double, compute_t<S>>;
       if constexpr (std::is_same_v<D, bool>) {
         cpu::map<bool, C, S>(dst, [](C x) { return x != C(0); }, src);
+      } else if constexpr (is_half_type_v<D> && needs_round_odd_v<S>) {
+        // NOTE [ Rounding wide values to 16 bits ]
+        cpu::map<D, S, S>(dst, [](S x) { return D(to_float_round_odd(x)); }, src);
       } else {
         cpu::map<D, C, S>(dst, [](C x) { return x; }, src);
       }
@@ -27,7 +60,9 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 
 void CpuBackend::fill(const Tensor& dst, double value) {
   dispatch_all(dst.dtype(), "fill", [&]<class T>() {
-    T v = static_cast<T>(static_cast<compute_t<T>>(value));
+    T v;
+    if constexpr (is_half_type_v<T>) v = T(to_float_round_odd(value));  // NOTE [ Rounding wide values to 16 bits ]
+    else v = static_cast<T>(static_cast<compute_t<T>>(value));
     cpu::map<T, T>(dst, [v]() { return v; });
   });
 }
