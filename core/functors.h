@@ -10,6 +10,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "core/macros.h"
 
@@ -258,13 +259,23 @@ template <class A> struct MeanR {
   SNUG_HOST_DEVICE A combine(A acc, A x) const { return acc + x; }
   SNUG_HOST_DEVICE A finish(A acc, int64_t n) const { return n ? acc / A(n) : A(NAN); }
 };
+// Identity of max/min: -inf/+inf for floating A, the type's extremes for
+// integers (converting INFINITY to an integer is undefined behaviour).
+template <class A> SNUG_HOST_DEVICE SNUG_INLINE A lowest_value() {
+  if constexpr (std::numeric_limits<A>::has_infinity) return -std::numeric_limits<A>::infinity();
+  else return std::numeric_limits<A>::lowest();
+}
+template <class A> SNUG_HOST_DEVICE SNUG_INLINE A highest_value() {
+  if constexpr (std::numeric_limits<A>::has_infinity) return std::numeric_limits<A>::infinity();
+  else return std::numeric_limits<A>::max();
+}
 template <class A> struct MaxR {  // NaN wins, as in PyTorch
-  SNUG_HOST_DEVICE A init() const { return -A(INFINITY); }
+  SNUG_HOST_DEVICE A init() const { return lowest_value<A>(); }
   SNUG_HOST_DEVICE A combine(A acc, A x) const { return (x != x || x > acc) ? x : acc; }
   SNUG_HOST_DEVICE A finish(A acc, int64_t) const { return acc; }
 };
 template <class A> struct MinR {
-  SNUG_HOST_DEVICE A init() const { return A(INFINITY); }
+  SNUG_HOST_DEVICE A init() const { return highest_value<A>(); }
   SNUG_HOST_DEVICE A combine(A acc, A x) const { return (x != x || x < acc) ? x : acc; }
   SNUG_HOST_DEVICE A finish(A acc, int64_t) const { return acc; }
 };

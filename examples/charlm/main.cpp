@@ -1,0 +1,285 @@
+// charlm: trains the W-GPT character-level transformer on tiny shakespeare
+// (shared/WORKLOADS.md), evaluates it, and prints generated text.
+//
+//   charlm [--data FILE] [--steps N] [--lr X] [--layers N] [--heads N] [--embd N]
+//          [--block N] [--batch N] [--seed N] [--eval-every N] [--eval-batches N]
+//          [--save PATH] [--save-every N] [--resume PATH] [--threads N]
+//          [--generate N] [--json]
+//
+// Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
+// weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
+// then cosine to lr/10, first 90% of characters for training and the last
+// 10% for validation, validation loss averaged over 50 batches.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "core/generator.h"
+#include "core/raw_ops.h"
+#include "memory/allocator.h"
+#include "memory/stats.h"
+#include "nn/checkpoint.h"
+#include "nn/models/gpt.h"
+#include "nn/optim/optimizer.h"
+
+using namespace snug;
+
+namespace {
+
+struct Flags {
+  std::map<std::string, std::string> kv;
+  std::string get(const std::string& k, const std::string& d) const {
+    auto it = kv.find(k);
+    return it == kv.end() ? d : it->second;
+  }
+  int64_t i(const std::string& k, int64_t d) const {
+    std::string s = get(k, "");
+    if (s.empty()) return d;
+    char* end = nullptr;
+    long long v = std::strtoll(s.c_str(), &end, 10);
+    SNUG_CHECK(end && *end == 0, ValueError, "charlm: --", k, " expects an integer, got \"", s, "\"");
+    return v;
+  }
+  double f(const std::string& k, double d) const {
+    std::string s = get(k, "");
+    if (s.empty()) return d;
+    char* end = nullptr;
+    double v = std::strtod(s.c_str(), &end);
+    SNUG_CHECK(end && *end == 0, ValueError, "charlm: --", k, " expects a number, got \"", s, "\"");
+    return v;
+  }
+  bool has(const std::string& k) const { return kv.count(k) != 0; }
+};
+
+Flags parse(int argc, char** argv) {
+  static const std::set<std::string> known = {"data", "steps", "lr", "layers", "heads", "embd", "block", "batch",
+                                              "seed", "eval-every", "eval-batches", "save", "save-every", "resume",
+                                              "threads", "generate", "json", "help"};
+  static const std::set<std::string> boolean = {"json", "help"};
+  Flags f;
+  for (int a = 1; a < argc; ++a) {
+    std::string s = argv[a];
+    SNUG_CHECK(s.rfind("--", 0) == 0, ValueError, "charlm: unexpected argument \"", s, "\" (flags look like --steps 100)");
+    std::string key = s.substr(2);
+    SNUG_CHECK(known.count(key), ValueError, "charlm: unknown flag --", key, " (see the top of examples/charlm/main.cpp)");
+    if (boolean.count(key)) {
+      f.kv[key] = "1";
+    } else {
+      SNUG_CHECK(a + 1 < argc, ValueError, "charlm: --", key, " needs a value");
+      f.kv[key] = argv[++a];
+    }
+  }
+  return f;
+}
+
+std::string default_data_path(const char* argv0) {
+  // The repository ships the corpus beside this example; find it from the
+  // source tree recorded at build time, then relative to the working dir.
+  std::vector<std::string> candidates = {std::string(SNUG_EXAMPLES_DIR) + "/charlm/data/tinyshakespeare.txt",
+                                         "examples/charlm/data/tinyshakespeare.txt"};
+  for (auto& c : candidates)
+    if (std::ifstream(c).good()) return c;
+  return candidates[0];
+}
+
+struct Corpus {
+  std::vector<char> itos;
+  std::map<char, int64_t> stoi;
+  std::vector<int64_t> train, val;
+};
+
+Corpus load_corpus(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SNUG_CHECK(in.good(), IOError, "charlm: cannot open data file \"", path, "\" (pass --data FILE)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  SNUG_CHECK(text.size() > 1000, IOError, "charlm: data file \"", path, "\" has only ", text.size(),
+             " bytes; need a text corpus of at least 1000 characters");
+  Corpus c;
+  std::set<char> chars(text.begin(), text.end());
+  c.itos.assign(chars.begin(), chars.end());
+  for (size_t i = 0; i < c.itos.size(); ++i) c.stoi[c.itos[i]] = static_cast<int64_t>(i);
+  size_t n_train = text.size() * 9 / 10;
+  for (size_t i = 0; i < text.size(); ++i) (i < n_train ? c.train : c.val).push_back(c.stoi[text[i]]);
+  return c;
+}
+
+// A batch of B windows of T+1 tokens at random offsets: x (B, T), y (B, T).
+std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B, int64_t T, Generator& gen) {
+  int64_t hi = static_cast<int64_t>(data.size()) - T - 1;
+  SNUG_CHECK(hi > 0, ValueError, "charlm: the split has ", data.size(), " tokens, too few for block size ", T);
+  std::vector<int64_t> offs = randint(0, hi, {B}, DType::i64, &gen).to_vector<int64_t>();
+  std::vector<int64_t> xs(B * T), ys(B * T);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      xs[b * T + t] = data[offs[b] + t];
+      ys[b * T + t] = data[offs[b] + t + 1];
+    }
+  return {from_vector(xs, {B, T}), from_vector(ys, {B, T})};
+}
+
+double evaluate(nn::models::GPT& model, const std::vector<int64_t>& data, int64_t B, int64_t T, int64_t batches,
+                uint64_t seed) {
+  NoGradGuard ng;
+  model.eval();
+  Generator gen(seed);  // the same batches at every evaluation
+  double total = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    auto [x, y] = get_batch(data, B, T, gen);
+    total += model.loss(x, y).item();
+  }
+  model.train();
+  return total / static_cast<double>(batches);
+}
+
+std::string generate(nn::models::GPT& model, const Corpus& c, int64_t n, uint64_t seed) {
+  NoGradGuard ng;
+  model.eval();
+  Generator gen(seed);
+  std::vector<int64_t> ctx = {c.stoi.count('\n') ? c.stoi.at('\n') : 0};
+  std::string out;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ctx.size()) - model.cfg.block);
+    std::vector<int64_t> window(ctx.begin() + start, ctx.end());
+    Tensor x = from_vector(window, {1, static_cast<int64_t>(window.size())});
+    Tensor logits = model.forward(x).select(1, -1).select(0, 0);  // (V)
+    std::vector<float> p = softmax(logits, 0).to_vector<float>();
+    double u = rand({1}, DType::f64, &gen).item(), acc = 0;
+    int64_t pick = static_cast<int64_t>(p.size()) - 1;
+    for (size_t k = 0; k < p.size(); ++k) {
+      acc += p[k];
+      if (u < acc) {
+        pick = static_cast<int64_t>(k);
+        break;
+      }
+    }
+    ctx.push_back(pick);
+    out.push_back(c.itos[pick]);
+  }
+  model.train();
+  return out;
+}
+
+void progress(int64_t step, int64_t total, double loss, double tok_s, size_t mem, bool tty) {
+  const int width = 30;
+  int filled = static_cast<int>(width * step / std::max<int64_t>(total, 1));
+  char line[256];
+  std::snprintf(line, sizeof line, "[%.*s%.*s] step %lld/%lld  loss %.4f  %.0f tok/s  mem %.1f MiB",
+                filled, "##############################", width - filled, "..............................",
+                static_cast<long long>(step), static_cast<long long>(total), loss, tok_s, mem / 1048576.0);
+  if (tty) std::fprintf(stderr, "\r%s", line);
+  else std::fprintf(stderr, "%s\n", line);
+}
+
+int run(int argc, char** argv) {
+  Flags fl = parse(argc, argv);
+  if (fl.has("help")) {
+    std::printf("see the comment at the top of examples/charlm/main.cpp for flags\n");
+    return 0;
+  }
+  const bool json = fl.has("json");
+  if (fl.has("threads")) set_num_threads(static_cast<int>(fl.i("threads", 2)));
+  const std::string data_path = fl.get("data", default_data_path(argv[0]));
+  Corpus corpus = load_corpus(data_path);
+
+  nn::models::GPTConfig cfg;
+  cfg.vocab = static_cast<int64_t>(corpus.itos.size());
+  cfg.layers = fl.i("layers", 4);
+  cfg.heads = fl.i("heads", 4);
+  cfg.embd = fl.i("embd", 128);
+  cfg.block = fl.i("block", 128);
+  const int64_t B = fl.i("batch", 16), T = cfg.block;
+  const int64_t steps = fl.i("steps", 3000);
+  const double lr = fl.f("lr", 1e-3);
+  const uint64_t seed = static_cast<uint64_t>(fl.i("seed", 1337));
+  const int64_t eval_every = fl.i("eval-every", 250), eval_batches = fl.i("eval-batches", 50);
+  const int64_t save_every = fl.i("save-every", 0);
+  SNUG_CHECK(steps > 0 && B > 0 && eval_batches > 0, ValueError, "charlm: --steps, --batch and --eval-batches must be positive");
+
+  manual_seed(seed);
+  nn::models::GPT model(cfg);
+  // Weight decay on matrices only (embeddings, Linear weights), as nanoGPT does.
+  nn::optim::ParamGroup decay, no_decay;
+  for (auto& [name, p] : model.named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
+  decay.lr = no_decay.lr = lr;
+  decay.weight_decay = 0.1;
+  nn::optim::AdamW opt(std::vector<nn::optim::ParamGroup>{decay, no_decay}, {lr, 0.9, 0.99, 1e-8, 0.1});
+  nn::optim::WarmupCosine sched(opt, std::min<int64_t>(100, steps), steps, 0.1);
+  Generator data_gen(seed + 1000);
+  nn::CheckpointParts parts{&model, &opt, &sched, {{"default", &default_generator()}, {"data", &data_gen}}};
+
+  int64_t start = 0;
+  if (fl.has("resume")) {
+    auto ck = nn::load_checkpoint(fl.get("resume", ""), parts);
+    start = ck.step;
+    if (!json) std::fprintf(stderr, "resumed from %s at step %lld\n", fl.get("resume", "").c_str(), (long long)start);
+  }
+  if (!json)
+    std::fprintf(stderr, "charlm: %s, %lld params, vocab %lld, train %zu / val %zu chars, %d threads\n",
+                 model.repr().c_str(), (long long)model.num_parameters(), (long long)cfg.vocab, corpus.train.size(),
+                 corpus.val.size(), get_num_threads());
+
+  const bool tty = isatty(fileno(stderr));
+  std::vector<double> step_ms;
+  double train_loss = NAN, val_loss = NAN;
+  memory::reset_peak(kCPU);
+  for (int64_t step = start; step < steps; ++step) {
+    auto [x, y] = get_batch(corpus.train, B, T, data_gen);
+    auto t0 = std::chrono::steady_clock::now();
+    opt.zero_grad();
+    Tensor loss = model.loss(x, y);
+    loss.backward();
+    opt.step();
+    sched.step();
+    auto t1 = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    step_ms.push_back(ms);
+    train_loss = loss.item();
+    SNUG_CHECK(std::isfinite(train_loss), ValueError, "charlm: training loss became ", train_loss, " at step ", step);
+    bool last = step + 1 == steps;
+    if (!json && (tty || (step + 1) % 50 == 0 || last))
+      progress(step + 1, steps, train_loss, double(B * T) / (ms / 1000.0), memory::allocated(kCPU), tty);
+    if ((eval_every > 0 && (step + 1) % eval_every == 0) || last) {
+      val_loss = evaluate(model, corpus.val, B, T, eval_batches, seed + 2000);
+      if (!json) std::fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\n" : "",
+                              (long long)(step + 1), train_loss, val_loss);
+    }
+    if (fl.has("save") && ((save_every > 0 && (step + 1) % save_every == 0) || last))
+      nn::save_checkpoint(fl.get("save", ""), parts, step + 1, {{"model", model.repr()}});
+  }
+  if (std::isnan(val_loss)) val_loss = evaluate(model, corpus.val, B, T, eval_batches, seed + 2000);
+  std::vector<double> sorted = step_ms;
+  std::sort(sorted.begin(), sorted.end());
+  double med = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  int64_t gen_n = fl.i("generate", 300);
+  if (!json && gen_n > 0) std::printf("---- sample ----\n%s\n----------------\n", generate(model, corpus, gen_n, seed + 3000).c_str());
+  std::printf(
+      "{\"val_loss\": %.6f, \"train_loss\": %.6f, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
+      "\"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, \"steps\": %lld, \"threads\": %d}\n",
+      val_loss, train_loss, med, med > 0 ? double(B * T) / (med / 1000.0) : 0.0, (long long)model.num_parameters(),
+      memory::peak_allocated(kCPU), static_cast<size_t>(memory::stats(kCPU).reserved_bytes.peak), (long long)steps, get_num_threads());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "charlm: error: %s\n", e.what());
+    return 1;
+  }
+}

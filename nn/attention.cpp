@@ -1,0 +1,49 @@
+#include "nn/attention.h"
+
+namespace snug::nn {
+
+namespace F = functional;
+
+MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, bool c, double d, bool bias)
+    : Module("MultiheadAttention"), embd(e), heads(h), causal(c), dropout_p(d) {
+  SNUG_CHECK(e > 0 && h > 0 && e % h == 0, ValueError, "MultiheadAttention: embd (", e,
+             ") must be a positive multiple of heads (", h, ")");
+  qkv = register_module("qkv", std::make_shared<Linear>(e, 3 * e, bias));
+  proj = register_module("proj", std::make_shared<Linear>(e, e, bias));
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x) { return forward(x, Tensor()); }
+
+Tensor MultiheadAttention::forward(const Tensor& x, const Tensor& mask) {
+  SNUG_CHECK(x.dim() == 3 && x.size(2) == embd, ShapeError, "MultiheadAttention: expected input (B, T, ", embd,
+             "), got ", shape_str(x.shape()));
+  const int64_t B = x.size(0), T = x.size(1), D = embd / heads;
+  Tensor qkv_out = qkv->forward(x);                                   // (B, T, 3C)
+  Tensor split = qkv_out.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
+  Tensor q = split.select(0, 0), k = split.select(0, 1), v = split.select(0, 2);
+  Tensor y = F::scaled_dot_product_attention(q, k, v, causal, mask, dropout_p, is_training());  // (B, H, T, D)
+  y = y.transpose(1, 2).reshape({B, T, embd});                       // (B, T, C)
+  return proj->forward(y);
+}
+
+std::string MultiheadAttention::repr() const {
+  return str("MultiheadAttention(embd=", embd, ", heads=", heads, ", causal=", causal ? "true" : "false", ")");
+}
+
+TransformerBlock::TransformerBlock(int64_t e, int64_t h, bool causal, double d, int64_t ratio)
+    : Module("TransformerBlock") {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(e));
+  attn = register_module("attn", std::make_shared<MultiheadAttention>(e, h, causal, d));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(e));
+  fc = register_module("fc", std::make_shared<Linear>(e, ratio * e));
+  fc_proj = register_module("fc_proj", std::make_shared<Linear>(ratio * e, e));
+  drop = register_module("drop", std::make_shared<Dropout>(d));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  Tensor h = x + drop->forward(attn->forward(ln_1->forward(x)));
+  Tensor m = fc_proj->forward(gelu(fc->forward(ln_2->forward(h))));
+  return h + drop->forward(m);
+}
+
+}  // namespace snug::nn

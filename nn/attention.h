@@ -1,0 +1,35 @@
+// Multi-head self-attention and the pre-LayerNorm transformer block.
+#pragma once
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace snug::nn {
+
+// x (B, T, C) -> (B, T, C). One fused qkv projection Linear(C, 3C), heads of
+// size C / heads, scaled dot-product attention (causal: no T x T mask is
+// built, see functional::causal_softmax), output projection Linear(C, C).
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embd, int64_t heads, bool causal = true, double dropout = 0.0, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  // mask (bool, broadcast to (B, heads, T, T)): true = blocked.
+  Tensor forward(const Tensor& x, const Tensor& mask);
+  std::string repr() const override;
+  std::shared_ptr<Linear> qkv, proj;
+  int64_t embd, heads;
+  bool causal;
+  double dropout_p;
+};
+
+// x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)),  mlp = Linear(C, 4C), GELU (erf), Linear(4C, C)
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(int64_t embd, int64_t heads, bool causal = true, double dropout = 0.0, int64_t mlp_ratio = 4);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<MultiheadAttention> attn;
+  std::shared_ptr<Linear> fc, fc_proj;
+  std::shared_ptr<Dropout> drop;
+};
+
+}  // namespace snug::nn

@@ -1,0 +1,72 @@
+#include "nn/checkpoint.h"
+
+#include "core/safetensors.h"
+
+namespace snug::nn {
+
+namespace {
+const char* kFormat = "snug.checkpoint.v1";
+
+uint64_t parse_u64(const std::map<std::string, std::string>& md, const std::string& key, const std::string& path) {
+  auto it = md.find(key);
+  SNUG_CHECK(it != md.end(), IOError, "load_checkpoint: ", path, ": metadata has no \"", key, "\"");
+  const std::string& s = it->second;
+  bool ok = !s.empty() && s.size() <= 20;
+  for (char c : s) ok = ok && c >= '0' && c <= '9';
+  SNUG_CHECK(ok, IOError, "load_checkpoint: ", path, ": metadata \"", key, "\" is not an unsigned integer: \"", s, "\"");
+  return std::stoull(s);
+}
+}  // namespace
+
+void save_checkpoint(const std::string& path, const CheckpointParts& parts, int64_t step,
+                     const std::map<std::string, std::string>& extra) {
+  SNUG_CHECK(parts.model != nullptr, ValueError, "save_checkpoint: no model given");
+  TensorMap tensors;
+  for (auto& [n, t] : parts.model->state_dict()) tensors.emplace_back("model." + n, t);
+  if (parts.optimizer)
+    for (auto& [n, t] : parts.optimizer->state_dict()) tensors.emplace_back("optim." + n, t);
+  std::map<std::string, std::string> md = extra;
+  md["format"] = kFormat;
+  md["step"] = std::to_string(step);
+  if (parts.scheduler) md["scheduler.step"] = std::to_string(parts.scheduler->last_step());
+  for (auto& [name, g] : parts.generators) {
+    PhiloxState st = g->get_state();
+    md["rng." + name + ".seed"] = std::to_string(st.seed);
+    md["rng." + name + ".offset"] = std::to_string(st.offset);
+  }
+  save_safetensors(path, tensors, md);
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts& parts) {
+  SNUG_CHECK(parts.model != nullptr, ValueError, "load_checkpoint: no model given");
+  SafetensorsFile f = load_safetensors(path);
+  auto fmt = f.metadata.find("format");
+  SNUG_CHECK(fmt != f.metadata.end() && fmt->second == kFormat, IOError, "load_checkpoint: ", path,
+             " is not a snug checkpoint (metadata \"format\" is ",
+             fmt == f.metadata.end() ? std::string("missing") : "\"" + fmt->second + "\"", ", expected \"", kFormat,
+             "\")");
+  NamedTensors model_sd, optim_sd;
+  for (auto& [n, t] : f.tensors) {
+    if (n.rfind("model.", 0) == 0) model_sd.emplace_back(n.substr(6), t);
+    else if (n.rfind("optim.", 0) == 0) optim_sd.emplace_back(n.substr(6), t);
+    else throw IOError(str("load_checkpoint: ", path, ": unexpected tensor \"", n, "\" (expected model.* or optim.*)"));
+  }
+  LoadedCheckpoint out;
+  out.metadata = f.metadata;
+  out.step = static_cast<int64_t>(parse_u64(f.metadata, "step", path));
+  // Check everything before modifying anything.
+  uint64_t sched_step = parts.scheduler ? parse_u64(f.metadata, "scheduler.step", path) : 0;
+  std::vector<PhiloxState> rng;
+  for (auto& [name, g] : parts.generators)
+    rng.push_back({parse_u64(f.metadata, "rng." + name + ".seed", path),
+                   parse_u64(f.metadata, "rng." + name + ".offset", path)});
+  SNUG_CHECK(!parts.optimizer || !optim_sd.empty(), IOError, "load_checkpoint: ", path,
+             " holds no optimizer state but an optimizer was given");
+  parts.model->load_state_dict(model_sd, /*strict=*/true);
+  if (parts.optimizer) parts.optimizer->load_state_dict(optim_sd);
+  if (parts.scheduler) parts.scheduler->set_last_step(static_cast<int64_t>(sched_step));
+  for (size_t i = 0; i < parts.generators.size(); ++i) parts.generators[i].second->set_state(rng[i]);
+  return out;
+}
+
+}  // namespace snug::nn

@@ -1,0 +1,42 @@
+// Training checkpoints: model, optimizer, scheduler, step and RNG states in
+// one safetensors file, with the rest as string metadata in its header.
+//
+// Keys: "model.<name>" (Module::state_dict), "optim.<key>"
+// (Optimizer::state_dict). Metadata: "format" = "snug.checkpoint.v1",
+// "step", "scheduler.step", "rng.<name>.seed" / "rng.<name>.offset" (decimal
+// u64), and the caller's extra entries. Written atomically (temporary file,
+// fsync, rename): a crash or error mid-save leaves the previous file intact.
+// Resuming restores everything a step depends on, so a resumed run equals an
+// uninterrupted one bit for bit on the CPU.
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/generator.h"
+#include "nn/module.h"
+#include "nn/optim/optimizer.h"
+
+namespace snug::nn {
+
+struct CheckpointParts {
+  Module* model = nullptr;                       // required
+  optim::Optimizer* optimizer = nullptr;         // optional
+  optim::LRScheduler* scheduler = nullptr;       // optional
+  std::vector<std::pair<std::string, Generator*>> generators;  // e.g. {"default", &default_generator()}
+};
+
+void save_checkpoint(const std::string& path, const CheckpointParts& parts, int64_t step,
+                     const std::map<std::string, std::string>& extra = {});
+
+struct LoadedCheckpoint {
+  int64_t step = 0;
+  std::map<std::string, std::string> metadata;  // everything in the header
+};
+// Restores every part given (strictly: a missing, unexpected or mis-shaped
+// tensor is an error listing the keys). Throws IOError for a file that is not
+// a snug checkpoint or is corrupt, naming the file.
+LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts& parts);
+
+}  // namespace snug::nn

@@ -1,0 +1,116 @@
+#include "nn/conv.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "nn/init.h"
+
+namespace snug::nn {
+
+namespace F = functional;
+
+namespace {
+std::string pair_str(std::array<int64_t, 2> a) {
+  return a[0] == a[1] ? str(a[0]) : str("(", a[0], ", ", a[1], ")");
+}
+}  // namespace
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d, int64_t g, bool has_bias,
+               TensorOptions opt)
+    : Conv2d(in, out, {k, k}, {s, s}, {p, p}, {d, d}, g, has_bias, opt) {}
+
+Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> k, std::array<int64_t, 2> s,
+               std::array<int64_t, 2> p, std::array<int64_t, 2> d, int64_t g, bool has_bias, TensorOptions opt)
+    : Module("Conv2d"), in_channels(in), out_channels(out), groups(g), kernel_size(k), stride(s), padding(p),
+      dilation(d) {
+  SNUG_CHECK(in > 0 && out > 0, ValueError, "Conv2d: channels must be positive, got in=", in, ", out=", out);
+  SNUG_CHECK(g >= 1 && in % g == 0 && out % g == 0, ValueError, "Conv2d: groups=", g,
+             " must divide both in=", in, " and out=", out);
+  SNUG_CHECK(k[0] >= 1 && k[1] >= 1, ValueError, "Conv2d: kernel size must be >= 1, got ", pair_str(k));
+  SNUG_CHECK(s[0] >= 1 && s[1] >= 1 && d[0] >= 1 && d[1] >= 1 && p[0] >= 0 && p[1] >= 0, ValueError,
+             "Conv2d: expected stride >= 1, dilation >= 1, padding >= 0, got stride ", pair_str(s), ", dilation ",
+             pair_str(d), ", padding ", pair_str(p));
+  // kaiming_uniform(a = sqrt(5)) gives bound sqrt(6 / (1 + 5) / fan_in) = 1 / sqrt(fan_in).
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in / g * k[0] * k[1]));
+  weight = register_parameter("weight", empty({out, in / g, k[0], k[1]}, opt.with_requires_grad(false)));
+  init::uniform_(weight, -bound, bound);
+  if (has_bias) {
+    bias = register_parameter("bias", empty({out}, opt.with_requires_grad(false)));
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return F::conv2d(x, weight, bias, stride, padding, dilation, groups); }
+
+std::string Conv2d::repr() const {
+  std::string s = str("Conv2d(", in_channels, ", ", out_channels, ", kernel_size=", pair_str(kernel_size));
+  if (stride != std::array<int64_t, 2>{1, 1}) s += str(", stride=", pair_str(stride));
+  if (padding != std::array<int64_t, 2>{0, 0}) s += str(", padding=", pair_str(padding));
+  if (dilation != std::array<int64_t, 2>{1, 1}) s += str(", dilation=", pair_str(dilation));
+  if (groups != 1) s += str(", groups=", groups);
+  if (!bias.defined()) s += ", bias=false";
+  return s + ")";
+}
+
+BatchNorm2d::BatchNorm2d(int64_t c, double e, double m, bool affine, TensorOptions opt)
+    : Module("BatchNorm2d"), num_features(c), eps(e), momentum(m) {
+  SNUG_CHECK(c > 0, ValueError, "BatchNorm2d: channels must be positive, got ", c);
+  SNUG_CHECK(e > 0, ValueError, "BatchNorm2d: eps must be positive, got ", e);
+  SNUG_CHECK(m >= 0 && m <= 1, ValueError, "BatchNorm2d: momentum must be in [0, 1], got ", m);
+  TensorOptions o = opt.with_requires_grad(false);
+  if (affine) {
+    weight = register_parameter("weight", ones({c}, o));
+    bias = register_parameter("bias", zeros({c}, o));
+  }
+  running_mean = register_buffer("running_mean", zeros({c}, o));
+  running_var = register_buffer("running_var", ones({c}, o));
+  num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, TensorOptions(DType::i64, o.device)));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  SNUG_CHECK(x.dim() >= 2 && x.size(1) == num_features, ShapeError, "BatchNorm2d(", num_features,
+             "): input of shape ", shape_str(x.shape()), " does not have ", num_features, " channels in dim 1");
+  if (is_training()) {
+    NoGradGuard ng;
+    num_batches_tracked.add_(1.0);
+  }
+  return F::batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum, eps);
+}
+
+std::string BatchNorm2d::repr() const {
+  return str("BatchNorm2d(", num_features, ", eps=", eps, ", momentum=", momentum, ", affine=",
+             weight.defined() ? "true" : "false", ")");
+}
+
+MaxPool2d::MaxPool2d(int64_t k, int64_t s, int64_t p)
+    : Module("MaxPool2d"), kernel_size{k, k}, stride{s == 0 ? k : s, s == 0 ? k : s}, padding{p, p} {
+  SNUG_CHECK(k >= 1 && s >= 0 && p >= 0 && 2 * p <= k, ValueError,
+             "MaxPool2d: expected kernel >= 1, stride >= 0 (0 = kernel), 0 <= padding <= kernel / 2, got kernel ", k,
+             ", stride ", s, ", padding ", p);
+}
+Tensor MaxPool2d::forward(const Tensor& x) { return F::max_pool2d(x, kernel_size, stride, padding); }
+std::string MaxPool2d::repr() const {
+  return str("MaxPool2d(kernel_size=", pair_str(kernel_size), ", stride=", pair_str(stride), ", padding=",
+             pair_str(padding), ")");
+}
+
+AvgPool2d::AvgPool2d(int64_t k, int64_t s, int64_t p)
+    : Module("AvgPool2d"), kernel_size{k, k}, stride{s == 0 ? k : s, s == 0 ? k : s}, padding{p, p} {
+  SNUG_CHECK(k >= 1 && s >= 0 && p >= 0 && 2 * p <= k, ValueError,
+             "AvgPool2d: expected kernel >= 1, stride >= 0 (0 = kernel), 0 <= padding <= kernel / 2, got kernel ", k,
+             ", stride ", s, ", padding ", p);
+}
+Tensor AvgPool2d::forward(const Tensor& x) { return F::avg_pool2d(x, kernel_size, stride, padding); }
+std::string AvgPool2d::repr() const {
+  return str("AvgPool2d(kernel_size=", pair_str(kernel_size), ", stride=", pair_str(stride), ", padding=",
+             pair_str(padding), ")");
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(std::array<int64_t, 2> o) : Module("AdaptiveAvgPool2d"), output_size(o) {
+  SNUG_CHECK(o[0] >= 1 && o[1] >= 1, ValueError, "AdaptiveAvgPool2d: output size must be >= 1, got ",
+             pair_str(o));
+}
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return F::adaptive_avg_pool2d(x, output_size); }
+std::string AdaptiveAvgPool2d::repr() const { return str("AdaptiveAvgPool2d(", pair_str(output_size), ")"); }
+
+}  // namespace snug::nn

@@ -1,0 +1,30 @@
+// GPT: the W-GPT decoder-only transformer of shared/WORKLOADS.md, any size.
+//   tokens (B, T) i64 -> logits (B, T, vocab)
+#pragma once
+#include "nn/attention.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace snug::nn::models {
+
+struct GPTConfig {
+  int64_t vocab = 65, block = 128, layers = 4, heads = 4, embd = 128;
+  double dropout = 0.0;
+};
+
+class GPT : public Module {
+ public:
+  explicit GPT(GPTConfig cfg);
+  Tensor forward(const Tensor& tokens) override;  // (B, T) -> (B, T, vocab)
+  // Mean cross-entropy of next-token prediction: logits (B, T, V) vs targets (B, T).
+  Tensor loss(const Tensor& tokens, const Tensor& targets);
+  std::string repr() const override;
+  GPTConfig cfg;
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Dropout> drop;
+  std::shared_ptr<ModuleList> blocks;
+  std::shared_ptr<LayerNorm> ln_f;
+  // The LM head shares wte's weight (tied), so it has no parameter of its own.
+};
+
+}  // namespace snug::nn::models

@@ -1,0 +1,39 @@
+// A small vision transformer for MNIST-shaped input: non-overlapping patches
+// embedded by a Conv2d (kernel = stride = patch), a learned class token and
+// learned positions, pre-LayerNorm encoder blocks (nn/attention.h's
+// TransformerBlock, not causal), a final LayerNorm and a Linear head on the
+// class token.
+#pragma once
+#include <memory>
+
+#include "nn/attention.h"
+#include "nn/conv.h"
+#include "nn/layers.h"
+#include "nn/module.h"
+
+namespace snug::nn::models {
+
+struct ViTConfig {
+  int64_t image = 28, channels = 1, patch = 7;  // 16 patches of 7x7
+  int64_t dim = 64, depth = 4, heads = 4, mlp_ratio = 2;
+  int64_t classes = 10;
+};
+
+class VisionTransformer : public Module {
+ public:
+  explicit VisionTransformer(ViTConfig c = {});
+  // x (N, channels, image, image) -> logits (N, classes)
+  Tensor forward(const Tensor& x) override;
+  std::string repr() const override;
+  ViTConfig cfg;
+  std::shared_ptr<Conv2d> patch_embed;  // (N, C, H, W) -> (N, dim, H/p, W/p)
+  Tensor cls_token;                     // (1, 1, dim)
+  Tensor pos_embed;                     // (1, 1 + patches, dim)
+  std::shared_ptr<ModuleList> blocks;
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> head;
+};
+
+std::shared_ptr<VisionTransformer> make_vit(ViTConfig c = {});
+
+}  // namespace snug::nn::models
