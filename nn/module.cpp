@@ -14,10 +14,26 @@ Tensor Module::forward(const Tensor&) {
   throw ValueError(str(name_, ": this module has no single-tensor forward(x); call its own forward overload"));
 }
 
+namespace {
+// Parameters, buffers and submodules share one namespace: state_dict keys
+// ("name", "child.name") would otherwise collide. (Fix: each kind used to be
+// checked only against its own list, so a buffer could shadow a parameter.)
+template <class Params, class Children>
+void check_unused(const std::string& owner, const std::string& name, const Params& params, const Params& buffers,
+                  const Children& children) {
+  for (auto* list : {&params, &buffers})
+    for (auto& [n, t] : *list)
+      SNUG_CHECK(n != name, ValueError, owner, ": \"", name, "\" already exists (as a ",
+                 list == &params ? "parameter" : "buffer", ")");
+  for (auto& [n, c] : children)
+    SNUG_CHECK(n != name, ValueError, owner, ": \"", name, "\" already exists (as a submodule)");
+}
+}  // namespace
+
 Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   SNUG_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError, name_,
              ": parameter name \"", name, "\" must be non-empty and contain no '.'");
-  for (auto& [n, p] : params_) SNUG_CHECK(n != name, ValueError, name_, ": parameter \"", name, "\" already exists");
+  check_unused(name_, name, params_, buffers_, children_);
   if (t.defined() && requires_grad) t.requires_grad_(true);
   params_.emplace_back(name, t);
   return params_.back().second;
@@ -26,7 +42,7 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requi
 Tensor& Module::register_buffer(const std::string& name, Tensor t) {
   SNUG_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError, name_, ": buffer name \"", name,
              "\" must be non-empty and contain no '.'");
-  for (auto& [n, b] : buffers_) SNUG_CHECK(n != name, ValueError, name_, ": buffer \"", name, "\" already exists");
+  check_unused(name_, name, params_, buffers_, children_);
   buffers_.emplace_back(name, t);
   return buffers_.back().second;
 }
@@ -44,7 +60,7 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   SNUG_CHECK(m != nullptr, ValueError, name_, ": register_module(\"", name, "\") got a null module");
   SNUG_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError, name_, ": module name \"", name,
              "\" must be non-empty and contain no '.'");
-  for (auto& [n, c] : children_) SNUG_CHECK(n != name, ValueError, name_, ": submodule \"", name, "\" already exists");
+  check_unused(name_, name, params_, buffers_, children_);
   children_.emplace_back(name, std::move(m));
 }
 
@@ -78,7 +94,11 @@ NamedTensors Module::named_buffers(bool recurse) const {
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules(const std::string& prefix) {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out;
-  out.emplace_back(prefix, shared_from_this());
+  // Fix: shared_from_this() threw bad_weak_ptr for a module not owned by a
+  // shared_ptr (e.g. a model on the stack); hand out a non-owning alias then.
+  std::shared_ptr<Module> self = weak_from_this().lock();
+  if (!self) self = std::shared_ptr<Module>(std::shared_ptr<Module>(), this);
+  out.emplace_back(prefix, std::move(self));
   for (auto& [n, c] : children_) {
     auto sub = c->named_modules(prefix.empty() ? n : prefix + "." + n);
     out.insert(out.end(), sub.begin(), sub.end());
