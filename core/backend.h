@@ -17,6 +17,28 @@ namespace snug {
 
 enum class RandomKind { uniform, normal };
 
+// Geometry of a 2-D convolution (index 0 = height, 1 = width). Output sizes
+// follow PyTorch: Ho = (H + 2 padding - dilation (kH - 1) - 1) / stride + 1.
+struct Conv2dParams {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  int64_t groups = 1;
+};
+
+// Geometry of a 2-D pooling window. max/avg: window kernel, moved by stride,
+// over the input padded by padding (Ho = (H + 2 padding - kernel) / stride + 1);
+// avg divides by the window clipped to the padded input (count_include_pad).
+// adaptive_avg: output cell o covers rows [floor(o H / Ho), ceil((o + 1) H / Ho)),
+// and kernel/stride/padding are unused.
+enum class PoolKind { max, avg, adaptive_avg };
+struct Pool2dParams {
+  PoolKind kind = PoolKind::max;
+  int64_t kernel[2] = {1, 1};
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+};
+
 struct Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
@@ -67,6 +89,32 @@ struct Backend {
   // contiguous; row i sees columns j <= i + (Tk - Tq), the rest are 0 in
   // out. No mask tensor is built.
   virtual void causal_softmax(const Tensor& x, double scale, const Tensor& out) = 0;
+  // 2-D convolution (cross-correlation). x (N, C, H, W), weight (Cout, C/groups,
+  // kH, kW), bias (Cout) or undefined, all contiguous with out's dtype;
+  // out (N, Cout, Ho, Wo) contiguous. Shapes are checked by the caller.
+  virtual void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                      const Tensor& out) {
+    throw DeviceError(str("conv2d: not implemented on backend ", name()));
+  }
+  // grad_out (N, Cout, Ho, Wo) contiguous -> grad_x like x, grad_weight like
+  // weight, grad_bias (Cout); each undefined when not wanted (then its input
+  // may be undefined too: x is only read for grad_weight, weight for grad_x).
+  virtual void conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                               const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+    throw DeviceError(str("conv2d_backward: not implemented on backend ", name()));
+  }
+  // Pooling over (H, W). x (N, C, H, W) contiguous -> out (N, C, Ho, Wo)
+  // contiguous. max: indices (i64, out's shape) gets the argmax as h * W + w
+  // within its plane (first maximum; NaN wins); undefined for other kinds.
+  virtual void pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+    throw DeviceError(str("pool2d: not implemented on backend ", name()));
+  }
+  // grad_out (N, C, Ho, Wo) contiguous -> grad_x (N, C, H, W) contiguous,
+  // written whole (zeros where no window reaches). indices as from pool2d.
+  virtual void pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
+                               const Tensor& grad_x) {
+    throw DeviceError(str("pool2d_backward: not implemented on backend ", name()));
+  }
   // Copies between devices (at least one on this backend's type). Contiguous.
   virtual void copy_across(const Tensor& src, const Tensor& dst) = 0;
   // Blocks until queued work on device finishes (CPU: no-op).

@@ -31,6 +31,13 @@ struct CpuBackend final : Backend {
                            const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
                            const Tensor& grad_bias) override;                              // cpu_norm.cpp
   void causal_softmax(const Tensor& x, double scale, const Tensor& out) override;         // cpu_attention.cpp
+  void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+              const Tensor& out) override;                                                  // cpu_conv.cpp
+  void conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                       const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) override;  // cpu_conv.cpp
+  void pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;  // cpu_conv.cpp
+  void pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
+                       const Tensor& grad_x) override;                                     // cpu_conv.cpp
   void copy_across(const Tensor& src, const Tensor& dst) override;                         // cpu_elementwise.cpp
   void synchronize(Device) override {}
 };

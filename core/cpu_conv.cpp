@@ -1,0 +1,390 @@
+// CPU convolution and pooling over (H, W), each forward beside its backward.
+//
+// conv2d is im2col + GEMM, one image at a time:
+//   cols (C*kH*kW, Ho*Wo):  cols[(c, i, j)][(oh, ow)] = x[c][oh*sh - ph + i*dh][ow*sw - pw + j*dw]  (0 outside)
+//   out_g (Cout/G, Ho*Wo) = W_g (Cout/G, C/G*kH*kW) @ cols_g (C/G*kH*kW, Ho*Wo)   for each group g
+// The rows of cols are ordered (c, i, j), so group g's rows are one block and
+// W's natural layout (Cout, C/G, kH, kW) is already the GEMM's left operand.
+// backward:
+//   gcols_g = W_g^T @ gout_g;  gx = col2im(gcols)   (col2im is im2col's adjoint: overlapping taps add up)
+//   gW_g   += gout_g @ cols_g^T                      (summed over images)
+//   gb[co]  = sum over images and pixels of gout[co]
+// A 1x1 kernel with stride 1 and no padding needs no cols at all: cols is x.
+//
+// Threads: with at least as many images as threads, images are spread over
+// threads, each with its own cols buffer, and the GEMMs inside run on one
+// thread (core/gemm.cpp stays serial inside a team). With fewer images they go
+// one by one and each GEMM uses every thread. Weight/bias gradients are summed
+// per thread and then added in thread order, so results do not depend on timing.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/cpu_backend.h"
+#include "core/cpu_loop.h"
+#include "core/gemm.h"
+#include "core/raw_ops.h"
+#include "memory/allocator.h"
+
+namespace snug {
+
+namespace {
+
+struct Geom {
+  int64_t C, H, W;      // input plane
+  int64_t kh, kw;       // kernel
+  int64_t sh, sw, ph, pw, dh, dw;
+  int64_t Ho, Wo;       // output plane
+  bool is_pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The output columns [ow0, ow1) whose input column ow*sw + off lies in [0, W).
+void valid_cols(int64_t off, int64_t W, int64_t sw, int64_t Wo, int64_t& ow0, int64_t& ow1) {
+  ow0 = off >= 0 ? 0 : ceil_div(-off, sw);
+  ow1 = W - off > 0 ? ceil_div(W - off, sw) : 0;
+  ow0 = std::min(ow0, Wo);
+  ow1 = std::max(std::min(ow1, Wo), ow0);
+}
+
+// x (C, H, W) -> cols (C*kh*kw, Ho*Wo)
+template <class T>
+void im2col(const T* x, const Geom& g, T* cols) {
+  const int64_t P = g.Ho * g.Wo;
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) {
+        T* row = cols + ((c * g.kh + i) * g.kw + j) * P;
+        const int64_t off = j * g.dw - g.pw;
+        int64_t ow0, ow1;
+        valid_cols(off, g.W, g.sw, g.Wo, ow0, ow1);
+        for (int64_t oh = 0; oh < g.Ho; ++oh) {
+          T* r = row + oh * g.Wo;
+          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+          if (ih < 0 || ih >= g.H) {
+            std::fill(r, r + g.Wo, T(0));
+            continue;
+          }
+          const T* xr = x + (c * g.H + ih) * g.W;  // xr[ow*sw + off] is the tap
+          std::fill(r, r + ow0, T(0));
+          if (g.sw == 1)
+            std::copy(xr + ow0 + off, xr + ow1 + off, r + ow0);
+          else
+            for (int64_t ow = ow0; ow < ow1; ++ow) r[ow] = xr[ow * g.sw + off];
+          std::fill(r + ow1, r + g.Wo, T(0));
+        }
+      }
+}
+
+// cols (C*kh*kw, Ho*Wo) -> x (C, H, W), the adjoint of im2col: x is zeroed, then every tap adds in.
+template <class T>
+void col2im(const T* cols, const Geom& g, T* x) {
+  const int64_t P = g.Ho * g.Wo;
+  std::fill(x, x + g.C * g.H * g.W, T(0));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t i = 0; i < g.kh; ++i)
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const T* row = cols + ((c * g.kh + i) * g.kw + j) * P;
+        const int64_t off = j * g.dw - g.pw;
+        int64_t ow0, ow1;
+        valid_cols(off, g.W, g.sw, g.Wo, ow0, ow1);
+        for (int64_t oh = 0; oh < g.Ho; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+          if (ih < 0 || ih >= g.H) continue;
+          const T* r = row + oh * g.Wo;
+          T* xr = x + (c * g.H + ih) * g.W;
+          for (int64_t ow = ow0; ow < ow1; ++ow) xr[ow * g.sw + off] += r[ow];
+        }
+      }
+}
+
+// C (M, N) = alpha op(A) op(B) + beta C, row-major, in T's precision.
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+          int64_t ldb, float beta, float* C, int64_t ldc) {
+  kernels::gemm_f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
+          int64_t ldb, double beta, double* C, int64_t ldc) {
+  kernels::gemm_f64(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
+}
+
+Geom geom_of(const Tensor& x, const Tensor& w, const Conv2dParams& p, int64_t Ho, int64_t Wo) {
+  return Geom{x.size(1), x.size(2), x.size(3), w.size(2), w.size(3), p.stride[0], p.stride[1], p.padding[0],
+              p.padding[1], p.dilation[0], p.dilation[1], Ho, Wo};
+}
+
+// Threads for a loop over N images (see the top of the file).
+int image_threads(int64_t N) {
+  const int t = kernels::get_num_threads();
+  return (N >= t && !omp_in_parallel()) ? t : 1;
+}
+
+// A scratch buffer from the caching allocator, tagged as workspace.
+Tensor scratch(int64_t n, DType dt, Device d) {
+  memory::TagScope tag(memory::Tag::workspace);
+  return empty({std::max<int64_t>(n, 1)}, TensorOptions(dt, d));
+}
+
+// x (N, C, H, W), w (Cout, C/G, kh, kw), b (Cout) or null -> out (N, Cout, Ho, Wo)
+template <class T>
+void conv_forward(const T* x, const T* w, const T* b, T* out, const Geom& g, int64_t N, int64_t Cout, int64_t G,
+                  T* ws, int nt) {
+  const int64_t P = g.Ho * g.Wo, K = g.C / G * g.kh * g.kw, Cog = Cout / G;
+  const bool pointwise = g.is_pointwise();
+#pragma omp parallel num_threads(nt)
+  {
+    T* cols = ws + omp_get_thread_num() * g.C * g.kh * g.kw * P;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xn = x + n * g.C * g.H * g.W;
+      T* on = out + n * Cout * P;  // (Cout, P)
+      const T* cn = xn;
+      if (!pointwise) {
+        im2col(xn, g, cols);
+        cn = cols;
+      }
+      for (int64_t gi = 0; gi < G; ++gi)  // on_g (Cog, P) = w_g (Cog, K) @ cn_g (K, P)
+        gemm(false, false, Cog, P, K, w + gi * Cog * K, K, cn + gi * K * P, P, T(0), on + gi * Cog * P, P);
+      if (b)
+        for (int64_t co = 0; co < Cout; ++co) {
+          T* r = on + co * P;
+          for (int64_t q = 0; q < P; ++q) r[q] += b[co];
+        }
+    }
+  }
+}
+
+// gout (N, Cout, Ho, Wo) -> gx (N, C, H, W), gw (Cout, C/G, kh, kw), gb (Cout); null = not wanted.
+// gw_part (nt, Cout*K) and gb_part (nt, Cout) are zeroed per-thread sums.
+template <class T>
+void conv_backward(const T* gout, const T* x, const T* w, T* gx, T* gw, T* gb, const Geom& g, int64_t N,
+                   int64_t Cout, int64_t G, T* ws, T* gw_part, T* gb_part, int nt) {
+  const int64_t P = g.Ho * g.Wo, K = g.C / G * g.kh * g.kw, Cog = Cout / G;
+  const bool pointwise = g.is_pointwise();
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    T* cols = ws + t * g.C * g.kh * g.kw * P;
+    T* gwp = gw ? gw_part + t * Cout * K : nullptr;
+    T* gbp = gb ? gb_part + t * Cout : nullptr;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* gn = gout + n * Cout * P;  // (Cout, P)
+      if (gx) {
+        T* gxn = gx + n * g.C * g.H * g.W;
+        T* gc = pointwise ? gxn : cols;  // gcols (C*kh*kw, P)
+        for (int64_t gi = 0; gi < G; ++gi)  // gc_g (K, P) = w_g^T (K, Cog) @ gn_g (Cog, P)
+          gemm(true, false, K, P, Cog, w + gi * Cog * K, K, gn + gi * Cog * P, P, T(0), gc + gi * K * P, P);
+        if (!pointwise) col2im(cols, g, gxn);
+      }
+      if (gw) {
+        const T* xn = x + n * g.C * g.H * g.W;
+        const T* cn = xn;
+        if (!pointwise) {
+          im2col(xn, g, cols);
+          cn = cols;
+        }
+        for (int64_t gi = 0; gi < G; ++gi)  // gw_g (Cog, K) += gn_g (Cog, P) @ cn_g^T (P, K)
+          gemm(false, true, Cog, K, P, gn + gi * Cog * P, P, cn + gi * K * P, P, T(1), gwp + gi * Cog * K, K);
+      }
+      if (gb)
+        for (int64_t co = 0; co < Cout; ++co) {
+          const T* r = gn + co * P;
+          T s = 0;
+          for (int64_t q = 0; q < P; ++q) s += r[q];
+          gbp[co] += s;
+        }
+    }
+  }
+  for (int t = 0; t < nt; ++t) {
+    if (gw)
+      for (int64_t e = 0; e < Cout * K; ++e) gw[e] = (t == 0 ? T(0) : gw[e]) + gw_part[t * Cout * K + e];
+    if (gb)
+      for (int64_t co = 0; co < Cout; ++co) gb[co] = (t == 0 ? T(0) : gb[co]) + gb_part[t * Cout + co];
+  }
+}
+
+bool is_low_precision(DType d) { return d == DType::f16 || d == DType::bf16; }
+Tensor to_f32(const Tensor& t) { return t.defined() ? raw::to_dtype(t, DType::f32) : Tensor(); }
+Tensor empty_f32_like(const Tensor& t) { return t.defined() ? empty(t.shape(), TensorOptions(DType::f32, t.device())) : Tensor(); }
+
+template <class T>
+T* ptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+}  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                        const Tensor& out) {
+  if (is_low_precision(out.dtype())) {  // f16/bf16: computed in f32, rounded once at the end
+    Tensor o32 = empty_f32_like(out);
+    conv2d(to_f32(x), to_f32(weight), to_f32(bias), p, o32);
+    copy(o32, out);
+    return;
+  }
+  const int64_t N = x.size(0), Cout = weight.size(0);
+  const Geom g = geom_of(x, weight, p, out.size(2), out.size(3));
+  if (out.numel() == 0) return;
+  const int nt = image_threads(N);
+  const int64_t per_thread = g.is_pointwise() ? 0 : g.C * g.kh * g.kw * g.Ho * g.Wo;
+  Tensor ws = scratch(nt * per_thread, out.dtype(), out.device());
+  dispatch_floating(out.dtype(), "conv2d", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      conv_forward<T>(ptr<T>(x), ptr<T>(weight), ptr<T>(bias), ptr<T>(out), g, N, Cout, p.groups, ptr<T>(ws), nt);
+  });
+}
+
+void CpuBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                                 const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+  if (is_low_precision(grad_out.dtype())) {
+    Tensor gx = empty_f32_like(grad_x), gw = empty_f32_like(grad_weight), gb = empty_f32_like(grad_bias);
+    conv2d_backward(to_f32(grad_out), to_f32(x), to_f32(weight), p, gx, gw, gb);
+    if (gx.defined()) copy(gx, grad_x);
+    if (gw.defined()) copy(gw, grad_weight);
+    if (gb.defined()) copy(gb, grad_bias);
+    return;
+  }
+  // Shapes: x may be undefined when only grad_x is wanted; grad_x then gives them.
+  const Tensor& xs = x.defined() ? x : grad_x;
+  const int64_t N = grad_out.size(0), Cout = grad_out.size(1);
+  const int64_t kh = weight.defined() ? weight.size(2) : grad_weight.size(2);
+  const int64_t kw = weight.defined() ? weight.size(3) : grad_weight.size(3);
+  const Geom g{xs.size(1), xs.size(2), xs.size(3), kh, kw, p.stride[0], p.stride[1], p.padding[0], p.padding[1],
+               p.dilation[0], p.dilation[1], grad_out.size(2), grad_out.size(3)};
+  const int64_t K = g.C / p.groups * kh * kw;
+  const int nt = image_threads(N);
+  const int64_t per_thread = g.is_pointwise() ? 0 : g.C * kh * kw * g.Ho * g.Wo;
+  const DType dt = grad_out.dtype();
+  Tensor ws = scratch(nt * per_thread, dt, grad_out.device());
+  Tensor gw_part = grad_weight.defined() ? zeros({nt, Cout * K}, TensorOptions(dt, grad_out.device())) : Tensor();
+  Tensor gb_part = grad_bias.defined() ? zeros({nt, Cout}, TensorOptions(dt, grad_out.device())) : Tensor();
+  if (grad_out.numel() == 0) {  // nothing flows back: every gradient is zero
+    for (const Tensor* t : {&grad_x, &grad_weight, &grad_bias})
+      if (t->defined()) fill(*t, 0);
+    return;
+  }
+  dispatch_floating(dt, "conv2d_backward", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      conv_backward<T>(ptr<T>(grad_out), ptr<T>(x), ptr<T>(weight), ptr<T>(grad_x), ptr<T>(grad_weight),
+                       ptr<T>(grad_bias), g, N, Cout, p.groups, ptr<T>(ws), ptr<T>(gw_part), ptr<T>(gb_part), nt);
+  });
+}
+
+// ---- pooling ----------------------------------------------------------------------------
+// Output cell (oh, ow) of a plane reads input rows [h0, h1) and columns
+// [w0, w1) (already clipped to the input) and, for avg, divides by the
+// window size. Windows are separable: each output row and column has its
+// span, computed once per call. Planes (n, c) are independent and spread
+// over threads.
+namespace {
+
+struct Span {
+  int64_t lo, hi, size;  // clipped [lo, hi); size: the divisor's share (counts padding for avg)
+};
+
+// The spans of one dim d (0 = rows, 1 = columns): input length n, output length no.
+std::vector<Span> spans_of(const Pool2dParams& p, int d, int64_t n, int64_t no) {
+  std::vector<Span> out(static_cast<size_t>(no));
+  for (int64_t o = 0; o < no; ++o) {
+    Span& s = out[size_t(o)];
+    if (p.kind == PoolKind::adaptive_avg) {
+      s.lo = o * n / no;
+      s.hi = ceil_div((o + 1) * n, no);
+      s.size = s.hi - s.lo;
+      continue;
+    }
+    const int64_t start = o * p.stride[d] - p.padding[d];
+    // count_include_pad: the window clipped to the padded input, as PyTorch.
+    s.size = std::min(start + p.kernel[d], n + p.padding[d]) - start;
+    s.lo = std::max<int64_t>(start, 0);
+    s.hi = std::min(start + p.kernel[d], n);
+  }
+  return out;
+}
+
+}  // namespace
+
+void CpuBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+  const int64_t planes = x.size(0) * x.size(1), H = x.size(2), W = x.size(3), Ho = out.size(2), Wo = out.size(3);
+  const std::vector<Span> rows = spans_of(p, 0, H, Ho), cols = spans_of(p, 1, W, Wo);
+  dispatch_floating(x.dtype(), "pool2d", [&]<class T>() {
+    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const T* xp = ptr<T>(x);
+    T* op = ptr<T>(out);
+    int64_t* ip = indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr;
+#pragma omp parallel for if (planes * H * W > cpu::kParallelGrain) schedule(static)
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      const T* xq = xp + pl * H * W;
+      T* oq = op + pl * Ho * Wo;
+      int64_t* iq = ip ? ip + pl * Ho * Wo : nullptr;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const Span r = rows[size_t(oh)];
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const Span c = cols[size_t(ow)];
+          if (p.kind == PoolKind::max) {
+            A best = -std::numeric_limits<A>::infinity();
+            int64_t arg = r.lo * W + c.lo;
+            for (int64_t h = r.lo; h < r.hi; ++h)
+              for (int64_t w = c.lo; w < c.hi; ++w) {
+                const A v = A(xq[h * W + w]);
+                if (v > best || v != v) {  // NaN propagates, as in PyTorch
+                  best = v;
+                  arg = h * W + w;
+                }
+              }
+            oq[oh * Wo + ow] = T(best);
+            iq[oh * Wo + ow] = arg;
+          } else {
+            A s = 0;
+            for (int64_t h = r.lo; h < r.hi; ++h)
+              for (int64_t w = c.lo; w < c.hi; ++w) s += A(xq[h * W + w]);
+            oq[oh * Wo + ow] = T(s / A(r.size * c.size));
+          }
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
+                                 const Tensor& grad_x) {
+  const int64_t planes = grad_x.size(0) * grad_x.size(1), H = grad_x.size(2), W = grad_x.size(3);
+  const int64_t Ho = grad_out.size(2), Wo = grad_out.size(3);
+  const std::vector<Span> rows = spans_of(p, 0, H, Ho), cols = spans_of(p, 1, W, Wo);
+  dispatch_floating(grad_x.dtype(), "pool2d_backward", [&]<class T>() {
+    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const T* gp = ptr<T>(grad_out);
+    T* gxp = ptr<T>(grad_x);
+    const int64_t* ip = indices.defined() ? static_cast<const int64_t*>(indices.data_ptr()) : nullptr;
+#pragma omp parallel for if (planes * H * W > cpu::kParallelGrain) schedule(static)
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      // Accumulate the plane in A (f16/bf16 sums would round at every tap).
+      std::vector<A> acc(size_t(H * W), A(0));
+      const T* gq = gp + pl * Ho * Wo;
+      for (int64_t oh = 0; oh < Ho; ++oh) {
+        const Span r = rows[size_t(oh)];
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          const A go = A(gq[oh * Wo + ow]);
+          if (p.kind == PoolKind::max) {
+            acc[size_t(ip[pl * Ho * Wo + oh * Wo + ow])] += go;
+            continue;
+          }
+          const Span c = cols[size_t(ow)];
+          const A share = go / A(r.size * c.size);
+          for (int64_t h = r.lo; h < r.hi; ++h)
+            for (int64_t w = c.lo; w < c.hi; ++w) acc[size_t(h * W + w)] += share;
+        }
+      }
+      T* gxq = gxp + pl * H * W;
+      for (int64_t e = 0; e < H * W; ++e) gxq[e] = T(acc[size_t(e)]);
+    }
+  });
+}
+
+}  // namespace snug
