@@ -259,7 +259,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     if (mask.defined()) s = masked_fill(s, mask, -std::numeric_limits<double>::infinity());
     if (causal) {
       const int64_t Tq = q.size(-2), Tk = k.size(-2);
-      Tensor i = arange(Tq).view({Tq, 1}), j = arange(Tk).view({1, Tk});
+      // Fix: the index tensors are made on q's device (they were always on the
+      // CPU, so causal + mask failed for tensors on any other device).
+      const TensorOptions io(DType::i64, q.device());
+      Tensor i = arange(Tq, io).view({Tq, 1}), j = arange(Tk, io).view({1, Tk});
       s = masked_fill(s, gt(j, i + double(Tk - Tq)), -std::numeric_limits<double>::infinity());
     }
     p = softmax(s, -1);

@@ -1,0 +1,476 @@
+// nn::functional: linear, layer_norm, embedding, the losses and attention,
+// each against a naive double-precision computation, with gradchecks.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/generator.h"
+#include "nn/functional.h"
+
+using namespace snug;
+namespace F = snug::nn::functional;
+using F::Reduction;
+
+namespace {
+
+Tensor make(const std::vector<double>& v, const Shape& s, DType dt = kFloat32) {
+  return from_vector<double>(v, s, TensorOptions(dt));
+}
+Tensor idx(const std::vector<int64_t>& v) { return from_vector<int64_t>(v, {int64_t(v.size())}, TensorOptions(kInt64)); }
+void check_vals(const Tensor& t, const std::vector<double>& want, double eps = 1e-5) {
+  auto got = t.to_vector<double>();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element ", i);
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps).scale(1.0));
+  }
+}
+void check_grad(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& in) {
+  auto r = autograd::gradcheck(fn, in);
+  INFO(r.message);
+  CHECK(r.ok);
+}
+template <class E, class Fn>
+std::string error_of(Fn&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL("wrong exception type: " << e.what());
+    return "";
+  }
+  FAIL("expected an exception");
+  return "";
+}
+Tensor rnd(const Shape& s, uint64_t seed, DType dt = kFloat64) {
+  Generator g(seed);
+  return randn(s, TensorOptions(dt), &g);
+}
+double lse(const std::vector<double>& r) {
+  double m = -INFINITY, s = 0;
+  for (double v : r) m = std::max(m, v);
+  for (double v : r) s += std::exp(v - m);
+  return m + std::log(s);
+}
+
+}  // namespace
+
+// ---- linear ----------------------------------------------------------------------------
+
+TEST_CASE("linear: values for 2-D and 3-D input, with and without bias") {
+  std::vector<double> xv = {1, 2, 3, -1, 0, 2, 0.5, 0.5, -2, 4, 1, 0};  // (4, 3) / (2, 2, 3)
+  std::vector<double> wv = {1, 0, -1, 2, 1, 0.5};                       // (2, 3)
+  std::vector<double> bv = {0.25, -1};
+  std::vector<double> want, want_nb;
+  for (int n = 0; n < 4; ++n)
+    for (int o = 0; o < 2; ++o) {
+      double s = 0;
+      for (int i = 0; i < 3; ++i) s += xv[n * 3 + i] * wv[o * 3 + i];
+      want_nb.push_back(s);
+      want.push_back(s + bv[o]);
+    }
+  Tensor w = make(wv, {2, 3}), b = make(bv, {2});
+  Tensor y = F::linear(make(xv, {4, 3}), w, b);
+  CHECK(y.shape() == Shape{4, 2});
+  check_vals(y, want);
+  Tensor y3 = F::linear(make(xv, {2, 2, 3}), w, b);
+  CHECK(y3.shape() == Shape{2, 2, 2});
+  check_vals(y3, want);
+  check_vals(F::linear(make(xv, {4, 3}), w), want_nb);
+  // A non-contiguous input (a transpose) gives the same.
+  Tensor xt = make(xv, {4, 3}).t().contiguous().t();
+  check_vals(F::linear(xt, w, b), want);
+  // 1-D input.
+  Tensor y1 = F::linear(make({1, 2, 3}, {3}), w, b);
+  CHECK(y1.shape() == Shape{2});
+  check_vals(y1, {1 - 3 + 0.25, 2 + 2 + 1.5 - 1});
+}
+
+TEST_CASE("linear: shape errors name the shapes") {
+  Tensor w = zeros({2, 3});
+  std::string m = error_of<ShapeError>([&] { F::linear(zeros({4, 5}), w); });
+  CHECK(m.find("[4, 5]") != std::string::npos);
+  CHECK(m.find("[2, 3]") != std::string::npos);
+  CHECK_THROWS_AS(F::linear(zeros({4, 3}), zeros({3})), ShapeError);
+  CHECK_THROWS_AS(F::linear(zeros({4, 3}), w, zeros({3})), ShapeError);
+}
+
+TEST_CASE("linear: gradcheck for x, W and b (2-D and 3-D)") {
+  check_grad([](const std::vector<Tensor>& a) { return F::linear(a[0], a[1], a[2]); },
+             {rnd({3, 4}, 1), rnd({2, 4}, 2), rnd({2}, 3)});
+  check_grad([](const std::vector<Tensor>& a) { return F::linear(a[0], a[1], a[2]); },
+             {rnd({2, 2, 3}, 4), rnd({3, 3}, 5), rnd({3}, 6)});
+  check_grad([](const std::vector<Tensor>& a) { return F::linear(a[0], a[1]); }, {rnd({2, 3}, 7), rnd({2, 3}, 8)});
+  // Only x requires grad (the weight is frozen).
+  Tensor w = rnd({2, 3}, 9);
+  check_grad([&](const std::vector<Tensor>& a) { return F::linear(a[0], w); }, {rnd({2, 3}, 10)});
+}
+
+// ---- layer_norm ---------------------------------------------------------------------
+
+namespace {
+std::vector<double> naive_layer_norm(const std::vector<double>& x, int64_t C, const std::vector<double>& w,
+                                     const std::vector<double>& b, double eps) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r < x.size() / C; ++r) {
+    double mu = 0, var = 0;
+    for (int64_t c = 0; c < C; ++c) mu += x[r * C + c];
+    mu /= C;
+    for (int64_t c = 0; c < C; ++c) var += (x[r * C + c] - mu) * (x[r * C + c] - mu);
+    var /= C;  // biased, as PyTorch
+    for (int64_t c = 0; c < C; ++c) {
+      double h = (x[r * C + c] - mu) / std::sqrt(var + eps);
+      y[r * C + c] = h * (w.empty() ? 1 : w[c]) + (b.empty() ? 0 : b[c]);
+    }
+  }
+  return y;
+}
+}  // namespace
+
+TEST_CASE("layer_norm: matches a naive computation, affine and not, any leading dims") {
+  std::vector<double> xv = {1, 2, 3, 4, -1, 0.5, 8, -3, 0, 0, 0, 1e-3};  // (3, 4) / (3, 2, 2)... rows of 4
+  std::vector<double> wv = {1, 2, -1, 0.5}, bv = {0, 1, -2, 0.25};
+  Tensor y = F::layer_norm(make(xv, {3, 4}), make(wv, {4}), make(bv, {4}));
+  check_vals(y, naive_layer_norm(xv, 4, wv, bv, 1e-5), 1e-4);
+  Tensor y3 = F::layer_norm(make(xv, {1, 3, 4}, kFloat64), Tensor(), Tensor(), 1e-3);
+  CHECK(y3.shape() == Shape{1, 3, 4});
+  CHECK(y3.dtype() == kFloat64);
+  check_vals(y3, naive_layer_norm(xv, 4, {}, {}, 1e-3), 1e-9);
+  // Rows normalised: mean 0, biased var 1 (up to eps).
+  auto v = F::layer_norm(make({10, 20, 30}, {1, 3}), Tensor(), Tensor(), 0).to_vector<double>();
+  CHECK(v[0] + v[1] + v[2] == doctest::Approx(0).scale(1));
+  CHECK((v[0] * v[0] + v[1] * v[1] + v[2] * v[2]) / 3 == doctest::Approx(1));
+  CHECK_THROWS_AS(F::layer_norm(zeros({2, 4}), zeros({3}), Tensor()), ShapeError);
+  CHECK_THROWS_AS(F::layer_norm(zeros({2, 4}, kInt64), Tensor(), Tensor()), DTypeError);
+}
+
+TEST_CASE("layer_norm: gradcheck of x, weight and bias; and without affine") {
+  check_grad([](const std::vector<Tensor>& a) { return F::layer_norm(a[0], a[1], a[2]); },
+             {rnd({3, 5}, 11), rnd({5}, 12), rnd({5}, 13)});
+  check_grad([](const std::vector<Tensor>& a) { return F::layer_norm(a[0], Tensor(), Tensor()); }, {rnd({2, 2, 4}, 14)});
+  check_grad([](const std::vector<Tensor>& a) { return F::layer_norm(a[0], a[1], Tensor()); },
+             {rnd({2, 3}, 15), rnd({3}, 16)});
+}
+
+// ---- embedding ------------------------------------------------------------------------
+
+TEST_CASE("embedding: picks rows, any index shape, out-of-range is an IndexError") {
+  Tensor w = make({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2});
+  Tensor i2 = from_vector<int64_t>({3, 0, 1, 1, 2, 3}, {2, 3}, TensorOptions(kInt64));
+  Tensor y = F::embedding(i2, w);
+  CHECK(y.shape() == Shape{2, 3, 2});
+  check_vals(y, {30, 31, 0, 1, 10, 11, 10, 11, 20, 21, 30, 31});
+  check_vals(F::embedding(from_vector<int32_t>({2}, {1}, TensorOptions(kInt32)), w), {20, 21});
+  std::string m = error_of<IndexError>([&] { F::embedding(idx({0, 4}), w); });
+  CHECK(m.find("4") != std::string::npos);
+  CHECK_THROWS_AS(F::embedding(idx({-1}), w), IndexError);
+  CHECK_THROWS_AS(F::embedding(make({1}, {1}), w), DTypeError);
+  CHECK_THROWS_AS(F::embedding(idx({0}), zeros({4})), ShapeError);
+}
+
+TEST_CASE("embedding: gradient accumulates repeated indices; gradcheck") {
+  Tensor w = zeros({3, 2}).requires_grad_(true);
+  Tensor i = idx({2, 0, 2, 2});
+  Tensor y = F::embedding(i, w);
+  // weight each output row by its position + 1.
+  Tensor g = make({1, 1, 2, 2, 3, 3, 4, 4}, {4, 2});
+  sum(y * g).backward();
+  check_vals(w.grad(), {2, 2, 0, 0, 1 + 3 + 4, 1 + 3 + 4});
+  check_grad([&](const std::vector<Tensor>& a) { return F::embedding(i, a[0]); }, {rnd({3, 2}, 17)});
+  Tensor i2 = from_vector<int64_t>({1, 1, 0, 1}, {2, 2}, TensorOptions(kInt64));
+  check_grad([&](const std::vector<Tensor>& a) { return F::embedding(i2, a[0]); }, {rnd({2, 3}, 18)});
+}
+
+// ---- cross_entropy ------------------------------------------------------------------
+
+TEST_CASE("cross_entropy: hand-computed on 2x3 logits, reductions") {
+  // Row 0: logits (1, 2, 3), target 2: loss = lse - 3, lse = 3 + log(1 + e^-1 + e^-2)
+  // Row 1: logits (0, 0, 0), target 0: loss = log 3
+  double l0 = std::log(1 + std::exp(-1.0) + std::exp(-2.0)), l1 = std::log(3.0);
+  Tensor x = make({1, 2, 3, 0, 0, 0}, {2, 3});
+  Tensor t = idx({2, 0});
+  CHECK(F::cross_entropy(x, t).item() == doctest::Approx((l0 + l1) / 2));
+  CHECK(F::cross_entropy(x, t, -100, 0, Reduction::sum).item() == doctest::Approx(l0 + l1));
+  Tensor none = F::cross_entropy(x, t, -100, 0, Reduction::none);
+  CHECK(none.shape() == Shape{2});
+  check_vals(none, {l0, l1});
+  CHECK(F::cross_entropy(x.to(kFloat64), t).dtype() == kFloat64);
+}
+
+TEST_CASE("cross_entropy: ignore_index and label smoothing") {
+  Tensor x = make({1, 2, 3, 0, 0, 0, 5, -5, 0}, {3, 3});
+  std::vector<std::vector<double>> rows = {{1, 2, 3}, {0, 0, 0}, {5, -5, 0}};
+  std::vector<int64_t> tv = {2, -100, 1};
+  // Mean over the two kept rows only.
+  auto nll = [&](int r, int c) { return lse(rows[r]) - rows[r][c]; };
+  CHECK(F::cross_entropy(x, idx(tv)).item() == doctest::Approx((nll(0, 2) + nll(2, 1)) / 2));
+  check_vals(F::cross_entropy(x, idx(tv), -100, 0, Reduction::none), {nll(0, 2), 0, nll(2, 1)});
+  // A custom ignore_index.
+  CHECK(F::cross_entropy(x, idx({2, 7, 1}), 7).item() == doctest::Approx((nll(0, 2) + nll(2, 1)) / 2));
+  // Smoothing 0.3: (1 - 0.3) * nll + 0.3 * mean_c nll_c
+  const double e = 0.3;
+  auto smooth = [&](int r, int c) {
+    double m = 0;
+    for (int k = 0; k < 3; ++k) m += nll(r, k);
+    return (1 - e) * nll(r, c) + e * m / 3;
+  };
+  CHECK(F::cross_entropy(x, idx(tv), -100, e).item() == doctest::Approx((smooth(0, 2) + smooth(2, 1)) / 2));
+  CHECK(F::cross_entropy(x, idx(tv), -100, e, Reduction::sum).item() ==
+        doctest::Approx(smooth(0, 2) + smooth(2, 1)));
+  // Extreme logits stay finite.
+  Tensor big = make({1000, -1000, 0, 0}, {2, 2});
+  double v = F::cross_entropy(big, idx({1, 0})).item();
+  CHECK(v == doctest::Approx((2000 + std::log(2.0)) / 2));
+}
+
+TEST_CASE("cross_entropy: gradcheck with reductions, ignore and smoothing") {
+  Tensor t = idx({2, 0, 1, 2});
+  Tensor ti = idx({2, -100, 1, -100});
+  Tensor x = rnd({4, 3}, 19);
+  for (auto red : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    check_grad([&](const std::vector<Tensor>& a) { return F::cross_entropy(a[0], t, -100, 0, red); }, {x});
+    check_grad([&](const std::vector<Tensor>& a) { return F::cross_entropy(a[0], ti, -100, 0, red); }, {x});
+    check_grad([&](const std::vector<Tensor>& a) { return F::cross_entropy(a[0], ti, -100, 0.2, red); }, {x});
+  }
+  // The gradient of the ignored rows is exactly zero.
+  Tensor xl = rnd({4, 3}, 20).requires_grad_(true);
+  F::cross_entropy(xl, ti, -100, 0.1).backward();
+  auto g = xl.grad().to_vector<double>();
+  for (int c = 0; c < 3; ++c) {
+    CHECK(g[3 + c] == 0.0);
+    CHECK(g[9 + c] == 0.0);
+  }
+}
+
+TEST_CASE("cross_entropy: errors for bad shapes, dtypes, targets, smoothing") {
+  Tensor x = zeros({2, 3});
+  std::string m = error_of<ShapeError>([&] { F::cross_entropy(zeros({2, 3, 4}), idx({0, 1})); });
+  CHECK(m.find("[2, 3, 4]") != std::string::npos);
+  m = error_of<ShapeError>([&] { F::cross_entropy(x, idx({0, 1, 2})); });
+  CHECK(m.find("[3]") != std::string::npos);
+  m = error_of<DTypeError>([&] { F::cross_entropy(x, make({0, 1}, {2})); });
+  CHECK(m.find("i64") != std::string::npos);
+  m = error_of<IndexError>([&] { F::cross_entropy(x, idx({0, 3})); });
+  CHECK(m.find("target[1] = 3") != std::string::npos);
+  CHECK(m.find("3 classes") != std::string::npos);
+  m = error_of<IndexError>([&] { F::cross_entropy(x, idx({-1, 0})); });
+  CHECK(m.find("target[0] = -1") != std::string::npos);
+  CHECK_THROWS_AS(F::cross_entropy(x, idx({0, 1}), -100, 1.0), ValueError);
+  CHECK_THROWS_AS(F::cross_entropy(x, idx({0, 1}), -100, -0.1), ValueError);
+}
+
+// ---- nll, mse, bce --------------------------------------------------------------------
+
+TEST_CASE("nll_loss: values, ignore_index, reductions, gradient") {
+  Tensor lp = make({-0.5, -1, -2, -3, -0.25, -4}, {2, 3});
+  CHECK(F::nll_loss(lp, idx({1, 2})).item() == doctest::Approx((1 + 4) / 2.0));
+  CHECK(F::nll_loss(lp, idx({1, -100})).item() == doctest::Approx(1));
+  CHECK(F::nll_loss(lp, idx({0, 1}), -100, Reduction::sum).item() == doctest::Approx(0.75));
+  check_vals(F::nll_loss(lp, idx({2, -100}), -100, Reduction::none), {2, 0});
+  // It equals cross_entropy applied to log_softmax.
+  Tensor x = rnd({3, 4}, 21, kFloat32);
+  CHECK(F::nll_loss(log_softmax(x, 1), idx({3, 0, 1})).item() ==
+        doctest::Approx(F::cross_entropy(x, idx({3, 0, 1})).item()).epsilon(1e-5));
+  check_grad([](const std::vector<Tensor>& a) { return F::nll_loss(a[0], idx({2, -100, 0})); }, {rnd({3, 3}, 22)});
+  CHECK_THROWS_AS(F::nll_loss(lp, idx({0, 3})), IndexError);
+  CHECK_THROWS_AS(F::nll_loss(lp, make({0, 1}, {2})), DTypeError);
+  CHECK_THROWS_AS(F::nll_loss(lp, idx({0})), ShapeError);
+}
+
+TEST_CASE("mse_loss: values, reductions, gradient, shape error") {
+  Tensor a = make({1, 2, 3, 4}, {2, 2}), b = make({0, 2, 5, 3}, {2, 2});
+  CHECK(F::mse_loss(a, b).item() == doctest::Approx((1 + 0 + 4 + 1) / 4.0));
+  CHECK(F::mse_loss(a, b, Reduction::sum).item() == doctest::Approx(6));
+  check_vals(F::mse_loss(a, b, Reduction::none), {1, 0, 4, 1});
+  check_grad([](const std::vector<Tensor>& t) { return F::mse_loss(t[0], t[1]); }, {rnd({2, 3}, 23), rnd({2, 3}, 24)});
+  CHECK_THROWS_AS(F::mse_loss(a, zeros({4})), ShapeError);
+}
+
+TEST_CASE("binary_cross_entropy_with_logits: values, stability at large |x|, gradcheck") {
+  std::vector<double> xv = {0.5, -1, 2, 0, 100, -100, 100, -100}, tv = {1, 0, 0.3, 1, 0, 0, 1, 1};
+  std::vector<double> want;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    double x = xv[i], t = tv[i];
+    // -t log(sigmoid(x)) - (1 - t) log(1 - sigmoid(x)), written with log1p for the tails
+    double log_sig = x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x));
+    double log_1msig = x >= 0 ? -x - std::log1p(std::exp(-x)) : -std::log1p(std::exp(x));
+    want.push_back(-t * log_sig - (1 - t) * log_1msig);
+  }
+  Tensor x = make(xv, {8}), t = make(tv, {8});
+  Tensor l = F::binary_cross_entropy_with_logits(x, t, Reduction::none);
+  check_vals(l, want, 1e-5);
+  for (double v : l.to_vector<double>()) CHECK(std::isfinite(v));
+  double s = 0;
+  for (double w : want) s += w;
+  CHECK(F::binary_cross_entropy_with_logits(x, t).item() == doctest::Approx(s / 8));
+  CHECK(F::binary_cross_entropy_with_logits(x, t, Reduction::sum).item() == doctest::Approx(s));
+  check_grad([](const std::vector<Tensor>& a) { return F::binary_cross_entropy_with_logits(a[0], a[1]); },
+             {rnd({5}, 25), rand({5}, TensorOptions(kFloat64))});
+  check_grad(
+      [](const std::vector<Tensor>& a) { return F::binary_cross_entropy_with_logits(a[0], a[1], Reduction::none); },
+      {make({30, -30, 0.1}, {3}, kFloat64), make({0.2, 0.9, 1}, {3}, kFloat64)});
+  CHECK_THROWS_AS(F::binary_cross_entropy_with_logits(x, zeros({7})), ShapeError);
+}
+
+// ---- attention -------------------------------------------------------------------------
+
+namespace {
+// softmax(scale * x) over the last dim of (rows x Tk) with query i seeing j <= i + Tk - Tq.
+std::vector<double> naive_causal_softmax(const std::vector<double>& x, int64_t Tq, int64_t Tk, double scale,
+                                         const std::vector<bool>& blocked = {}) {
+  std::vector<double> y(x.size(), 0.0);
+  for (size_t r = 0; r < x.size() / Tk; ++r) {
+    int64_t i = r % Tq;
+    std::vector<int64_t> vis;
+    for (int64_t j = 0; j < Tk; ++j)
+      if (j <= i + Tk - Tq && (blocked.empty() || !blocked[i * Tk + j])) vis.push_back(j);
+    double m = -INFINITY, s = 0;
+    for (auto j : vis) m = std::max(m, scale * x[r * Tk + j]);
+    for (auto j : vis) s += std::exp(scale * x[r * Tk + j] - m);
+    for (auto j : vis) y[r * Tk + j] = std::exp(scale * x[r * Tk + j] - m) / s;
+  }
+  return y;
+}
+}  // namespace
+
+TEST_CASE("causal_softmax: masked entries exactly 0, rows sum to 1, values") {
+  Tensor x = rnd({2, 4, 4}, 26, kFloat32);
+  Tensor y = F::causal_softmax(x, 0.7);
+  auto yv = y.to_vector<double>();
+  auto want = naive_causal_softmax(x.to_vector<double>(), 4, 4, 0.7);
+  check_vals(y, want, 1e-5);
+  for (int r = 0; r < 8; ++r) {
+    int i = r % 4;
+    double s = 0;
+    for (int j = 0; j < 4; ++j) {
+      if (j > i) CHECK(yv[r * 4 + j] == 0.0);  // exactly
+      s += yv[r * 4 + j];
+    }
+    CHECK(s == doctest::Approx(1).epsilon(1e-6));
+  }
+  // Row 0 sees only key 0.
+  CHECK(yv[0] == 1.0);
+  CHECK_THROWS_AS(F::causal_softmax(zeros({3}), 1), ShapeError);
+  CHECK_THROWS_AS(F::causal_softmax(zeros({2, 2}, kInt64), 1), DTypeError);
+}
+
+TEST_CASE("causal_softmax: Tq != Tk is aligned to the end (query i sees j <= i + Tk - Tq)") {
+  Tensor x = rnd({2, 5}, 27);
+  auto yv = F::causal_softmax(x, 1.0).to_vector<double>();
+  check_vals(F::causal_softmax(x, 1.0), naive_causal_softmax(x.to_vector<double>(), 2, 5, 1.0), 1e-12);
+  // Query 0 sees keys 0..3, query 1 sees all 5.
+  CHECK(yv[4] == 0.0);
+  CHECK(yv[3] > 0.0);
+  CHECK(yv[9] > 0.0);
+}
+
+TEST_CASE("causal_softmax: gradcheck, square and offset") {
+  check_grad([](const std::vector<Tensor>& a) { return F::causal_softmax(a[0], 0.5); }, {rnd({2, 3, 3}, 28)});
+  check_grad([](const std::vector<Tensor>& a) { return F::causal_softmax(a[0], 1.3); }, {rnd({2, 4}, 29)});
+}
+
+namespace {
+// q (Tq, D), k (Tk, D), v (Tk, Dv) for one (b, h); returns (Tq, Dv).
+std::vector<double> naive_attention(const std::vector<double>& q, const std::vector<double>& k,
+                                    const std::vector<double>& v, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv,
+                                    bool causal, const std::vector<bool>& blocked = {}) {
+  std::vector<double> s(Tq * Tk);
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j) {
+      double d = 0;
+      for (int64_t c = 0; c < D; ++c) d += q[i * D + c] * k[j * D + c];
+      s[i * Tk + j] = d;
+    }
+  std::vector<double> p;
+  if (causal) {
+    p = naive_causal_softmax(s, Tq, Tk, 1 / std::sqrt(double(D)), blocked);
+  } else {
+    // Non-causal: pass an offset so every key is visible.
+    std::vector<bool> b = blocked;
+    p.assign(Tq * Tk, 0.0);
+    for (int64_t i = 0; i < Tq; ++i) {
+      double m = -INFINITY, z = 0;
+      for (int64_t j = 0; j < Tk; ++j)
+        if (b.empty() || !b[i * Tk + j]) m = std::max(m, s[i * Tk + j] / std::sqrt(double(D)));
+      for (int64_t j = 0; j < Tk; ++j)
+        if (b.empty() || !b[i * Tk + j]) z += std::exp(s[i * Tk + j] / std::sqrt(double(D)) - m);
+      for (int64_t j = 0; j < Tk; ++j)
+        if (b.empty() || !b[i * Tk + j]) p[i * Tk + j] = std::exp(s[i * Tk + j] / std::sqrt(double(D)) - m) / z;
+    }
+  }
+  std::vector<double> o(Tq * Dv, 0.0);
+  for (int64_t i = 0; i < Tq; ++i)
+    for (int64_t j = 0; j < Tk; ++j)
+      for (int64_t c = 0; c < Dv; ++c) o[i * Dv + c] += p[i * Tk + j] * v[j * Dv + c];
+  return o;
+}
+std::vector<double> slice_bh(const Tensor& t, int64_t b, int64_t h) {
+  return t.select(0, b).select(0, h).contiguous().to_vector<double>();
+}
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention: causal and not, vs naive attention, Tq != Tk") {
+  const int64_t B = 2, H = 2, D = 3;
+  for (auto [Tq, Tk] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {2, 5}}) {
+    Tensor q = rnd({B, H, Tq, D}, 30), k = rnd({B, H, Tk, D}, 31), v = rnd({B, H, Tk, D}, 32);
+    for (bool causal : {true, false}) {
+      Tensor o = F::scaled_dot_product_attention(q, k, v, causal);
+      CHECK(o.shape() == Shape{B, H, Tq, D});
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+          INFO("Tq ", Tq, " Tk ", Tk, " causal ", causal, " b ", b, " h ", h);
+          check_vals(o.select(0, b).select(0, h),
+                     naive_attention(slice_bh(q, b, h), slice_bh(k, b, h), slice_bh(v, b, h), Tq, Tk, D, D, causal),
+                     1e-10);
+        }
+    }
+  }
+}
+
+TEST_CASE("scaled_dot_product_attention: a bool mask (true = blocked), alone and with causal") {
+  const int64_t Tq = 3, Tk = 3, D = 2;
+  std::vector<bool> blocked = {false, true, false, false, false, true, true, false, false};
+  std::vector<uint8_t> mb(blocked.begin(), blocked.end());
+  Tensor mask = from_vector<uint8_t>(mb, {Tq, Tk}, TensorOptions(kBool));
+  Tensor q = rnd({1, 2, Tq, D}, 33), k = rnd({1, 2, Tk, D}, 34), v = rnd({1, 2, Tk, D}, 35);
+  for (bool causal : {false, true}) {
+    Tensor o = F::scaled_dot_product_attention(q, k, v, causal, mask);
+    for (int64_t h = 0; h < 2; ++h) {
+      INFO("causal ", causal, " h ", h);
+      check_vals(o.select(0, 0).select(0, h),
+                 naive_attention(slice_bh(q, 0, h), slice_bh(k, 0, h), slice_bh(v, 0, h), Tq, Tk, D, D, causal,
+                                 blocked),
+                 1e-10);
+    }
+  }
+  // Shape errors.
+  CHECK_THROWS_AS(F::scaled_dot_product_attention(q, rnd({1, 2, Tk, D + 1}, 1), v), ShapeError);
+  CHECK_THROWS_AS(F::scaled_dot_product_attention(q, k, rnd({1, 2, Tk + 1, D}, 1)), ShapeError);
+}
+
+TEST_CASE("scaled_dot_product_attention: runs on a virtual device with a mask and causal") {
+  Tensor q = rnd({1, 1, 2, 2}, 36).to("cpu:1"), k = rnd({1, 1, 3, 2}, 37).to("cpu:1"), v = rnd({1, 1, 3, 2}, 38).to("cpu:1");
+  Tensor mask = zeros({2, 3}, TensorOptions(kBool, Device("cpu:1")));
+  Tensor o = F::scaled_dot_product_attention(q, k, v, true, mask);
+  CHECK(o.device() == Device("cpu:1"));
+  Tensor ref = F::scaled_dot_product_attention(q.to(kCPU), k.to(kCPU), v.to(kCPU), true);
+  check_vals(o.to(kCPU), ref.to_vector<double>(), 1e-12);
+}
+
+TEST_CASE("scaled_dot_product_attention: gradcheck of q, k, v") {
+  check_grad([](const std::vector<Tensor>& a) { return F::scaled_dot_product_attention(a[0], a[1], a[2], true); },
+             {rnd({1, 2, 3, 2}, 39), rnd({1, 2, 3, 2}, 40), rnd({1, 2, 3, 2}, 41)});
+  check_grad([](const std::vector<Tensor>& a) { return F::scaled_dot_product_attention(a[0], a[1], a[2], false); },
+             {rnd({1, 1, 2, 2}, 42), rnd({1, 1, 3, 2}, 43), rnd({1, 1, 3, 2}, 44)});
+  Tensor mask = from_vector<uint8_t>({0, 1, 0, 0, 0, 1}, {2, 3}, TensorOptions(kBool));
+  check_grad(
+      [&](const std::vector<Tensor>& a) { return F::scaled_dot_product_attention(a[0], a[1], a[2], true, mask); },
+      {rnd({1, 1, 2, 2}, 45), rnd({1, 1, 3, 2}, 46), rnd({1, 1, 3, 2}, 47)});
+}
