@@ -118,10 +118,12 @@ Geom geom_of(const Tensor& x, const Tensor& w, const Conv2dParams& p, int64_t Ho
               p.padding[1], p.dilation[0], p.dilation[1], Ho, Wo};
 }
 
-// Threads for a loop over N images (see the top of the file).
-int image_threads(int64_t N) {
+// Threads for a loop over N images (see the top of the file); `macs` is the
+// whole call's multiply-adds. Small convolutions stay on one thread: waking
+// a team costs more than it saves, and much more on a busy machine.
+int image_threads(int64_t N, int64_t macs) {
   const int t = kernels::get_num_threads();
-  return (N >= t && !omp_in_parallel()) ? t : 1;
+  return (N >= t && macs >= (int64_t(1) << 20) && !omp_in_parallel()) ? t : 1;
 }
 
 // A scratch buffer from the caching allocator, tagged as workspace.
@@ -231,7 +233,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   const int64_t N = x.size(0), Cout = weight.size(0);
   const Geom g = geom_of(x, weight, p, out.size(2), out.size(3));
   if (out.numel() == 0) return;
-  const int nt = image_threads(N);
+  const int nt = image_threads(N, out.numel() * (g.C / p.groups) * g.kh * g.kw);
   const int64_t per_thread = g.is_pointwise() ? 0 : g.C * g.kh * g.kw * g.Ho * g.Wo;
   Tensor ws = scratch(nt * per_thread, out.dtype(), out.device());
   dispatch_floating(out.dtype(), "conv2d", [&]<class T>() {
@@ -258,7 +260,7 @@ void CpuBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const 
   const Geom g{xs.size(1), xs.size(2), xs.size(3), kh, kw, p.stride[0], p.stride[1], p.padding[0], p.padding[1],
                p.dilation[0], p.dilation[1], grad_out.size(2), grad_out.size(3)};
   const int64_t K = g.C / p.groups * kh * kw;
-  const int nt = image_threads(N);
+  const int nt = image_threads(N, grad_out.numel() * K);
   const int64_t per_thread = g.is_pointwise() ? 0 : g.C * kh * kw * g.Ho * g.Wo;
   const DType dt = grad_out.dtype();
   Tensor ws = scratch(nt * per_thread, dt, grad_out.device());
