@@ -25,8 +25,14 @@ void Optimizer::zero_grad(bool set_to_none) {
 void Optimizer::add_param_group(ParamGroup g) {
   SNUG_CHECK(g.lr >= 0, ValueError, name(), ": learning rate must be >= 0, got ", g.lr);
   SNUG_CHECK(g.weight_decay >= 0, ValueError, name(), ": weight_decay must be >= 0, got ", g.weight_decay);
-  for (auto& p : g.params) {
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const Tensor& p = g.params[i];
     SNUG_CHECK(p.defined() && p.is_floating_point(), ValueError, name(), ": parameters must be floating tensors");
+    // Fix: a parameter listed twice in the same group was accepted (and then
+    // stepped twice per step(); only other groups were checked).
+    for (size_t j = 0; j < i; ++j)
+      SNUG_CHECK(!g.params[j].is_same(p), ValueError, name(), ": parameter ", i,
+                 " of the group is the same tensor as parameter ", j, " (each parameter may appear once)");
     for (auto& other : groups_)
       for (auto& q : other.params)
         SNUG_CHECK(!q.is_same(p), ValueError, name(), ": a parameter appears in more than one group");
