@@ -257,7 +257,10 @@ int run(int argc, char** argv) {
                               (long long)(step + 1), train_loss, val_loss);
     }
     if (fl.has("save") && ((save_every > 0 && (step + 1) % save_every == 0) || last))
-      nn::save_checkpoint(fl.get("save", ""), parts, step + 1, {{"model", model.repr()}});
+      nn::save_checkpoint(fl.get("save", ""), parts, step + 1,
+                          {{"model", model.repr()}, {"gpt.vocab", std::to_string(cfg.vocab)},
+                           {"gpt.block", std::to_string(cfg.block)}, {"gpt.layers", std::to_string(cfg.layers)},
+                           {"gpt.heads", std::to_string(cfg.heads)}, {"gpt.embd", std::to_string(cfg.embd)}});
   }
   if (std::isnan(val_loss)) val_loss = evaluate(model, corpus.val, B, T, eval_batches, seed + 2000);
   std::vector<double> sorted = step_ms;

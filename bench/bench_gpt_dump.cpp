@@ -1,0 +1,40 @@
+// snug-bench gpt_dump --ckpt PATH --out OUT.safetensors [--batch B] [--seed S]
+// Loads a GPT checkpoint written by examples/charlm (--save), runs one
+// forward and backward on a seeded batch and writes the batch, logits, loss
+// and every parameter's gradient to OUT, for tools/parity.py to compare
+// against PyTorch.
+#include <cstdio>
+
+#include "bench/bench.h"
+#include "core/generator.h"
+#include "core/safetensors.h"
+#include "nn/checkpoint.h"
+#include "nn/models/gpt.h"
+
+using namespace snug;
+
+SNUG_BENCH(gpt_dump, "run a charlm GPT checkpoint on a seeded batch and dump logits, loss, grads (--ckpt --out)") {
+  const std::string ck = args.get("ckpt", ""), out = args.get("out", "");
+  SNUG_CHECK(!ck.empty() && !out.empty(), ValueError, "usage: snug-bench gpt_dump --ckpt PATH --out OUT.safetensors");
+  SafetensorsFile f = load_safetensors(ck);
+  auto md = [&](const char* k) -> int64_t {
+    auto it = f.metadata.find(k);
+    SNUG_CHECK(it != f.metadata.end(), IOError, ck, ": metadata has no \"", k, "\" (was it written by charlm --save?)");
+    return std::stoll(it->second);
+  };
+  nn::models::GPTConfig cfg{md("gpt.vocab"), md("gpt.block"), md("gpt.layers"), md("gpt.heads"), md("gpt.embd"), 0.0};
+  nn::models::GPT model(cfg);
+  nn::load_checkpoint(ck, nn::CheckpointParts{&model, nullptr, nullptr, {}});
+  const int64_t B = args.get_int("batch", 4);
+  Generator gen(static_cast<uint64_t>(args.get_int("seed", 7)));
+  Tensor x = randint(0, cfg.vocab, {B, cfg.block}, DType::i64, &gen);
+  Tensor y = randint(0, cfg.vocab, {B, cfg.block}, DType::i64, &gen);
+  Tensor logits = model.forward(x);
+  Tensor loss = nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.reshape({-1}));
+  loss.backward();
+  TensorMap dump = {{"x", x}, {"y", y}, {"logits", logits.detach()}, {"loss", loss.detach()}};
+  for (auto& [n, p] : model.named_parameters()) dump.emplace_back("grad." + n, p.grad());
+  save_safetensors(out, dump);
+  std::printf("{\"out\": \"%s\", \"loss\": %.6f}\n", out.c_str(), loss.item());
+  return 0;
+}
