@@ -62,8 +62,23 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts&
                    parse_u64(f.metadata, "rng." + name + ".offset", path)});
   SNUG_CHECK(!parts.optimizer || !optim_sd.empty(), IOError, "load_checkpoint: ", path,
              " holds no optimizer state but an optimizer was given");
+  // Fix: a checkpoint whose optimizer state did not fit the optimizer threw
+  // only after the model had been overwritten, leaving a half-loaded run.
+  // The model's load is strict (checks before copying) and the optimizer's is
+  // all-or-nothing, so keeping a copy of the model's values to put back if
+  // the optimizer refuses makes the whole load all-or-nothing.
+  NamedTensors model_backup;
+  if (parts.optimizer)
+    for (auto& [n, t] : parts.model->state_dict()) model_backup.emplace_back(n, t.clone());
   parts.model->load_state_dict(model_sd, /*strict=*/true);
-  if (parts.optimizer) parts.optimizer->load_state_dict(optim_sd);
+  if (parts.optimizer) {
+    try {
+      parts.optimizer->load_state_dict(optim_sd);
+    } catch (...) {
+      parts.model->load_state_dict(model_backup, /*strict=*/true);
+      throw;
+    }
+  }
   if (parts.scheduler) parts.scheduler->set_last_step(static_cast<int64_t>(sched_step));
   for (size_t i = 0; i < parts.generators.size(); ++i) parts.generators[i].second->set_state(rng[i]);
   return out;

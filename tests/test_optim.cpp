@@ -395,3 +395,36 @@ TEST_CASE("clip_grad_norm_: returns the total norm and scales only when above ma
   CHECK(clip_grad_norm_({f}, 5.0) == doctest::Approx(10.0));
   check_close(f.grad(), {3, 4}, 1e-6);
 }
+
+TEST_CASE("load_state_dict is all-or-nothing and replaces the per-parameter state") {
+  Tensor a = param({1, 2}), b = param({3});
+  SGD opt({a, b}, {.lr = 0.1, .momentum = 0.9});
+  set_grad(a, {1, 1});
+  set_grad(b, {1});
+  opt.step();
+  // A state whose second buffer has the wrong shape: nothing changes.
+  NamedTensors bad;
+  for (auto& [k, t] : opt.state_dict()) {
+    if (k == "step") bad.emplace_back(k, full({}, 7.0, kFloat64));
+    else if (k == "group.0.lr") bad.emplace_back(k, full({}, 0.7, kFloat64));
+    else if (k == "state.0.1.momentum_buffer") bad.emplace_back(k, zeros({2}, kFloat64));
+    else bad.emplace_back(k, t);
+  }
+  CHECK_THROWS_AS(opt.load_state_dict(bad), ValueError);
+  CHECK(opt.step_count() == 1);
+  CHECK(opt.lr() == 0.1);
+  // A malformed key is a ValueError too, not a std::invalid_argument.
+  NamedTensors malformed = opt.state_dict();
+  malformed.emplace_back("state.x.0.momentum_buffer", zeros({2}));
+  CHECK_THROWS_AS(opt.load_state_dict(malformed), ValueError);
+  // Loading a fresh optimizer's state drops the momentum buffers: the next
+  // step is a first step again (buf = g).
+  SGD fresh({param({0, 0}), param({0})}, {.lr = 0.1, .momentum = 0.9});
+  opt.load_state_dict(fresh.state_dict());
+  CHECK(opt.step_count() == 0);
+  set_grad(a, {1, 1});
+  set_grad(b, {1});
+  Vec before = a.to_vector<double>();
+  opt.step();
+  check_close(a, {before[0] - 0.1, before[1] - 0.1});
+}

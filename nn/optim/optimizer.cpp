@@ -76,6 +76,10 @@ NamedTensors Optimizer::state_dict() const {
   return out;
 }
 
+// Fix: this used to assign as it validated, so a bad state (wrong layout,
+// a mis-shaped tensor) left the optimizer half-loaded; and it kept old
+// per-parameter state that the loaded dict did not have. Now everything is
+// checked and built first, then committed at once, replacing the state.
 void Optimizer::load_state_dict(const NamedTensors& sd) {
   std::map<std::string, Tensor> m(sd.begin(), sd.end());
   auto get = [&](const std::string& k) -> Tensor {
@@ -83,9 +87,10 @@ void Optimizer::load_state_dict(const NamedTensors& sd) {
     SNUG_CHECK(it != m.end(), ValueError, name(), ".load_state_dict: missing key \"", k, "\"");
     return it->second;
   };
-  step_count_ = static_cast<int64_t>(get("step").item());
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    auto& g = groups_[gi];
+  const int64_t new_step = static_cast<int64_t>(get("step").item());
+  std::vector<ParamGroup> new_groups = groups_;
+  for (size_t gi = 0; gi < new_groups.size(); ++gi) {
+    auto& g = new_groups[gi];
     std::string pre = str("group.", gi, ".");
     SNUG_CHECK(static_cast<size_t>(get(pre + "num_params").item()) == g.params.size(), ValueError, name(),
                ".load_state_dict: group ", gi, " has ", g.params.size(), " parameters but the state has ",
@@ -95,19 +100,31 @@ void Optimizer::load_state_dict(const NamedTensors& sd) {
     for (auto& [k, v] : m)
       if (k.rfind(pre + "opt.", 0) == 0) g.options[k.substr(pre.size() + 4)] = v.item();
   }
+  auto index = [&](const std::string& k, size_t from, size_t to) -> size_t {
+    std::string digits = k.substr(from, to - from);
+    bool ok = !digits.empty() && digits.size() < 10;
+    for (char c : digits) ok = ok && c >= '0' && c <= '9';
+    SNUG_CHECK(ok, ValueError, name(), ".load_state_dict: malformed key \"", k, "\"");
+    return std::stoul(digits);
+  };
+  std::vector<std::vector<std::map<std::string, Tensor>>> new_state(groups_.size());
+  for (size_t gi = 0; gi < groups_.size(); ++gi) new_state[gi].resize(groups_[gi].params.size());
   for (auto& [k, v] : m) {
     if (k.rfind("state.", 0) != 0) continue;
     size_t a = k.find('.', 6), b = a == std::string::npos ? a : k.find('.', a + 1);
     SNUG_CHECK(b != std::string::npos, ValueError, name(), ".load_state_dict: malformed key \"", k, "\"");
-    size_t gi = std::stoul(k.substr(6, a - 6)), pi = std::stoul(k.substr(a + 1, b - a - 1));
+    size_t gi = index(k, 6, a), pi = index(k, a + 1, b);
     SNUG_CHECK(gi < groups_.size() && pi < groups_[gi].params.size(), ValueError, name(),
                ".load_state_dict: key \"", k, "\" refers to a parameter that does not exist");
     const Tensor& p = groups_[gi].params[pi];
     SNUG_CHECK(v.shape() == p.shape(), ValueError, name(), ".load_state_dict: \"", k, "\" has shape ",
                shape_str(v.shape()), " but the parameter has ", shape_str(p.shape()));
     memory::TagScope tag(memory::Tag::optimizer_state);
-    state_[gi][pi][k.substr(b + 1)] = raw::clone(raw::to_device(v, p.device()));
+    new_state[gi][pi][k.substr(b + 1)] = raw::clone(raw::to_device(v, p.device()));
   }
+  step_count_ = new_step;
+  groups_ = std::move(new_groups);
+  state_ = std::move(new_state);
 }
 
 // ---- SGD --------------------------------------------------------------------------------
