@@ -1,10 +1,12 @@
 // snug-bench replay TRACE [--round N --small-threshold N --small-segment N
 //   --large-segment N --large-threshold N --large-round N --max-split N
-//   --fit best|first --conf "k=v,..." --capacity N --device cuda:0] [--json]
+//   --fit best|first --conf "k=v,..." --capacity N --device cuda:0] [--layout] [--json]
 //
 // Replays the alloc/free events of a memory snapshot (memory::dump_snapshot)
 // on a simulated device with the trace's own settings, changed by the flags,
-// and reports what the allocator would have reserved.
+// and reports what the allocator would have reserved. --layout also prints the
+// segments at the peak of allocated bytes and where the reserved-but-unallocated
+// bytes are (free tails, free holes, unsplit remainders, request rounding).
 #include <cstdio>
 #include <string>
 
@@ -17,6 +19,55 @@
 
 using namespace snug;
 using namespace snug::memory;
+
+namespace {
+
+// Prints the segments of `d` (one line each) and a slack summary, to stderr so
+// --json output stays one JSON line on stdout.
+void print_layout(const DeviceSnapshot& d, const AllocatorSettings& s) {
+  auto mib = [](std::size_t v) { return static_cast<double>(v) / 1048576.0; };
+  std::size_t reserved = 0, allocated = 0, requested = 0, rounding = 0, unsplit = 0, tails = 0, holes = 0,
+              whole = 0, small_res = 0, small_alloc = 0, large_res = 0, large_alloc = 0;
+  std::fprintf(stderr, "layout at peak allocated (%zu segments):\n", d.segments.size());
+  for (const SegmentInfo& seg : d.segments) {
+    std::size_t alloc = 0;
+    std::string blocks;
+    for (std::size_t i = 0; i < seg.blocks.size(); ++i) {
+      const BlockInfo& b = seg.blocks[i];
+      char buf[64];
+      if (b.state == BlockState::free) {
+        std::snprintf(buf, sizeof buf, " [free %.2f]", mib(b.size));
+        if (seg.blocks.size() == 1) whole += b.size;
+        else if (i + 1 == seg.blocks.size()) tails += b.size;
+        else holes += b.size;
+      } else {
+        std::snprintf(buf, sizeof buf, " %.2f", mib(b.size));
+        alloc += b.size;
+        requested += b.requested;
+        const std::size_t r = b.requested < s.round ? s.round : (b.requested + s.round - 1) / s.round * s.round;
+        rounding += r - b.requested;
+        unsplit += b.size - r;
+      }
+      if (blocks.size() < 400) blocks += buf;
+    }
+    reserved += seg.size;
+    allocated += alloc;
+    (seg.small_pool ? small_res : large_res) += seg.size;
+    (seg.small_pool ? small_alloc : large_alloc) += alloc;
+    std::fprintf(stderr, "  %s %7.2f MiB, %7.2f allocated, %3zu blocks:%s\n", seg.small_pool ? "small" : "large",
+                 mib(seg.size), mib(alloc), seg.blocks.size(), blocks.c_str());
+  }
+  std::fprintf(stderr,
+               "reserved %.2f MiB (small pool %.2f, large %.2f), allocated %.2f MiB (small %.2f, large %.2f), "
+               "requested %.2f MiB\n"
+               "reserved - requested = %.2f MiB: free tails %.2f, free holes %.2f, whole free segments %.2f, "
+               "unsplit remainders %.2f, rounding %.2f\n",
+               mib(reserved), mib(small_res), mib(large_res), mib(allocated), mib(small_alloc), mib(large_alloc),
+               mib(requested), mib(reserved - requested), mib(tails), mib(holes), mib(whole), mib(unsplit),
+               mib(rounding));
+}
+
+}  // namespace
 
 SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocator settings") {
   SNUG_CHECK(args.positional.size() == 1, ValueError, "usage: snug-bench replay TRACE.json [--round N ...] [--json]");
@@ -52,7 +103,9 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
   std::size_t capacity = kNoLimit;
   if (args.has("capacity")) capacity = static_cast<std::size_t>(args.get_int("capacity", 0));
 
-  ReplayResult r = replay(dev->events, s, capacity);
+  const bool layout = args.has("layout");
+  ReplayResult r = replay(dev->events, s, capacity, layout);
+  if (layout) print_layout(r.at_peak, s);
   if (args.json()) {
     std::printf(
         "{\"bench\":\"replay\",\"trace\":\"%s\",\"device\":\"%s\",\"settings\":\"%s\",\"events\":%zu,"

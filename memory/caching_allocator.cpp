@@ -98,11 +98,22 @@ std::size_t CachingAllocator::round_size(std::size_t nbytes) const {
   return (nbytes + r - 1) & ~(r - 1);
 }
 
+// NOTE [ Segment growth ]
+// A fixed large_segment (20 MiB, PyTorch's kLargeBuffer) amortises backend
+// calls, but its unused tail is up to 20 MiB whatever the model's size: 20%
+// of a 100 MB working set. With large_growth = g > 0, a request below
+// large_threshold gets a segment of (large-pool reserved bytes) / g, at least
+// the request and at most large_segment, rounded up to large_round. The last
+// segment's unused tail is then at most about 1/g of the pool; a big model
+// reaches large_segment after 20 MiB * g of large-pool memory and behaves as
+// before; the number of segments grows only logarithmically while small.
 std::size_t CachingAllocator::segment_size(std::size_t size) const {
   const auto& s = settings_;
+  auto up = [&](std::size_t v) { return (v + s.large_round - 1) / s.large_round * s.large_round; };
   if (size <= s.small_threshold) return s.small_segment;
-  if (size < s.large_threshold) return s.large_segment;
-  return (size + s.large_round - 1) / s.large_round * s.large_round;
+  if (size >= s.large_threshold) return up(size);
+  if (s.large_growth == 0) return s.large_segment;
+  return std::min(s.large_segment, up(std::max(size, large_reserved_ / s.large_growth)));
 }
 
 // ---- pools --------------------------------------------------------------------
@@ -174,6 +185,7 @@ CachingAllocator::Block* CachingAllocator::new_segment(bool small, std::size_t s
   b->small = small;
   segments_.emplace(reinterpret_cast<std::uintptr_t>(p), b);
   stats_.reserved_bytes.add(static_cast<int64_t>(seg));
+  if (!small) large_reserved_ += seg;
   stats_.segment.add(1);
   ++stats_.num_raw_allocs;
   record(Action::segment_alloc, b, 0);
@@ -185,6 +197,7 @@ void CachingAllocator::release_segment(Block* b) {
   record(Action::segment_free, b, 0);
   backend_->free(b->ptr, b->size);
   stats_.reserved_bytes.sub(static_cast<int64_t>(b->size));
+  if (!b->small) large_reserved_ -= b->size;
   stats_.segment.sub(1);
   ++stats_.num_raw_frees;
   delete_block(b);

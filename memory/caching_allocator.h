@@ -106,6 +106,7 @@ class CachingAllocator {
   std::unique_ptr<RawBackend> backend_;
   AllocatorSettings settings_;
   std::size_t capacity_ = kNoLimit;
+  std::size_t large_reserved_ = 0;  // bytes of large-pool segments (NOTE [ Segment growth ])
 
   Block* new_block();
   void delete_block(Block* b);

@@ -9,7 +9,7 @@
 namespace snug::memory {
 
 ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettings& settings,
-                    std::size_t capacity) {
+                    std::size_t capacity, bool snapshot_at_peak) {
   // The simulated device is as large as the capacity asks (or "infinite"), so
   // only the capacity decides whether a replayed allocation fits.
   const std::size_t total = capacity == kNoLimit ? std::size_t{1} << 46 : capacity;
@@ -21,6 +21,7 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
   std::unordered_map<std::uintptr_t, void*> map;
   map.reserve(events.size() / 2 + 16);
   ReplayResult r;
+  int64_t best_peak = -1;
   auto t0 = std::chrono::steady_clock::now();
   for (const TraceEntry& e : events) {
     if (e.action == Action::alloc) {
@@ -32,6 +33,13 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
         continue;
       }
       ++r.ops;
+      if (snapshot_at_peak) {
+        DeviceStats st = a.stats();
+        if (st.allocated_bytes.current >= best_peak) {
+          best_peak = st.allocated_bytes.current;
+          r.at_peak = a.snapshot();
+        }
+      }
       bool fresh = map.emplace(e.address, p).second;
       SNUG_CHECK(fresh, ValueError, "memory::replay: the trace allocates address ", e.address,
                  " twice without freeing it");

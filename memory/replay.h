@@ -20,13 +20,17 @@ struct ReplayResult {
   int64_t skipped_frees = 0;  // frees of blocks allocated before the trace began
   double ns_per_op = 0;       // wall time of the replay / ops
   DeviceStats stats;          // the replaying allocator's final statistics
+  // With snapshot_at_peak: the segments and blocks at the moment allocated
+  // bytes reached their peak (the last time, if reached more than once), for
+  // "where is the slack?" questions. Events are not recorded.
+  DeviceSnapshot at_peak;
 };
 
 // Replays the alloc and free events in order (other actions are ignored).
 // Each alloc requests the recorded `requested` size on the recorded stream
 // with the recorded tag. Blocks still live at the end are freed afterwards
-// (not timed). Throws ValueError if the trace allocates an address twice.
+// (not timed; with snapshot_at_peak the timing includes the snapshots). Throws ValueError if the trace allocates an address twice.
 ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettings& settings,
-                    std::size_t capacity = kNoLimit);
+                    std::size_t capacity = kNoLimit, bool snapshot_at_peak = false);
 
 }  // namespace snug::memory

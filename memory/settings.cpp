@@ -56,6 +56,9 @@ void AllocatorSettings::validate() const {
   SNUG_CHECK(large_threshold > small_threshold && large_threshold <= large_segment, ValueError,
              "allocator setting large_threshold: must be > small_threshold (", small_threshold,
              ") and <= large_segment (", large_segment, "), got ", large_threshold);
+  SNUG_CHECK(large_growth <= 1024, ValueError,
+             "allocator setting large_growth: must be 0 (fixed large_segment) or a divisor 1..1024, got ",
+             large_growth);
   // A max_split_size at or below the shared large segment would leave fresh
   // large segments unsplittable and unusable by the requests they were made for.
   SNUG_CHECK(max_split_size > large_segment, ValueError,
@@ -68,7 +71,7 @@ void AllocatorSettings::validate() const {
 
 std::string AllocatorSettings::to_string() const {
   return str("round=", round, ",small_threshold=", small_threshold, ",small_segment=", small_segment,
-             ",large_segment=", large_segment, ",large_threshold=", large_threshold, ",large_round=", large_round,
+             ",large_segment=", large_segment, ",large_threshold=", large_threshold, ",large_round=", large_round, ",large_growth=", large_growth,
              ",max_split_size=", size_str(max_split_size), ",max_split_tolerance=", max_split_tolerance,
              ",fit=", fit_name(fit));
 }
@@ -94,6 +97,7 @@ AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings s) {
     else if (key == "large_segment") s.large_segment = parse_size(key, val);
     else if (key == "large_threshold") s.large_threshold = parse_size(key, val);
     else if (key == "large_round") s.large_round = parse_size(key, val);
+    else if (key == "large_growth") s.large_growth = parse_size(key, val);
     else if (key == "max_split_tolerance") s.max_split_tolerance = parse_size(key, val);
     else if (key == "max_split_size")
       s.max_split_size = (val == "none" || val == "inf") ? kNoLimit : parse_size(key, val);
@@ -104,7 +108,7 @@ AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings s) {
     } else {
       throw ValueError(str("allocator settings: unknown setting \"", key,
                            "\" (known: round, small_threshold, small_segment, large_segment, large_threshold, "
-                           "large_round, max_split_size, max_split_tolerance, fit)"));
+                           "large_round, large_growth, max_split_size, max_split_tolerance, fit)"));
     }
   }
   s.validate();

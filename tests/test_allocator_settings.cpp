@@ -38,6 +38,7 @@ TEST_CASE("defaults are PyTorch's and valid") {
   CHECK(s.large_segment == 20u << 20);
   CHECK(s.large_threshold == 10u << 20);
   CHECK(s.large_round == 2u << 20);
+  CHECK(s.large_growth == 16);  // snug's own (0 is PyTorch's fixed kLargeBuffer)
   CHECK(s.max_split_size == kNoLimit);
   CHECK(s.fit == FitPolicy::best);
 }
@@ -73,6 +74,10 @@ TEST_CASE("bad strings are rejected and the message names the setting") {
   CHECK(contains(error_of([] { parse_settings("large_segment=1M"); }), "large_segment"));
   CHECK(contains(error_of([] { parse_settings("large_threshold=30M"); }), "large_threshold"));
   CHECK(contains(error_of([] { parse_settings("large_round=0"); }), "large_round"));
+  CHECK(contains(error_of([] { parse_settings("large_growth=2000"); }), "large_growth"));
+  CHECK(contains(error_of([] { parse_settings("large_growth=x"); }), "large_growth"));
+  CHECK(parse_settings("large_growth=0").large_growth == 0);
+  CHECK(parse_settings("large_growth=4").large_growth == 4);
   CHECK(contains(error_of([] { parse_settings("max_split_size=8M"); }), "max_split_size: must be > large_segment"));
   CHECK(contains(error_of([] { parse_settings("max_split_size=99999999999999999999999"); }), "max_split_size"));
   CHECK(contains(error_of([] { parse_settings("large_round=20000000000000G"); }), "too large"));
@@ -107,8 +112,14 @@ TEST_CASE("settings change behaviour: a coarser round and smaller small pool") {
   void* p = a.allocate(100);
   CHECK(a.block_size(p) == 4096);
   CHECK(a.stats().reserved_bytes.current == 256 * 1024);
-  void* q = a.allocate(65 * 1024);  // over the small threshold: large pool
-  CHECK(a.stats().reserved_bytes.current == 256 * 1024 + (20u << 20));
+  void* q = a.allocate(65 * 1024);  // over the small threshold: large pool, first segment
+  // The empty large pool's first segment is the request rounded up to
+  // large_round (NOTE [ Segment growth ]); large_growth=0 gives large_segment.
+  CHECK(a.stats().reserved_bytes.current == 256 * 1024 + (2u << 20));
+  CachingAllocator fixed(Device("cpu:42"), std::make_unique<SimulatedBackend>(), parse_settings("large_growth=0"));
+  void* r = fixed.allocate(2u << 20);
+  CHECK(fixed.stats().reserved_bytes.current == (20u << 20));
+  fixed.deallocate(r);
   a.deallocate(p);
   a.deallocate(q);
   a.check_invariants();

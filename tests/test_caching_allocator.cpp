@@ -46,7 +46,15 @@ class FakeBackend : public RawBackend {
   int allocs = 0, frees = 0, events_recorded = 0;
 };
 
+// The layout tests below are written against PyTorch's fixed 20 MiB large
+// segments, so the fixture pins large_growth=0; NOTE [ Segment growth ] (the
+// default) has its own test, which uses GrowthFixture.
 struct Fixture {
+  FakeBackend* fake = new FakeBackend;
+  CachingAllocator a{Device("cpu:9"), std::unique_ptr<RawBackend>(fake), parse_settings("large_growth=0")};
+};
+
+struct GrowthFixture {
   FakeBackend* fake = new FakeBackend;
   CachingAllocator a{Device("cpu:9"), std::unique_ptr<RawBackend>(fake)};
 };
@@ -94,6 +102,30 @@ TEST_CASE("large pool: 20 MiB segments below 10 MiB, 2 MiB multiples above") {
   f.a.deallocate(a);
   f.a.deallocate(b);
   f.a.deallocate(c);
+  f.a.check_invariants();
+}
+
+TEST_CASE("large pool: segments grow with the pool (large_growth), capped at large_segment") {
+  GrowthFixture f;  // defaults: large_growth 16, large_round 2 MiB, large_segment 20 MiB
+  void* a = f.a.allocate(3 * MiB);  // empty pool: a segment of the request, rounded up
+  CHECK(f.a.stats().reserved_bytes.current == 4 * MiB);
+  void* b = f.a.allocate(3 * MiB);  // a 1 MiB remainder is not split (PyTorch's rule): new segment
+  CHECK(f.a.stats().reserved_bytes.current == 8 * MiB);
+  std::vector<void*> held{a, b};
+  // Fill the large pool to 160 MiB; segments then are 160/16 = 10 MiB, and
+  // 20 MiB once the pool holds 320 MiB.
+  while (f.a.stats().reserved_bytes.current < static_cast<int64_t>(160 * MiB)) held.push_back(f.a.allocate(4 * MiB));
+  int64_t before = f.a.stats().reserved_bytes.current;
+  // Use up every free block first so the next request needs a new segment.
+  while (f.a.stats().reserved_bytes.current == before) held.push_back(f.a.allocate(2 * MiB));
+  int64_t grown = f.a.stats().reserved_bytes.current - before;
+  CHECK(grown == static_cast<int64_t>(((before / 16 + 2 * MiB - 1) / (2 * MiB)) * (2 * MiB)));
+  while (f.a.stats().reserved_bytes.current < static_cast<int64_t>(400 * MiB)) held.push_back(f.a.allocate(4 * MiB));
+  before = f.a.stats().reserved_bytes.current;
+  while (f.a.stats().reserved_bytes.current == before) held.push_back(f.a.allocate(2 * MiB));
+  CHECK(f.a.stats().reserved_bytes.current - before == static_cast<int64_t>(20 * MiB));
+  f.a.check_invariants();
+  for (void* p : held) f.a.deallocate(p);
   f.a.check_invariants();
 }
 
@@ -170,6 +202,7 @@ TEST_CASE("first fit takes the lowest address, best fit the smallest block") {
     Fixture f;
     AllocatorSettings s;
     s.fit = fit;
+    s.large_growth = 0;
     f.a.set_settings(s);
     // One 20 MiB segment cut into: [2 hole][2 keep][1.5 hole][rest]
     void* h1 = f.a.allocate(2 * MiB);
@@ -371,16 +404,18 @@ TEST_CASE("global API: virtual cpu devices have their own pools and capacities")
   CHECK(capacity(d1) == 4 * MiB);
   CHECK(capacity(d2) == kNoLimit);
   void* p = allocate(d1, 1000);
-  void* q = allocate(d2, 5 * MiB);
+  // 6 MiB: a whole 2 MiB multiple, so its first (request-sized, NOTE [ Segment
+  // growth ]) segment has no unsplittable remainder and allocated is exact.
+  void* q = allocate(d2, 6 * MiB);
   CHECK(allocated(d1) == 1024);
-  CHECK(allocated(d2) == 5 * MiB);
+  CHECK(allocated(d2) == 6 * MiB);
   CHECK(reserved(d1) == 2 * MiB);
   CHECK_THROWS_AS(allocate(d1, 5 * MiB), OutOfMemoryError);
   CHECK_THROWS_AS(deallocate(d2, p), ValueError);  // wrong device
   deallocate(d1, p);
   deallocate(d2, q);
   deallocate(d1, nullptr);
-  CHECK(peak_allocated(d2) == 5 * MiB);
+  CHECK(peak_allocated(d2) == 6 * MiB);
   reset_peak(d2);
   CHECK(peak_allocated(d2) == 0);
   empty_cache(d1);

@@ -200,8 +200,8 @@ TEST_CASE("replaying a recorded trace with the same settings gives the same peak
   CHECK(r.ns_per_op > 0);
 
   // Other settings change the outcome; a capacity below the peak makes OOMs.
-  ReplayResult coarse = replay(snap.events, parse_settings("large_segment=64M,large_threshold=32M"));
-  CHECK(coarse.peak_allocated_bytes == r.peak_allocated_bytes);
+  ReplayResult coarse = replay(snap.events, parse_settings("large_growth=0,large_segment=64M,large_threshold=32M"));
+  // (peak allocated may differ too: which blocks get split depends on the segments)
   CHECK(coarse.peak_reserved_bytes != r.peak_reserved_bytes);
   ReplayResult tight = replay(snap.events, snap.settings, 32 * MiB);
   CHECK(tight.num_ooms > 0);
