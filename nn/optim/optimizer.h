@@ -106,8 +106,9 @@ class LRScheduler {
   int64_t step_ = 0;
 };
 
-// Linear warmup from 0 over `warmup` steps, then cosine from base lr to
-// base * min_factor at `total` steps (and flat after).
+// Linear warmup: step s < warmup uses base * (s + 1) / warmup (nanoGPT's
+// convention, so step 0 already moves); then cosine from base lr down to
+// base * min_factor at `total` steps, and flat after.
 class WarmupCosine : public LRScheduler {
  public:
   WarmupCosine(Optimizer& opt, int64_t warmup, int64_t total, double min_factor = 0.1);
