@@ -6,8 +6,9 @@
 // which are doubly linked in address order and always cover it exactly.
 // Requests are rounded up to settings.round. Requests <= small_threshold use
 // the small pool (segments of small_segment bytes); larger ones use the large
-// pool (large_segment bytes for requests < large_threshold, otherwise a
-// segment of the request rounded up to large_round). Each pool keeps its free
+// pool (for requests < large_threshold a segment that grows with the pool up
+// to large_segment, NOTE [ Segment growth ]; otherwise a segment of the
+// request rounded up to large_round). Each pool keeps its free
 // blocks ordered by (stream, size, address): best fit is one lower_bound.
 // Taking a block splits off the rest when the rest is worth keeping (>= round
 // in the small pool, > small_threshold in the large pool, and never for blocks
