@@ -11,8 +11,10 @@
 #include "core/generator.h"
 #include "nn/conv.h"
 #include "nn/functional.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::check_grad;
 namespace F = snug::nn::functional;
 
 namespace {
@@ -84,12 +86,6 @@ const std::vector<Cfg> kConfigs = {
     {64, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0, 1, 1, 1, true}, // the W-CNN first layer
 };
 
-void grad_ok(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& in) {
-  auto r = autograd::gradcheck(fn, in);
-  INFO(r.message);
-  CHECK(r.ok);
-}
-
 }  // namespace
 
 TEST_CASE("conv2d forward matches the direct loop (f32 and f64)") {
@@ -130,8 +126,8 @@ TEST_CASE("conv2d gradients match finite differences") {
   for (const G& c : cases) {
     Tensor x = randn(c.xs, DType::f64, &gen), w = randn(c.ws, DType::f64, &gen);
     Tensor b = randn({c.ws[0]}, DType::f64, &gen);
-    grad_ok([&](const std::vector<Tensor>& in) { return F::conv2d(in[0], in[1], in[2], c.s, c.p, c.d, c.groups); },
-            {x, w, b});
+    check_grad([&](const std::vector<Tensor>& in) { return F::conv2d(in[0], in[1], in[2], c.s, c.p, c.d, c.groups); },
+               {x, w, b});
   }
 }
 
@@ -157,6 +153,28 @@ TEST_CASE("conv2d backward with only some inputs requiring grad") {
     F::conv2d(x, w, bi, {1, 1}, {1, 1}).sum().backward();
     CHECK(max(abs(bi.grad() - br.grad())).item() < 1e-12);
   }
+}
+
+TEST_CASE("conv2d backward: images spread over threads agree with one image at a time") {
+  // Big enough (> 2^20 multiply-adds) for the per-thread path; each single
+  // image alone goes through the serial path.
+  Generator gen(13);
+  Tensor x = randn({4, 8, 20, 20}, DType::f32, &gen), w = randn({16, 4, 3, 3}, DType::f32, &gen);
+  Tensor b = randn({16}, DType::f32, &gen);
+  Tensor xa = x.clone().requires_grad_(), wa = w.clone().requires_grad_(), ba = b.clone().requires_grad_();
+  Tensor ga = randn({4, 16, 10, 10}, DType::f32, &gen);
+  F::conv2d(xa, wa, ba, {2, 2}, {1, 1}, {1, 1}, 2).backward(ga);
+  Tensor gw = zeros(w.shape()), gb = zeros({16});
+  for (int64_t n = 0; n < 4; ++n) {
+    Tensor xn = x.slice(0, n, n + 1).clone().requires_grad_(), wn = w.clone().requires_grad_();
+    Tensor bn = b.clone().requires_grad_();
+    F::conv2d(xn, wn, bn, {2, 2}, {1, 1}, {1, 1}, 2).backward(ga.slice(0, n, n + 1).contiguous());
+    CHECK(max(abs(xn.grad() - xa.grad().slice(0, n, n + 1))).item() < 1e-5);
+    gw = gw + wn.grad();
+    gb = gb + bn.grad();
+  }
+  CHECK(max(abs(gw - wa.grad())).item() < 1e-3);
+  CHECK(max(abs(gb - ba.grad())).item() < 1e-3);
 }
 
 TEST_CASE("Conv2d module: shapes, init bounds, repr") {
