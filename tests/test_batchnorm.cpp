@@ -11,19 +11,15 @@
 #include "core/generator.h"
 #include "nn/conv.h"
 #include "nn/functional.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::check_grad;
 namespace F = snug::nn::functional;
 
 namespace {
 
 double max_abs_diff(const Tensor& a, const Tensor& b) { return max(abs(a.to(DType::f64) - b.to(DType::f64))).item(); }
-
-void grad_ok(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& in) {
-  auto r = autograd::gradcheck(fn, in);
-  INFO(r.message);
-  CHECK(r.ok);
-}
 
 }  // namespace
 
@@ -67,16 +63,16 @@ TEST_CASE("running statistics: momentum update with the unbiased variance, then 
 TEST_CASE("batch_norm gradients match finite differences") {
   Generator gen(3);
   Tensor x = randn({3, 2, 3, 2}, DType::f64, &gen), w = randn({2}, DType::f64, &gen), b = randn({2}, DType::f64, &gen);
-  grad_ok([](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true); },
-          {x, w, b});
-  grad_ok([](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
-          {x});
+  check_grad([](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true); },
+             {x, w, b});
+  check_grad([](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
+             {x});
   Tensor rm = randn({2}, DType::f64, &gen), rv = rand({2}, DType::f64, &gen) + 0.5;
-  grad_ok([&](const std::vector<Tensor>& in) { return F::batch_norm(in[0], rm, rv, in[1], in[2], false); }, {x, w, b});
+  check_grad([&](const std::vector<Tensor>& in) { return F::batch_norm(in[0], rm, rv, in[1], in[2], false); }, {x, w, b});
   // (N, C) input, as BatchNorm1d would give.
   Tensor x2 = randn({5, 3}, DType::f64, &gen), w2 = randn({3}, DType::f64, &gen), b2 = randn({3}, DType::f64, &gen);
-  grad_ok([](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true); },
-          {x2, w2, b2});
+  check_grad([](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true); },
+             {x2, w2, b2});
 }
 
 TEST_CASE("BatchNorm2d module: parameters, buffers, train/eval") {

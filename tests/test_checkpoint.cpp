@@ -21,8 +21,10 @@
 #include "nn/checkpoint.h"
 #include "nn/models/gpt.h"
 #include "nn/optim/optimizer.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::error_of;
 using namespace snug::nn;
 namespace fs = std::filesystem;
 
@@ -103,19 +105,6 @@ std::string read_bytes(const std::string& p) {
 void write_bytes(const std::string& p, const std::string& s) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f << s;
-}
-template <class E, class Fn>
-std::string error_of(Fn&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("wrong exception type: " << e.what());
-    return "";
-  }
-  FAIL("expected an exception");
-  return "";
 }
 
 }  // namespace

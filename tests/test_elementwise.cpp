@@ -12,19 +12,24 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/generator.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::make;
+using snug::testing::vals;
+using snug::testing::contains;
+using snug::testing::error_of;
+using snug::testing::check_grad;
+using snug::testing::rnd;
 
 namespace {
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 using V = std::vector<double>;
 
-Tensor make(const V& v, const Shape& s, DType dt = kFloat32) { return from_vector<double>(v, s, dt); }
 Tensor make1(const V& v, DType dt = kFloat32) { return make(v, {static_cast<int64_t>(v.size())}, dt); }
 Tensor leaf(const V& v, const Shape& s, DType dt = kFloat32) {
   return from_vector<double>(v, s, TensorOptions(dt, kCPU, true));
 }
-V vals(const Tensor& t) { return t.to_vector<double>(); }
 void check_vals(const Tensor& t, const V& want, double eps = 1e-6) {
   V got = vals(t);
   REQUIRE(got.size() == want.size());
@@ -34,25 +39,6 @@ void check_vals(const Tensor& t, const V& want, double eps = 1e-6) {
     else if (std::isinf(want[i])) CHECK(got[i] == want[i]);
     else CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps).scale(1.0));
   }
-}
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-void check_grad(const Fn& fn, const std::vector<Tensor>& in) {
-  auto r = autograd::gradcheck(fn, in);
-  INFO(r.message);
-  CHECK(r.ok);
-}
-Tensor rnd(const Shape& s, uint64_t seed) {
-  Generator g(seed);
-  return randn(s, kFloat64, &g);
 }
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double gelu_tanh_ref(double x) {

@@ -6,31 +6,18 @@
 #include "autograd/ops.h"
 #include "core/generator.h"
 #include "core/raw_ops.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::make;
+using snug::testing::idx;
+using snug::testing::vals;
+using snug::testing::iota;
+using snug::testing::randn_f64;
+using snug::testing::check_grad;
 
 namespace {
 
-Tensor make(const std::vector<double>& v, const Shape& s, DType dt = kFloat32) {
-  return from_vector<double>(v, s, TensorOptions(dt));
-}
-Tensor idx(const std::vector<int64_t>& v, const Shape& s) { return from_vector<int64_t>(v, s, TensorOptions(kInt64)); }
-Tensor idx(const std::vector<int64_t>& v) { return idx(v, {static_cast<int64_t>(v.size())}); }
-std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
-Tensor iota(const Shape& s, double start = 0, DType dt = kFloat32) {
-  std::vector<double> v(numel_of(s));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<double>(i);
-  return make(v, s, dt);
-}
-Tensor randn_f64(const Shape& s, uint64_t seed) {
-  Generator g(seed);
-  return randn(s, TensorOptions(kFloat64), &g);
-}
-void check_grad(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& in) {
-  auto r = autograd::gradcheck(fn, in);
-  INFO(r.message);
-  CHECK(r.ok);
-}
 using V = std::vector<double>;
 
 }  // namespace

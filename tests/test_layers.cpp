@@ -14,26 +14,18 @@
 #include "core/generator.h"
 #include "nn/attention.h"
 #include "nn/layers.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::make;
+using snug::testing::check_approx;
 using namespace snug::nn;
 
 namespace {
 
-Tensor make(const std::vector<double>& v, const Shape& s, DType dt = kFloat32) {
-  return from_vector<double>(v, s, TensorOptions(dt));
-}
 Tensor rnd(const Shape& s, uint64_t seed, DType dt = kFloat32) {
   Generator g(seed);
   return randn(s, TensorOptions(dt), &g);
-}
-void check_vals(const Tensor& t, const std::vector<double>& want, double eps = 1e-5) {
-  auto got = t.to_vector<double>();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element ", i);
-    CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps).scale(1.0));
-  }
 }
 bool bit_equal(const Tensor& a, const Tensor& b) {
   Tensor ac = a.contiguous(), bc = b.contiguous();
@@ -84,7 +76,7 @@ TEST_CASE("Linear: forward values against a naive loop") {
     l.weight.copy_(make({1, 2, 3, -1, 0, 1}, {2, 3}));
     l.bias.copy_(make({0.5, -0.5}, {2}));
   }
-  check_vals(l.forward(make({1, 1, 1, 2, 0, -1}, {2, 3})), {6.5, -0.5, 2 - 3 + 0.5, -2 - 1 - 0.5});
+  check_approx(l.forward(make({1, 1, 1, 2, 0, -1}, {2, 3})), {6.5, -0.5, 2 - 3 + 0.5, -2 - 1 - 0.5});
 }
 
 TEST_CASE("Embedding: shapes, N(0, 1) init, errors") {
@@ -119,7 +111,7 @@ TEST_CASE("LayerNorm: ones/zeros init, affine or not, errors") {
   std::vector<double> want;
   for (double v : {1, 2, 3, 4}) want.push_back((v - 2.5) / std::sqrt(1.25 + 1e-5));
   for (double v : {2, 2, 2, 6}) want.push_back((v - 3) / std::sqrt(3 + 1e-5));
-  check_vals(plain.forward(x), want, 1e-5);
+  check_approx(plain.forward(x), want, 1e-5);
   {
     NoGradGuard ng;
     ln.weight.fill_(2);
@@ -127,7 +119,7 @@ TEST_CASE("LayerNorm: ones/zeros init, affine or not, errors") {
   }
   std::vector<double> want2;
   for (double w : want) want2.push_back(2 * w + 1);
-  check_vals(ln.forward(x), want2, 1e-5);
+  check_approx(ln.forward(x), want2, 1e-5);
   CHECK_THROWS_AS(ln.forward(zeros({2, 5})), ShapeError);
   CHECK_THROWS_AS(LayerNorm(0), ValueError);
 }
@@ -161,10 +153,10 @@ TEST_CASE("activations and Flatten") {
     gelu_t.push_back(0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))));
     silu_w.push_back(v / (1 + std::exp(-v)));
   }
-  check_vals(ReLU().forward(x), relu_w, 1e-12);
-  check_vals(GELU().forward(x), gelu_w, 1e-12);
-  check_vals(GELU(GeluApprox::tanh).forward(x), gelu_t, 1e-12);
-  check_vals(SiLU().forward(x), silu_w, 1e-12);
+  check_approx(ReLU().forward(x), relu_w, 1e-12);
+  check_approx(GELU().forward(x), gelu_w, 1e-12);
+  check_approx(GELU(GeluApprox::tanh).forward(x), gelu_t, 1e-12);
+  check_approx(SiLU().forward(x), silu_w, 1e-12);
   Tensor t = zeros({2, 3, 4});
   CHECK(Flatten().forward(t).shape() == Shape{2, 12});
   CHECK(Flatten(0, 1).forward(t).shape() == Shape{6, 4});
@@ -230,7 +222,7 @@ TEST_CASE("MultiheadAttention: shapes, values against naive attention, errors") 
     CHECK(y.shape() == Shape{2, 5, 8});
     for (int64_t b = 0; b < 2; ++b) {
       INFO("causal ", causal, " b ", b);
-      check_vals(y.select(0, b), naive_mha(x.select(0, b).contiguous().to_vector<double>(), 5, 8, 2, m, causal), 1e-10);
+      check_approx(y.select(0, b), naive_mha(x.select(0, b).contiguous().to_vector<double>(), 5, 8, 2, m, causal), 1e-10);
     }
   }
   CHECK_THROWS_AS(MultiheadAttention(10, 3), ValueError);
@@ -248,7 +240,7 @@ TEST_CASE("MultiheadAttention: a bool mask blocks keys") {
   Tensor y_mask = m.forward(x, mask);
   m.causal = true;
   Tensor y_causal = m.forward(x);
-  check_vals(y_mask, y_causal.to_vector<double>(), 1e-5);
+  check_approx(y_mask, y_causal.to_vector<double>(), 1e-5);
   m.causal = false;
   Tensor y_full = m.forward(x);
   CHECK_FALSE(bit_equal(y_full, y_causal));

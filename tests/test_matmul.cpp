@@ -9,33 +9,19 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/generator.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::make;
+using snug::testing::vals;
+using snug::testing::contains;
+using snug::testing::error_of;
+using snug::testing::check_grad;
+using snug::testing::rnd;
 
 namespace {
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 using V = std::vector<double>;
-Tensor make(const V& v, const Shape& s, DType dt = kFloat32) { return from_vector<double>(v, s, dt); }
-V vals(const Tensor& t) { return t.to_vector<double>(); }
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-void check_grad(const Fn& fn, const std::vector<Tensor>& in) {
-  auto r = autograd::gradcheck(fn, in);
-  INFO(r.message);
-  CHECK(r.ok);
-}
-Tensor rnd(const Shape& s, uint64_t seed, DType dt = kFloat64) {
-  Generator g(seed);
-  return randn(s, dt, &g);
-}
 void check_close(const V& got, const V& want, double rel, double abs_tol) {
   REQUIRE(got.size() == want.size());
   int bad = 0;

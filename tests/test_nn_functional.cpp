@@ -12,47 +12,20 @@
 #include "autograd/ops.h"
 #include "core/generator.h"
 #include "nn/functional.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::make;
+using snug::testing::idx;
+using snug::testing::check_approx;
+using snug::testing::check_grad;
+using snug::testing::error_of;
+using snug::testing::rnd;
 namespace F = snug::nn::functional;
 using F::Reduction;
 
 namespace {
 
-Tensor make(const std::vector<double>& v, const Shape& s, DType dt = kFloat32) {
-  return from_vector<double>(v, s, TensorOptions(dt));
-}
-Tensor idx(const std::vector<int64_t>& v) { return from_vector<int64_t>(v, {int64_t(v.size())}, TensorOptions(kInt64)); }
-void check_vals(const Tensor& t, const std::vector<double>& want, double eps = 1e-5) {
-  auto got = t.to_vector<double>();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element ", i);
-    CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps).scale(1.0));
-  }
-}
-void check_grad(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& in) {
-  auto r = autograd::gradcheck(fn, in);
-  INFO(r.message);
-  CHECK(r.ok);
-}
-template <class E, class Fn>
-std::string error_of(Fn&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("wrong exception type: " << e.what());
-    return "";
-  }
-  FAIL("expected an exception");
-  return "";
-}
-Tensor rnd(const Shape& s, uint64_t seed, DType dt = kFloat64) {
-  Generator g(seed);
-  return randn(s, TensorOptions(dt), &g);
-}
 double lse(const std::vector<double>& r) {
   double m = -INFINITY, s = 0;
   for (double v : r) m = std::max(m, v);
@@ -79,18 +52,18 @@ TEST_CASE("linear: values for 2-D and 3-D input, with and without bias") {
   Tensor w = make(wv, {2, 3}), b = make(bv, {2});
   Tensor y = F::linear(make(xv, {4, 3}), w, b);
   CHECK(y.shape() == Shape{4, 2});
-  check_vals(y, want);
+  check_approx(y, want);
   Tensor y3 = F::linear(make(xv, {2, 2, 3}), w, b);
   CHECK(y3.shape() == Shape{2, 2, 2});
-  check_vals(y3, want);
-  check_vals(F::linear(make(xv, {4, 3}), w), want_nb);
+  check_approx(y3, want);
+  check_approx(F::linear(make(xv, {4, 3}), w), want_nb);
   // A non-contiguous input (a transpose) gives the same.
   Tensor xt = make(xv, {4, 3}).t().contiguous().t();
-  check_vals(F::linear(xt, w, b), want);
+  check_approx(F::linear(xt, w, b), want);
   // 1-D input.
   Tensor y1 = F::linear(make({1, 2, 3}, {3}), w, b);
   CHECK(y1.shape() == Shape{2});
-  check_vals(y1, {1 - 3 + 0.25, 2 + 2 + 1.5 - 1});
+  check_approx(y1, {1 - 3 + 0.25, 2 + 2 + 1.5 - 1});
 }
 
 TEST_CASE("linear: shape errors name the shapes") {
@@ -138,11 +111,11 @@ TEST_CASE("layer_norm: matches a naive computation, affine and not, any leading 
   std::vector<double> xv = {1, 2, 3, 4, -1, 0.5, 8, -3, 0, 0, 0, 1e-3};  // (3, 4) / (3, 2, 2)... rows of 4
   std::vector<double> wv = {1, 2, -1, 0.5}, bv = {0, 1, -2, 0.25};
   Tensor y = F::layer_norm(make(xv, {3, 4}), make(wv, {4}), make(bv, {4}));
-  check_vals(y, naive_layer_norm(xv, 4, wv, bv, 1e-5), 1e-4);
+  check_approx(y, naive_layer_norm(xv, 4, wv, bv, 1e-5), 1e-4);
   Tensor y3 = F::layer_norm(make(xv, {1, 3, 4}, kFloat64), Tensor(), Tensor(), 1e-3);
   CHECK(y3.shape() == Shape{1, 3, 4});
   CHECK(y3.dtype() == kFloat64);
-  check_vals(y3, naive_layer_norm(xv, 4, {}, {}, 1e-3), 1e-9);
+  check_approx(y3, naive_layer_norm(xv, 4, {}, {}, 1e-3), 1e-9);
   // Rows normalised: mean 0, biased var 1 (up to eps).
   auto v = F::layer_norm(make({10, 20, 30}, {1, 3}), Tensor(), Tensor(), 0).to_vector<double>();
   CHECK(v[0] + v[1] + v[2] == doctest::Approx(0).scale(1));
@@ -166,8 +139,8 @@ TEST_CASE("embedding: picks rows, any index shape, out-of-range is an IndexError
   Tensor i2 = from_vector<int64_t>({3, 0, 1, 1, 2, 3}, {2, 3}, TensorOptions(kInt64));
   Tensor y = F::embedding(i2, w);
   CHECK(y.shape() == Shape{2, 3, 2});
-  check_vals(y, {30, 31, 0, 1, 10, 11, 10, 11, 20, 21, 30, 31});
-  check_vals(F::embedding(from_vector<int32_t>({2}, {1}, TensorOptions(kInt32)), w), {20, 21});
+  check_approx(y, {30, 31, 0, 1, 10, 11, 10, 11, 20, 21, 30, 31});
+  check_approx(F::embedding(from_vector<int32_t>({2}, {1}, TensorOptions(kInt32)), w), {20, 21});
   std::string m = error_of<IndexError>([&] { F::embedding(idx({0, 4}), w); });
   CHECK(m.find("4") != std::string::npos);
   CHECK_THROWS_AS(F::embedding(idx({-1}), w), IndexError);
@@ -182,7 +155,7 @@ TEST_CASE("embedding: gradient accumulates repeated indices; gradcheck") {
   // weight each output row by its position + 1.
   Tensor g = make({1, 1, 2, 2, 3, 3, 4, 4}, {4, 2});
   sum(y * g).backward();
-  check_vals(w.grad(), {2, 2, 0, 0, 1 + 3 + 4, 1 + 3 + 4});
+  check_approx(w.grad(), {2, 2, 0, 0, 1 + 3 + 4, 1 + 3 + 4});
   check_grad([&](const std::vector<Tensor>& a) { return F::embedding(i, a[0]); }, {rnd({3, 2}, 17)});
   Tensor i2 = from_vector<int64_t>({1, 1, 0, 1}, {2, 2}, TensorOptions(kInt64));
   check_grad([&](const std::vector<Tensor>& a) { return F::embedding(i2, a[0]); }, {rnd({2, 3}, 18)});
@@ -200,7 +173,7 @@ TEST_CASE("cross_entropy: hand-computed on 2x3 logits, reductions") {
   CHECK(F::cross_entropy(x, t, -100, 0, Reduction::sum).item() == doctest::Approx(l0 + l1));
   Tensor none = F::cross_entropy(x, t, -100, 0, Reduction::none);
   CHECK(none.shape() == Shape{2});
-  check_vals(none, {l0, l1});
+  check_approx(none, {l0, l1});
   CHECK(F::cross_entropy(x.to(kFloat64), t).dtype() == kFloat64);
 }
 
@@ -211,7 +184,7 @@ TEST_CASE("cross_entropy: ignore_index and label smoothing") {
   // Mean over the two kept rows only.
   auto nll = [&](int r, int c) { return lse(rows[r]) - rows[r][c]; };
   CHECK(F::cross_entropy(x, idx(tv)).item() == doctest::Approx((nll(0, 2) + nll(2, 1)) / 2));
-  check_vals(F::cross_entropy(x, idx(tv), -100, 0, Reduction::none), {nll(0, 2), 0, nll(2, 1)});
+  check_approx(F::cross_entropy(x, idx(tv), -100, 0, Reduction::none), {nll(0, 2), 0, nll(2, 1)});
   // A custom ignore_index.
   CHECK(F::cross_entropy(x, idx({2, 7, 1}), 7).item() == doctest::Approx((nll(0, 2) + nll(2, 1)) / 2));
   // Smoothing 0.3: (1 - 0.3) * nll + 0.3 * mean_c nll_c
@@ -273,7 +246,7 @@ TEST_CASE("nll_loss: values, ignore_index, reductions, gradient") {
   CHECK(F::nll_loss(lp, idx({1, 2})).item() == doctest::Approx((1 + 4) / 2.0));
   CHECK(F::nll_loss(lp, idx({1, -100})).item() == doctest::Approx(1));
   CHECK(F::nll_loss(lp, idx({0, 1}), -100, Reduction::sum).item() == doctest::Approx(0.75));
-  check_vals(F::nll_loss(lp, idx({2, -100}), -100, Reduction::none), {2, 0});
+  check_approx(F::nll_loss(lp, idx({2, -100}), -100, Reduction::none), {2, 0});
   // It equals cross_entropy applied to log_softmax.
   Tensor x = rnd({3, 4}, 21, kFloat32);
   CHECK(F::nll_loss(log_softmax(x, 1), idx({3, 0, 1})).item() ==
@@ -288,7 +261,7 @@ TEST_CASE("mse_loss: values, reductions, gradient, shape error") {
   Tensor a = make({1, 2, 3, 4}, {2, 2}), b = make({0, 2, 5, 3}, {2, 2});
   CHECK(F::mse_loss(a, b).item() == doctest::Approx((1 + 0 + 4 + 1) / 4.0));
   CHECK(F::mse_loss(a, b, Reduction::sum).item() == doctest::Approx(6));
-  check_vals(F::mse_loss(a, b, Reduction::none), {1, 0, 4, 1});
+  check_approx(F::mse_loss(a, b, Reduction::none), {1, 0, 4, 1});
   check_grad([](const std::vector<Tensor>& t) { return F::mse_loss(t[0], t[1]); }, {rnd({2, 3}, 23), rnd({2, 3}, 24)});
   CHECK_THROWS_AS(F::mse_loss(a, zeros({4})), ShapeError);
 }
@@ -305,7 +278,7 @@ TEST_CASE("binary_cross_entropy_with_logits: values, stability at large |x|, gra
   }
   Tensor x = make(xv, {8}), t = make(tv, {8});
   Tensor l = F::binary_cross_entropy_with_logits(x, t, Reduction::none);
-  check_vals(l, want, 1e-5);
+  check_approx(l, want, 1e-5);
   for (double v : l.to_vector<double>()) CHECK(std::isfinite(v));
   double s = 0;
   for (double w : want) s += w;
@@ -345,7 +318,7 @@ TEST_CASE("causal_softmax: masked entries exactly 0, rows sum to 1, values") {
   Tensor y = F::causal_softmax(x, 0.7);
   auto yv = y.to_vector<double>();
   auto want = naive_causal_softmax(x.to_vector<double>(), 4, 4, 0.7);
-  check_vals(y, want, 1e-5);
+  check_approx(y, want, 1e-5);
   for (int r = 0; r < 8; ++r) {
     int i = r % 4;
     double s = 0;
@@ -364,7 +337,7 @@ TEST_CASE("causal_softmax: masked entries exactly 0, rows sum to 1, values") {
 TEST_CASE("causal_softmax: Tq != Tk is aligned to the end (query i sees j <= i + Tk - Tq)") {
   Tensor x = rnd({2, 5}, 27);
   auto yv = F::causal_softmax(x, 1.0).to_vector<double>();
-  check_vals(F::causal_softmax(x, 1.0), naive_causal_softmax(x.to_vector<double>(), 2, 5, 1.0), 1e-12);
+  check_approx(F::causal_softmax(x, 1.0), naive_causal_softmax(x.to_vector<double>(), 2, 5, 1.0), 1e-12);
   // Query 0 sees keys 0..3, query 1 sees all 5.
   CHECK(yv[4] == 0.0);
   CHECK(yv[3] > 0.0);
@@ -426,7 +399,7 @@ TEST_CASE("scaled_dot_product_attention: causal and not, vs naive attention, Tq 
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
           INFO("Tq ", Tq, " Tk ", Tk, " causal ", causal, " b ", b, " h ", h);
-          check_vals(o.select(0, b).select(0, h),
+          check_approx(o.select(0, b).select(0, h),
                      naive_attention(slice_bh(q, b, h), slice_bh(k, b, h), slice_bh(v, b, h), Tq, Tk, D, D, causal),
                      1e-10);
         }
@@ -444,7 +417,7 @@ TEST_CASE("scaled_dot_product_attention: a bool mask (true = blocked), alone and
     Tensor o = F::scaled_dot_product_attention(q, k, v, causal, mask);
     for (int64_t h = 0; h < 2; ++h) {
       INFO("causal ", causal, " h ", h);
-      check_vals(o.select(0, 0).select(0, h),
+      check_approx(o.select(0, 0).select(0, h),
                  naive_attention(slice_bh(q, 0, h), slice_bh(k, 0, h), slice_bh(v, 0, h), Tq, Tk, D, D, causal,
                                  blocked),
                  1e-10);
@@ -461,7 +434,7 @@ TEST_CASE("scaled_dot_product_attention: runs on a virtual device with a mask an
   Tensor o = F::scaled_dot_product_attention(q, k, v, true, mask);
   CHECK(o.device() == Device("cpu:1"));
   Tensor ref = F::scaled_dot_product_attention(q.to(kCPU), k.to(kCPU), v.to(kCPU), true);
-  check_vals(o.to(kCPU), ref.to_vector<double>(), 1e-12);
+  check_approx(o.to(kCPU), ref.to_vector<double>(), 1e-12);
 }
 
 TEST_CASE("scaled_dot_product_attention: gradcheck of q, k, v") {

@@ -10,8 +10,10 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "nn/optim/optimizer.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::error_of;
 using namespace snug::nn;
 using namespace snug::nn::optim;
 
@@ -82,20 +84,6 @@ struct RefAdam {
     }
   }
 };
-
-template <class E, class Fn>
-std::string error_of(Fn&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("wrong exception type: " << e.what());
-    return "";
-  }
-  FAIL("expected an exception");
-  return "";
-}
 
 }  // namespace
 

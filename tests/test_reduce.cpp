@@ -10,42 +10,22 @@
 #include "autograd/ops.h"
 #include "core/generator.h"
 #include "core/raw_ops.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::make;
+using snug::testing::vals;
+using snug::testing::check_vals;
+using snug::testing::randn_f64;
+using snug::testing::check_grad;
 
 namespace {
 
-Tensor make(const std::vector<double>& v, const Shape& s, DType dt = kFloat32) {
-  return from_vector<double>(v, s, TensorOptions(dt));
-}
-std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
-void check_vals(const Tensor& t, const std::vector<double>& want, double eps = 1e-6) {
-  auto got = vals(t);
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(want[i])) {
-      CHECK(std::isnan(got[i]));
-    } else if (std::isinf(want[i])) {
-      CHECK(got[i] == want[i]);
-    } else {
-      CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps));
-    }
-  }
-}
 // 0..n-1 in shape s.
 Tensor iota(const Shape& s, DType dt = kFloat32) {
   std::vector<double> v(numel_of(s));
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
   return make(v, s, dt);
-}
-Tensor randn_f64(const Shape& s, uint64_t seed) {
-  Generator g(seed);
-  return randn(s, TensorOptions(kFloat64), &g);
-}
-void check_grad(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& in) {
-  auto r = autograd::gradcheck(fn, in);
-  INFO(r.message);
-  CHECK(r.ok);
 }
 
 }  // namespace

@@ -9,27 +9,15 @@
 #include "autograd/ops.h"
 #include "core/generator.h"
 #include "core/raw_ops.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::make;
+using snug::testing::check_vals;
+using snug::testing::check_grad;
 
 namespace {
 
-Tensor make(const std::vector<double>& v, const Shape& s, DType dt = kFloat32) {
-  return from_vector<double>(v, s, TensorOptions(dt));
-}
-void check_vals(const Tensor& t, const std::vector<double>& want, double eps = 1e-6) {
-  auto got = t.to_vector<double>();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(want[i])) {
-      CHECK(std::isnan(got[i]));
-    } else if (std::isinf(want[i])) {
-      CHECK(got[i] == want[i]);
-    } else {
-      CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps));
-    }
-  }
-}
 // softmax of a row, in double.
 std::vector<double> ref_softmax(const std::vector<double>& x) {
   double m = -INFINITY, s = 0;
@@ -43,11 +31,6 @@ std::vector<double> ref_log_softmax(const std::vector<double>& x) {
   auto y = ref_softmax(x);
   for (double& v : y) v = std::log(v);
   return y;
-}
-void check_grad(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& in) {
-  auto r = autograd::gradcheck(fn, in);
-  INFO(r.message);
-  CHECK(r.ok);
 }
 
 }  // namespace

@@ -9,21 +9,11 @@
 #include "autograd/ops.h"
 #include "core/generator.h"
 #include "memory/allocator.h"
+#include "test_util.h"
 
 using namespace snug;
-
-namespace {
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-}  // namespace
+using snug::testing::contains;
+using snug::testing::error_of;
 
 TEST_CASE("empty: shape, strides, dtype, device") {
   Tensor t = empty({2, 3, 4});

@@ -9,33 +9,19 @@
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/generator.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::contains;
+using snug::testing::error_of;
+using snug::testing::rnd;
+using snug::testing::check_grad;
 
 namespace {
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 // 0, 1, ..., n-1 as f32 in shape s.
 Tensor iota(const Shape& s) { return arange(0, static_cast<double>(numel_of(s)), 1, kFloat32).view(s); }
 std::vector<float> vals(const Tensor& t) { return t.to_vector<float>(); }
-Tensor rnd(const Shape& s, uint64_t seed) {
-  Generator g(seed);
-  return randn(s, kFloat64, &g);
-}
-void check_grad(const Fn& fn, const std::vector<Tensor>& in) {
-  auto r = autograd::gradcheck(fn, in);
-  INFO(r.message);
-  CHECK(r.ok);
-}
 }  // namespace
 
 TEST_CASE("view: shapes, -1 inference, element placement") {
