@@ -10,6 +10,7 @@
 # Without, (a) builds a minimal snug (no CUDA, tests, examples or benchmarks).
 # (b) always uses SNUG_CUDA=OFF. Everything goes under build/consumer/.
 set -euo pipefail
+# shellcheck source=scripts/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$SNUG_ROOT"
 

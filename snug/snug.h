@@ -29,4 +29,16 @@
 #include "autograd/gradcheck.h"
 
 // cuda: device queries, in every build (no CUDA headers; 0 devices without CUDA)
+#include "core/safetensors.h"
+#include "nn/module.h"
+#include "nn/functional.h"
+#include "nn/layers.h"
+#include "nn/conv.h"
+#include "nn/attention.h"
+#include "nn/init.h"
+#include "nn/optim/optimizer.h"
+#include "nn/checkpoint.h"
+#include "nn/models/gpt.h"
+#include "nn/models/cnn.h"
+#include "data/mnist.h"
 #include "cuda/cuda_api.h"
