@@ -28,7 +28,7 @@
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
 
-// cuda: device queries, in every build (no CUDA headers; 0 devices without CUDA)
+// serialization, nn (modules, layers, optimizers, models) and data
 #include "core/safetensors.h"
 #include "nn/module.h"
 #include "nn/functional.h"
@@ -41,4 +41,6 @@
 #include "nn/models/gpt.h"
 #include "nn/models/cnn.h"
 #include "data/mnist.h"
+
+// cuda: device queries, in every build (no CUDA headers; 0 devices without CUDA)
 #include "cuda/cuda_api.h"
