@@ -22,7 +22,6 @@ Tensor unary_with_backward(const char* name, UnaryOp op, BinaryOp back_op, bool 
     });
   return out;
 }
-Tensor grad_for(const Tensor& g, const Tensor& input_like) { return raw::sum_to(g, input_like.shape()); }
 }  // namespace
 
 // ---- arithmetic -------------------------------------------------------------------
