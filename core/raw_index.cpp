@@ -101,15 +101,22 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
+// The checks index_add and scatter_add share: base not a scalar, index i64,
+// one device, src of base's dtype. Returns the wrapped dim.
+static int64_t check_add_operands(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
+  check_not_scalar(base, op, "base");
+  const int64_t d = wrap_dim(dim, base.dim(), op);
+  check_index_dtype(index, op);
+  check_device(base, index, op, "base", "index");
+  check_device(base, src, op, "base", "src");
+  SNUG_CHECK(src.dtype() == base.dtype(), DTypeError, op, ": src has dtype ", dtype_name(src.dtype()),
+             " but base has dtype ", dtype_name(base.dtype()), " (expected them equal)");
+  return d;
+}
+
 // base (.., S, ..), index (n), src (.., n, ..) -> base with src's slices added at rows index.
 Tensor index_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_not_scalar(base, "index_add", "base");
-  const int64_t d = wrap_dim(dim, base.dim(), "index_add");
-  check_index_dtype(index, "index_add");
-  check_device(base, index, "index_add", "base", "index");
-  check_device(base, src, "index_add", "base", "src");
-  SNUG_CHECK(src.dtype() == base.dtype(), DTypeError, "index_add: src has dtype ", dtype_name(src.dtype()),
-             " but base has dtype ", dtype_name(base.dtype()), " (expected them equal)");
+  const int64_t d = check_add_operands(base, dim, index, src, "index_add");
   SNUG_CHECK(index.dim() <= 1, ShapeError, "index_add: index must be 1-D, got shape ", shape_str(index.shape()));
   SNUG_CHECK(src.dim() == base.dim(), ShapeError, "index_add: src has shape ", shape_str(src.shape()),
              " but base has shape ", shape_str(base.shape()), " (expected the same number of dims)");
@@ -146,13 +153,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
 // out = base; out[index[i][j]][j] += src[i][j] (dim 0).
 Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_not_scalar(base, "scatter_add", "base");
-  const int64_t d = wrap_dim(dim, base.dim(), "scatter_add");
-  check_index_dtype(index, "scatter_add");
-  check_device(base, index, "scatter_add", "base", "index");
-  check_device(base, src, "scatter_add", "base", "src");
-  SNUG_CHECK(src.dtype() == base.dtype(), DTypeError, "scatter_add: src has dtype ", dtype_name(src.dtype()),
-             " but base has dtype ", dtype_name(base.dtype()), " (expected them equal)");
+  const int64_t d = check_add_operands(base, dim, index, src, "scatter_add");
   SNUG_CHECK(index.dim() == base.dim() && src.dim() == base.dim(), ShapeError, "scatter_add: base ",
              shape_str(base.shape()), ", index ", shape_str(index.shape()), " and src ", shape_str(src.shape()),
              " must have the same number of dims");
