@@ -1,0 +1,148 @@
+// snug-bench gpt|cnn|mlp: one timed training step of the W-GPT, W-CNN and W-MLP
+// workloads exactly as shared/WORKLOADS.md defines them.
+//
+// A timed step = zero the gradients, forward, cross-entropy loss, backward,
+// optimizer step. Batches are random (seeded) and prepared before the timer.
+// Reported: the median over --steps timed steps after --warmup untimed ones.
+//   snug-bench gpt [--steps 20] [--warmup 3] [--threads 2] [--seed 1337] [--json]
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "bench/bench.h"
+#include "core/generator.h"
+#include "memory/allocator.h"
+#include "memory/stats.h"
+#include "nn/functional.h"
+#include "nn/models/cnn.h"
+#include "nn/models/gpt.h"
+#include "nn/optim/optimizer.h"
+
+namespace snug::bench {
+namespace {
+
+struct Batch {
+  Tensor x, y;
+};
+
+struct StepResult {
+  std::vector<double> ms;
+  double loss_first = 0, loss_last = 0;
+  int64_t params = 0;
+  size_t peak_allocated = 0, peak_reserved = 0;
+};
+
+struct Common {
+  int64_t steps, warmup, threads, seed;
+};
+
+Common common(const Args& a) {
+  Common c{a.get_int("steps", 20), a.get_int("warmup", 3), a.get_int("threads", 2), a.get_int("seed", 1337)};
+  SNUG_CHECK(c.steps > 0 && c.warmup >= 0 && c.threads > 0, ValueError,
+             "snug-bench: need --steps > 0, --warmup >= 0 and --threads > 0");
+  set_num_threads(static_cast<int>(c.threads));
+  manual_seed(static_cast<uint64_t>(c.seed));
+  return c;
+}
+
+// Runs warmup + steps training steps, one batch each, and times the last `steps`.
+// `loss_of` is forward + loss for one batch.
+template <class LossFn>
+StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt, const std::vector<Batch>& batches,
+                     LossFn loss_of) {
+  StepResult r;
+  r.params = net.num_parameters();
+  memory::reset_peak(kCPU);
+  for (int64_t s = 0; s < c.warmup + c.steps; ++s) {
+    const Batch& b = batches[static_cast<size_t>(s)];
+    const double t0 = now_seconds();
+    opt.zero_grad();
+    Tensor loss = loss_of(b);
+    loss.backward();
+    opt.step();
+    const double l = loss.item();  // waits for the step on any device
+    const double ms = (now_seconds() - t0) * 1e3;
+    if (s == 0) r.loss_first = l;
+    r.loss_last = l;
+    if (s >= c.warmup) r.ms.push_back(ms);
+  }
+  r.peak_allocated = memory::peak_allocated(kCPU);
+  r.peak_reserved = static_cast<size_t>(memory::stats(kCPU).reserved_bytes.peak);
+  return r;
+}
+
+void report(const Args& a, const char* name, const Common& c, const StepResult& r, const char* rate_name,
+            double items_per_step) {
+  const double ms = median(r.ms);
+  const double lo = *std::min_element(r.ms.begin(), r.ms.end()), hi = *std::max_element(r.ms.begin(), r.ms.end());
+  if (a.json()) {
+    std::printf("{\"bench\": \"%s\", \"ms_per_step\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, \"%s\": %.1f, "
+                "\"loss_first\": %.5f, \"loss_last\": %.5f, \"params\": %lld, \"peak_allocated_bytes\": %zu, "
+                "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld}\n",
+                name, ms, lo, hi, rate_name, items_per_step / (ms / 1e3), r.loss_first, r.loss_last,
+                (long long)r.params, r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup,
+                (long long)c.threads);
+  } else {
+    std::printf("%s: median %.2f ms/step (min %.2f, max %.2f) over %lld steps, %.0f %s, loss %.4f -> %.4f, "
+                "%lld params, peak allocated %s, reserved %s\n",
+                name, ms, lo, hi, (long long)c.steps, items_per_step / (ms / 1e3), rate_name, r.loss_first,
+                r.loss_last, (long long)r.params, memory::format_bytes(r.peak_allocated).c_str(),
+                memory::format_bytes(r.peak_reserved).c_str());
+  }
+}
+
+// Uniform random class labels (n) in [0, classes), i64.
+Tensor random_labels(int64_t n, int64_t classes) {
+  return randint(0, classes, Shape{n});
+}
+
+}  // namespace
+
+// W-GPT: vocab 65, block 128, 4 layers, 4 heads, width 128; batch 16;
+// AdamW lr 3e-4, betas (0.9, 0.999), weight decay 0.01 on every parameter.
+SNUG_BENCH(gpt, "W-GPT training step (WORKLOADS.md): median ms/step, tokens/s, peak memory") {
+  const Common c = common(args);
+  const int64_t B = 16, T = 128, V = 65;
+  nn::models::GPT net(nn::models::GPTConfig{});
+  nn::optim::AdamW opt(net.parameters(), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+  std::vector<Batch> batches;
+  for (int64_t s = 0; s < c.warmup + c.steps; ++s) {
+    Tensor seq = randint(0, V, Shape{B, T + 1});  // (B, T+1)
+    batches.push_back({seq.narrow(1, 0, T).contiguous(), seq.narrow(1, 1, T).contiguous()});
+  }
+  StepResult r = run_steps(c, net, opt, batches, [&](const Batch& b) { return net.loss(b.x, b.y); });
+  report(args, "gpt", c, r, "tokens_per_s", double(B * T));
+  return 0;
+}
+
+// W-CNN: 1x28x28 inputs, batch 64, SGD lr 0.01 momentum 0.9.
+SNUG_BENCH(cnn, "W-CNN training step (WORKLOADS.md): median ms/step, samples/s, peak memory") {
+  const Common c = common(args);
+  const int64_t B = 64;
+  auto net = nn::models::make_wcnn();
+  nn::optim::SGD opt(net->parameters(), {.lr = 0.01, .momentum = 0.9});
+  std::vector<Batch> batches;
+  for (int64_t s = 0; s < c.warmup + c.steps; ++s)
+    batches.push_back({randn(Shape{B, 1, 28, 28}), random_labels(B, 10)});
+  StepResult r = run_steps(c, *net, opt, batches,
+                           [&](const Batch& b) { return nn::functional::cross_entropy(net->forward(b.x), b.y); });
+  report(args, "cnn", c, r, "samples_per_s", double(B));
+  return 0;
+}
+
+// W-MLP: 784-1024-1024-10, batch 128, SGD lr 0.01 momentum 0.9.
+SNUG_BENCH(mlp, "W-MLP training step (WORKLOADS.md): median ms/step, samples/s, peak memory") {
+  const Common c = common(args);
+  const int64_t B = 128;
+  auto net = nn::models::make_wmlp();
+  nn::optim::SGD opt(net->parameters(), {.lr = 0.01, .momentum = 0.9});
+  std::vector<Batch> batches;
+  for (int64_t s = 0; s < c.warmup + c.steps; ++s)
+    batches.push_back({randn(Shape{B, 784}), random_labels(B, 10)});
+  StepResult r = run_steps(c, *net, opt, batches,
+                           [&](const Batch& b) { return nn::functional::cross_entropy(net->forward(b.x), b.y); });
+  report(args, "mlp", c, r, "samples_per_s", double(B));
+  return 0;
+}
+
+}  // namespace snug::bench

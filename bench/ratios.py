@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Runs snug's and PyTorch's training-step benchmarks interleaved and prints
+the throughput ratios (snug / PyTorch) with their spread.
+
+For each workload and each repeat it runs `snug-bench W --json` and then
+`bench/peers/train_torch.py W --json` (same steps, warmup, threads), so both
+see the same machine conditions. The ratio of a repeat is PyTorch's median
+ms/step over snug's; the table shows the median ratio over the repeats, and
+the lowest and highest.
+
+  python3 bench/ratios.py [--bench build/release/bench/snug-bench] [--repeats 5]
+                          [--workloads gpt,cnn,mlp] [--python python3] [--json]
+
+--python picks the interpreter for the peer, e.g. one whose torch is Debian's
+1.13 (OpenBLAS; set OPENBLAS_CORETYPE=SkylakeX on this CPU) instead of PyPI's.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def last_json(cmd, env=None):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if not lines:
+        raise SystemExit(f"no JSON line from {' '.join(cmd)}:\n{out}")
+    return json.loads(lines[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", default=os.path.join(HERE, "..", "build", "release", "bench", "snug-bench"))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--workloads", default="gpt,cnn,mlp")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    common = ["--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads), "--json"]
+    results = {}
+    torch_desc = None
+    for w in a.workloads.split(","):
+        runs = []
+        for r in range(a.repeats):
+            s = last_json([a.bench, w] + common)
+            t = last_json([a.python, os.path.join(HERE, "peers", "train_torch.py"), w] + common)
+            torch_desc = f"torch {t['torch']} ({t['blas']}, {t['isa']})"
+            runs.append({"snug_ms": s["ms_per_step"], "torch_ms": t["ms_per_step"],
+                         "ratio": t["ms_per_step"] / s["ms_per_step"],
+                         "snug_peak_allocated_bytes": s["peak_allocated_bytes"],
+                         "torch_peak_rss_growth_bytes": t["peak_rss_growth_bytes"]})
+            print(f"{w} repeat {r + 1}: snug {s['ms_per_step']:.2f} ms, torch {t['ms_per_step']:.2f} ms, "
+                  f"ratio {runs[-1]['ratio']:.3f}", file=sys.stderr, flush=True)
+        ratios = [x["ratio"] for x in runs]
+        results[w] = {
+            "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "snug_ms_median": statistics.median(x["snug_ms"] for x in runs),
+            "torch_ms_median": statistics.median(x["torch_ms"] for x in runs),
+            "snug_peak_allocated_bytes": runs[-1]["snug_peak_allocated_bytes"],
+            "torch_peak_rss_growth_bytes": statistics.median(x["torch_peak_rss_growth_bytes"] for x in runs),
+            "repeats": a.repeats}
+    if a.json:
+        print(json.dumps({"peer": torch_desc, "threads": a.threads, "results": results}))
+        return
+    print(f"snug vs {torch_desc}, {a.threads} threads, {a.repeats} interleaved repeats "
+          f"({a.steps} timed steps after {a.warmup} warmup each)")
+    print(f"{'workload':8} {'snug ms':>9} {'torch ms':>9} {'ratio':>7} {'min':>7} {'max':>7} "
+          f"{'snug peak alloc':>16} {'torch RSS growth':>17}")
+    for w, r in results.items():
+        print(f"{w:8} {r['snug_ms_median']:9.2f} {r['torch_ms_median']:9.2f} {r['ratio_median']:7.3f} "
+              f"{r['ratio_min']:7.3f} {r['ratio_max']:7.3f} {r['snug_peak_allocated_bytes'] / 2**20:13.1f} MiB "
+              f"{r['torch_peak_rss_growth_bytes'] / 2**20:14.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
