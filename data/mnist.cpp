@@ -1,48 +1,17 @@
 #include "data/mnist.h"
 
-#include <zlib.h>
-
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include "core/error.h"
+#include "data/file_bytes.h"
 #include "memory/allocator.h"
 
 namespace snug::data {
 
 namespace {
-
-// The whole (decompressed) content of path. zlib reads raw files as they are.
-std::vector<uint8_t> read_all(const std::string& path) {
-  SNUG_CHECK(std::filesystem::is_regular_file(path), IOError, path, ": no such file");
-  gzFile f = gzopen(path.c_str(), "rb");
-  SNUG_CHECK(f != nullptr, IOError, path, ": cannot open (offset 0)");
-  std::vector<uint8_t> buf;
-  std::vector<uint8_t> chunk(1 << 20);
-  for (;;) {
-    int n = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()));
-    if (n < 0) {
-      int code = 0;
-      std::string why = gzerror(f, &code);
-      gzclose(f);
-      throw IOError(str(path, ": corrupt compressed data after decompressed offset ", buf.size(), " (zlib: ", why,
-                        ")"));
-    }
-    if (n == 0) break;
-    buf.insert(buf.end(), chunk.begin(), chunk.begin() + n);
-  }
-  // A gzip stream cut short ends without an error from gzread on some zlib
-  // versions; gzerror still says so.
-  int code = 0;
-  const char* why = gzerror(f, &code);
-  std::string msg = why ? why : "";
-  gzclose(f);
-  SNUG_CHECK(code == Z_OK || code == Z_STREAM_END, IOError, path,
-             ": truncated or corrupt compressed data at decompressed offset ", buf.size(), " (zlib: ", msg, ")");
-  return buf;
-}
 
 uint32_t be32(const std::vector<uint8_t>& b, size_t at) {
   return (uint32_t(b[at]) << 24) | (uint32_t(b[at + 1]) << 16) | (uint32_t(b[at + 2]) << 8) | uint32_t(b[at + 3]);
@@ -88,7 +57,7 @@ std::string find_file(const std::string& dir, const std::string& name) {
 }  // namespace
 
 Tensor read_idx_images(const std::string& path) {
-  std::vector<uint8_t> b = read_all(path);
+  std::vector<uint8_t> b = read_file_bytes(path);
   std::vector<int64_t> d;
   size_t header = read_header(b, path, 0x00000803u, 3, "images", d);
   check_size(b, path, header, d[0] * d[1] * d[2], "pixels");
@@ -97,7 +66,7 @@ Tensor read_idx_images(const std::string& path) {
 }
 
 Tensor read_idx_labels(const std::string& path, int64_t max_label) {
-  std::vector<uint8_t> b = read_all(path);
+  std::vector<uint8_t> b = read_file_bytes(path);
   std::vector<int64_t> d;
   size_t header = read_header(b, path, 0x00000801u, 1, "labels", d);
   check_size(b, path, header, d[0], "labels");
