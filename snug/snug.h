@@ -40,7 +40,15 @@
 #include "nn/checkpoint.h"
 #include "nn/models/gpt.h"
 #include "nn/models/cnn.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "data/collate.h"
+#include "data/dataloader.h"
 #include "data/mnist.h"
+#include "data/cifar.h"
+#include "data/text.h"
+#include "data/token_file.h"
+#include "data/chunked.h"
 
 // cuda: device queries, in every build (no CUDA headers; 0 devices without CUDA)
 #include "cuda/cuda_api.h"
