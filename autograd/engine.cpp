@@ -16,6 +16,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "memory/allocator.h"
 
@@ -103,6 +104,7 @@ void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& seeds
     std::vector<Tensor> outs;
     {
       memory::OpScope op(node->name());
+      profiler::RecordRange range("backward:", node->name());
       outs = node->apply(grads);
     }
     if (!retain_graph) node->release_saved();

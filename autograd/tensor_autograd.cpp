@@ -4,6 +4,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 
 namespace snug {
@@ -270,7 +271,18 @@ namespace {
 // Writes op(self, other) straight into self's storage when self needs no
 // conversion or broadcasting (the optimizer's hot path); else via a temporary.
 // Elementwise kernels read each element before writing it, so out == a is safe.
+const char* inplace_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return "add_";
+    case BinaryOp::sub: return "sub_";
+    case BinaryOp::mul: return "mul_";
+    case BinaryOp::div: return "div_";
+    default: return "binary_";
+  }
+}
+
 void binary_into(BinaryOp op, const Tensor& self, const Tensor& other) {
+  profiler::RecordOp rec(inplace_name(op), self.device());
   DType dt = promote_types(self.dtype(), other.dtype());
   if (op == BinaryOp::div && !is_floating(dt)) dt = DType::f32;
   // Reading `other` while writing self is only safe when other does not share
@@ -289,6 +301,7 @@ void binary_into(BinaryOp op, const Tensor& self, const Tensor& other) {
 }
 // self = a * self + b for floating self, in place.
 void affine_into(const Tensor& self, double a, double b) {
+  profiler::RecordOp rec("affine_", self.device());
   if (self.is_floating_point()) {
     backend_for(self.device()).unary(UnaryOp::affine, a, b, self, self);
   } else {

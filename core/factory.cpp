@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/gemm.h"
 #include "core/generator.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "core/tensor.h"
 
@@ -72,6 +73,7 @@ Tensor random_tensor(RandomKind kind, const Shape& shape, double a, double b, Te
   bool rg = opt.requires_grad;
   DType want = opt.dtype;
   SNUG_CHECK(is_floating(want), DTypeError, op, ": expected a floating dtype, got ", dtype_name(want));
+  profiler::RecordOp rec(op, opt.device);
   Tensor t = empty(shape, opt.with_requires_grad(false));
   Generator& g = gen ? *gen : default_generator();
   // One Philox counter yields 4 values; reserve enough for every element.

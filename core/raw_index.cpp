@@ -3,6 +3,7 @@
 // trust them (an out-of-range index is an IndexError, never a wild read).
 #include <vector>
 
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 
 namespace snug::raw {
@@ -47,6 +48,7 @@ void check_index_range(const Tensor& index, int64_t size, int64_t dim, const cha
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
+  profiler::RecordOp rec("cat", xs.empty() ? kCPU : xs[0].device());
   SNUG_CHECK(!xs.empty(), ValueError, "cat: expected a non-empty list of tensors");
   for (size_t i = 0; i < xs.size(); ++i) {
     SNUG_CHECK(xs[i].defined(), ValueError, "cat: tensor ", i, " is undefined");
@@ -88,6 +90,7 @@ Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {
 
 // x (.., S, ..), index (n) -> (.., n, ..)
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  profiler::RecordOp rec("index_select", x.device());
   check_not_scalar(x, "index_select", "x");
   const int64_t d = wrap_dim(dim, x.dim(), "index_select");
   check_index_dtype(index, "index_select");
@@ -116,6 +119,7 @@ static int64_t check_add_operands(const Tensor& base, int64_t dim, const Tensor&
 
 // base (.., S, ..), index (n), src (.., n, ..) -> base with src's slices added at rows index.
 Tensor index_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
+  profiler::RecordOp rec("index_add", base.device());
   const int64_t d = check_add_operands(base, dim, index, src, "index_add");
   SNUG_CHECK(index.dim() <= 1, ShapeError, "index_add: index must be 1-D, got shape ", shape_str(index.shape()));
   SNUG_CHECK(src.dim() == base.dim(), ShapeError, "index_add: src has shape ", shape_str(src.shape()),
@@ -135,6 +139,7 @@ Tensor index_add(const Tensor& base, int64_t dim, const Tensor& index, const Ten
 
 // out[i][j] = x[index[i][j]][j] (dim 0), out has index's shape.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  profiler::RecordOp rec("gather", x.device());
   check_not_scalar(x, "gather", "x");
   const int64_t d = wrap_dim(dim, x.dim(), "gather");
   check_index_dtype(index, "gather");
@@ -153,6 +158,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
 // out = base; out[index[i][j]][j] += src[i][j] (dim 0).
 Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src) {
+  profiler::RecordOp rec("scatter_add", base.device());
   const int64_t d = check_add_operands(base, dim, index, src, "scatter_add");
   SNUG_CHECK(index.dim() == base.dim() && src.dim() == base.dim(), ShapeError, "scatter_add: base ",
              shape_str(base.shape()), ", index ", shape_str(index.shape()), " and src ", shape_str(src.shape()),

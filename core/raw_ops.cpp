@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/profiler.h"
+
 namespace snug::raw {
 
 namespace {
@@ -25,6 +27,7 @@ bool is_float_only(UnaryOp op) {
 }  // namespace
 
 Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
+  profiler::RecordOp rec(unary_op_name(op), x.device());
   SNUG_CHECK(x.dtype() != DType::b8, DTypeError, unary_op_name(op), ": not defined for bool tensors");
   // exp/log/sqrt/... of an integer tensor give f32, as in PyTorch.
   Tensor in = (is_float_only(op) && !x.is_floating_point()) ? to_dtype(x, DType::f32) : x;
@@ -36,6 +39,7 @@ Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  profiler::RecordOp rec(binary_op_name(op), a.device());
   check_same_device(a, b, binary_op_name(op));
   Shape shape = broadcast_shapes(a.shape(), b.shape(), binary_op_name(op));
   DType dt = promote_types(a.dtype(), b.dtype());
@@ -47,6 +51,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor binary_scalar(BinaryOp op, const Tensor& a, double s) {
+  profiler::RecordOp rec(binary_op_name(op), a.device());
   DType dt = a.dtype();
   if (!is_floating(dt) && (s != static_cast<double>(static_cast<int64_t>(s)) || op == BinaryOp::div)) dt = DType::f32;
   if (dt == DType::b8) dt = DType::i64;
@@ -54,6 +59,7 @@ Tensor binary_scalar(BinaryOp op, const Tensor& a, double s) {
 }
 
 Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
+  profiler::RecordOp rec(compare_op_name(op), a.device());
   check_same_device(a, b, compare_op_name(op));
   Shape shape = broadcast_shapes(a.shape(), b.shape(), compare_op_name(op));
   DType dt = promote_types(a.dtype(), b.dtype());
@@ -63,11 +69,13 @@ Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor compare_scalar(CompareOp op, const Tensor& a, double s) {
+  profiler::RecordOp rec(compare_op_name(op), a.device());
   DType dt = is_floating(a.dtype()) ? a.dtype() : DType::f64;
   return compare(op, a, full({}, s, TensorOptions(dt, a.device())));
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  profiler::RecordOp rec("where", a.device());
   check_same_device(cond, a, "where");
   check_same_device(a, b, "where");
   SNUG_CHECK(cond.dtype() == DType::b8, DTypeError, "where: condition must be a bool tensor, got ",
@@ -80,6 +88,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  profiler::RecordOp rec("masked_fill", x.device());
   SNUG_CHECK(mask.dtype() == DType::b8, DTypeError, "masked_fill: mask must be a bool tensor, got ",
              dtype_name(mask.dtype()));
   Shape bs = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
@@ -91,6 +100,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 // ---- matmul -----------------------------------------------------------------------
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  profiler::RecordOp rec("matmul", a.device());
   check_same_device(a, b, "matmul");
   SNUG_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: both arguments need at least 1 dim, got shapes ",
              shape_str(a.shape()), " and ", shape_str(b.shape()));
@@ -119,6 +129,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   };
   Tensor a3 = to3(A, M, K), b3 = to3(B, K, N);
   Tensor out = empty({nb, M, N}, a.options());
+  rec.set_flops(2.0 * double(nb) * double(M) * double(N) * double(K));
   backend_for(a.device()).matmul(a3, b3, out);
   Shape os = batch;
   if (a.dim() > 1) os.push_back(M);
@@ -323,12 +334,14 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
 Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
 Tensor clone(const Tensor& x) {
+  profiler::RecordOp rec("copy", x.device());
   Tensor out = empty(x.shape(), x.options());
   backend_for(x.device()).copy(x, out);
   return out;
 }
 
 Tensor to_dtype(const Tensor& x, DType dtype) {
+  profiler::RecordOp rec("to_dtype", x.device());
   if (x.dtype() == dtype) return x;
   Tensor out = empty(x.shape(), TensorOptions(dtype, x.device()));
   backend_for(x.device()).copy(x, out);
@@ -336,6 +349,7 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
 }
 
 Tensor to_device(const Tensor& x, Device device) {
+  profiler::RecordOp rec("to_device", x.device());
   if (x.device() == device) return x;
   Tensor src = contiguous(x);
   Tensor out = empty(x.shape(), TensorOptions(x.dtype(), device));
@@ -346,6 +360,7 @@ Tensor to_device(const Tensor& x, Device device) {
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
+  profiler::RecordOp rec("copy_", dst.device());
   Shape bs = broadcast_shapes(dst.shape(), src.shape(), "copy_");
   SNUG_CHECK(bs == dst.shape(), ShapeError, "copy_: source of shape ", shape_str(src.shape()),
              " does not broadcast to the destination's shape ", shape_str(dst.shape()));
@@ -354,6 +369,9 @@ void copy_(const Tensor& dst, const Tensor& src) {
   backend_for(dst.device()).copy(s, dst);
 }
 
-void fill_(const Tensor& dst, double value) { backend_for(dst.device()).fill(dst, value); }
+void fill_(const Tensor& dst, double value) {
+  profiler::RecordOp rec("fill_", dst.device());
+  backend_for(dst.device()).fill(dst, value);
+}
 
 }  // namespace snug::raw

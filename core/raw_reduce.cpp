@@ -1,6 +1,7 @@
 // Raw ops, reductions and softmax: checks, output allocation, dispatch.
 #include <algorithm>
 
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 
 namespace snug::raw {
@@ -36,6 +37,7 @@ Tensor reshaped(const Tensor& t, const Shape& shape) {
 }  // namespace
 
 Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keepdim) {
+  profiler::RecordOp rec(reduce_op_name(op), x.device());
   const char* name = reduce_op_name(op);
   const int64_t nd = x.dim();
   std::vector<int64_t> red;
@@ -69,6 +71,7 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> dims, bool keep
 }
 
 Tensor arg_reduce(bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
+  profiler::RecordOp rec(is_max ? "argmax" : "argmin", x.device());
   const char* name = is_max ? "argmax" : "argmin";
   const int64_t d = wrap_dim(dim, x.dim(), name);
   if (x.dim() == 0) return zeros({}, TensorOptions(DType::i64, x.device()));
@@ -82,6 +85,7 @@ Tensor arg_reduce(bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
 
 // grad has a shape that `shape` broadcasts to; sums the broadcast dims away.
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  profiler::RecordOp rec("sum_to", grad.device());
   if (grad.shape() == shape) return grad;
   const int64_t nd = grad.dim(), ns = static_cast<int64_t>(shape.size()), lead = nd - ns;
   SNUG_CHECK(lead >= 0, ShapeError, "sum_to: cannot sum a gradient of shape ", shape_str(grad.shape()),
@@ -104,6 +108,7 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
 }
 
 Tensor softmax(const Tensor& x, int64_t dim, bool log) {
+  profiler::RecordOp rec(log ? "log_softmax" : "softmax", x.device());
   const char* name = log ? "log_softmax" : "softmax";
   SNUG_CHECK(is_floating(x.dtype()), DTypeError, name, ": expected a floating dtype (f32, f16, bf16, f64), got ",
              dtype_name(x.dtype()), "; convert with .to(kFloat32)");
@@ -118,6 +123,7 @@ Tensor softmax(const Tensor& x, int64_t dim, bool log) {
 }
 
 Tensor softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log) {
+  profiler::RecordOp rec(log ? "log_softmax_backward" : "softmax_backward", y.device());
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
   SNUG_CHECK(grad_out.shape() == y.shape(), ShapeError, name, ": grad_out has shape ", shape_str(grad_out.shape()),
              " but the forward output has shape ", shape_str(y.shape()), " (expected them equal)");

@@ -17,6 +17,7 @@ namespace {
 
 thread_local Tag t_tag = Tag::other;
 thread_local const char* t_op = nullptr;
+thread_local std::uint64_t t_requested = 0;  // bytes this thread asked for, ever (profiler)
 
 constexpr int kMaxDevices = 256;  // per device type
 
@@ -80,6 +81,7 @@ void register_backend_factory(DeviceType t, BackendFactory factory) {
 }
 
 void* allocate(Device d, std::size_t nbytes, StreamId stream) {
+  t_requested += nbytes;
   return allocator_for(d).allocate(nbytes, stream, t_tag, t_op);
 }
 
@@ -88,6 +90,8 @@ void deallocate(Device d, void* p) {
 }
 
 void record_stream(Device d, void* p, StreamId stream) { allocator_for(d).record_stream(p, stream); }
+
+std::uint64_t thread_requested_bytes() { return t_requested; }
 
 std::size_t allocated(Device d) { return static_cast<std::size_t>(stats(d).allocated_bytes.current); }
 std::size_t reserved(Device d) { return static_cast<std::size_t>(stats(d).reserved_bytes.current); }

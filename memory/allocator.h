@@ -67,6 +67,9 @@ std::size_t reserved(Device d);        // bytes held from the raw backend
 std::size_t peak_allocated(Device d);  // since start or reset_peak(d)
 void reset_peak(Device d);
 void empty_cache(Device d);
+// Bytes requested by allocate() on the calling thread since it started, on
+// every device: a cheap running total the profiler takes differences of.
+std::uint64_t thread_requested_bytes();
 
 // ---- Caching allocator controls (docs/memory.md) -----------------------------
 class RawBackend;

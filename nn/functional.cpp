@@ -6,6 +6,7 @@
 
 #include "autograd/node.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 
 namespace snug::nn::functional {
@@ -57,6 +58,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
       SNUG_CHECK(p->dim() == 1 && p->size(0) == C, ShapeError, "layer_norm: weight/bias of shape ",
                  shape_str(p->shape()), " do not match the last dim of input ", shape_str(x.shape()));
   SNUG_CHECK(x.is_floating_point(), DTypeError, "layer_norm: expected a floating input, got ", dtype_name(x.dtype()));
+  profiler::RecordOp rec("layer_norm", x.device());
   Tensor xc = raw::contiguous(x);
   Tensor w = weight.defined() ? raw::contiguous(raw::to_dtype(weight, x.dtype())) : Tensor();
   Tensor b = bias.defined() ? raw::contiguous(raw::to_dtype(bias, x.dtype())) : Tensor();
@@ -68,6 +70,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   if (any_requires_grad({x, weight, bias})) {
     record("layer_norm", {x, weight, bias}, {y}, {xc, w, mean, rstd}, [C](FunctionNode& self, const G& g) -> G {
       Tensor xs = self.saved_at(0), ws = self.saved_at(1);
+      profiler::RecordOp rec("layer_norm_backward", xs.device());
       Tensor go = raw::contiguous(raw::to_dtype(g[0], xs.dtype()));
       Tensor gx = self.needs_grad(0) ? empty(xs.shape(), xs.options()) : Tensor();
       Tensor gw = self.needs_grad(1) ? empty({C}, xs.options()) : Tensor();
@@ -230,6 +233,7 @@ Tensor causal_softmax(const Tensor& x, double scale) {
   SNUG_CHECK(x.dim() >= 2, ShapeError, "causal_softmax: expected (..., Tq, Tk), got ", shape_str(x.shape()));
   SNUG_CHECK(x.is_floating_point(), DTypeError, "causal_softmax: expected a floating input, got ",
              dtype_name(x.dtype()));
+  profiler::RecordOp rec("causal_softmax", x.device());
   Tensor xc = raw::contiguous(x);
   Tensor y = empty(x.shape(), x.options());
   backend_for(x.device()).causal_softmax(xc, scale, y);

@@ -5,6 +5,7 @@
 
 #include "autograd/node.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "nn/functional.h"
 
@@ -70,6 +71,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ar
     p.dilation[d] = dilation[d];
   }
   p.groups = groups;
+  // 2 FLOPs per multiply-add: each output takes C/groups kh kw of them.
+  const double flops = 2.0 * double(N) * double(Cout) * double(Ho) * double(Wo) * double(weight.size(1)) * double(kh) * double(kw);
+  profiler::RecordOp rec("conv2d", x.device(), flops);
   Tensor xc = raw::contiguous(x), wc = raw::contiguous(weight);
   Tensor bc = bias.defined() ? raw::contiguous(bias) : Tensor();
   Tensor y = empty({N, Cout, Ho, Wo}, x.options());
@@ -81,7 +85,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ar
     Tensor keep_w = x.requires_grad() ? wc : Tensor();
     const Shape xs = x.shape(), ws = weight.shape();
     const DType dt = x.dtype();
-    record("conv2d", {x, weight, bias}, {y}, {keep_x, keep_w}, [p, xs, ws, dt](FunctionNode& self, const G& g) -> G {
+    record("conv2d", {x, weight, bias}, {y}, {keep_x, keep_w}, [p, xs, ws, dt, flops](FunctionNode& self, const G& g) -> G {
+      // Each wanted gradient (gx, gw) costs as much as the forward.
+      profiler::RecordOp rec("conv2d_backward", g[0].device(), flops * ((self.needs_grad(0) ? 1 : 0) + (self.needs_grad(1) ? 1 : 0)));
       Tensor go = raw::contiguous(raw::to_dtype(g[0], dt));  // (N, Cout, Ho, Wo)
       if (!self.needs_grad(0) && !self.needs_grad(1))  // only the bias: nothing else was saved
         return {Tensor(), Tensor(), raw::reduce(ReduceOp::sum, go, {0, 2, 3}, false)};

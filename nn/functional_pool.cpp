@@ -5,6 +5,7 @@
 
 #include "autograd/node.h"
 #include "core/backend.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "nn/functional.h"
 
@@ -26,6 +27,7 @@ void check_input(const char* op, const Tensor& x) {
 // Runs the backend and records the node. Max pooling saves its argmax
 // indices (i64, y's shape); average pooling needs nothing but x's shape.
 Tensor pool(const char* op, const Tensor& x, const Pool2dParams& p, int64_t Ho, int64_t Wo) {
+  profiler::RecordOp rec(op, x.device());
   Tensor xc = raw::contiguous(x);
   Tensor y = empty({x.size(0), x.size(1), Ho, Wo}, x.options());
   Tensor idx = p.kind == PoolKind::max ? empty(y.shape(), TensorOptions(DType::i64, x.device())) : Tensor();
@@ -34,6 +36,7 @@ Tensor pool(const char* op, const Tensor& x, const Pool2dParams& p, int64_t Ho, 
     const Shape xs = x.shape();
     const DType dt = x.dtype();
     record(op, {x}, {y}, {idx}, [p, xs, dt](FunctionNode& self, const G& g) -> G {
+      profiler::RecordOp rec("pool2d_backward", g[0].device());
       Tensor go = raw::contiguous(raw::to_dtype(g[0], dt));  // (N, C, Ho, Wo)
       Tensor gx = empty(xs, TensorOptions(dt, go.device()));  // (N, C, H, W)
       backend_for(go.device()).pool2d_backward(go, p, self.saved_at(0), gx);

@@ -4,12 +4,16 @@
 //   charlm [--data FILE] [--steps N] [--lr X] [--layers N] [--heads N] [--embd N]
 //          [--block N] [--batch N] [--seed N] [--eval-every N] [--eval-batches N]
 //          [--save PATH] [--save-every N] [--resume PATH] [--threads N]
-//          [--generate N] [--json]
+//          [--generate N] [--profile FILE [--profile-steps N]] [--json]
 //
 // Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
 // weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
 // then cosine to lr/10, first 90% of characters for training and the last
 // 10% for validation, validation loss averaged over 50 batches.
+//
+// --profile FILE records --profile-steps steps (default 5) after two warm-up
+// steps with snug's profiler, writes them to FILE as a Chrome trace (open it in
+// Perfetto) and prints the per-op table on stderr.
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -26,6 +31,7 @@
 
 #include "autograd/grad_mode.h"
 #include "core/generator.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "memory/allocator.h"
 #include "memory/stats.h"
@@ -65,7 +71,7 @@ struct Flags {
 Flags parse(int argc, char** argv) {
   static const std::set<std::string> known = {"data", "steps", "lr", "layers", "heads", "embd", "block", "batch",
                                               "seed", "eval-every", "eval-batches", "save", "save-every", "resume",
-                                              "threads", "generate", "json", "help"};
+                                              "threads", "generate", "profile", "profile-steps", "json", "help"};
   static const std::set<std::string> boolean = {"json", "help"};
   Flags f;
   for (int a = 1; a < argc; ++a) {
@@ -232,11 +238,25 @@ int run(int argc, char** argv) {
                  corpus.val.size(), get_num_threads());
 
   const bool tty = isatty(fileno(stderr));
+  // Profiling window: [prof_from, prof_to), after two warm-up steps.
+  const std::string prof_path = fl.get("profile", "");
+  const int64_t prof_from = std::min(start + 2, steps - 1), prof_to = prof_from + fl.i("profile-steps", 5);
+  SNUG_CHECK(!fl.has("profile") || !prof_path.empty(), ValueError, "charlm: --profile needs a file name");
+  SNUG_CHECK(prof_to > prof_from, ValueError, "charlm: --profile-steps must be positive");
+  std::unique_ptr<profiler::Profile> prof;
+  auto finish_profile = [&](int64_t recorded) {
+    prof->stop();
+    prof->write_chrome_trace(prof_path);
+    std::fprintf(stderr, "%sprofile of %lld steps (trace in %s):\n%s", tty ? "\n" : "", (long long)recorded,
+                 prof_path.c_str(), prof->summary().c_str());
+    prof.reset();
+  };
   std::vector<double> step_ms;
   double train_loss = NAN, val_loss = NAN;
   memory::reset_peak(kCPU);
   for (int64_t step = start; step < steps; ++step) {
     auto [x, y] = get_batch(corpus.train, B, T, data_gen);
+    if (!prof_path.empty() && step == prof_from) prof = std::make_unique<profiler::Profile>();
     auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
     Tensor loss = model.loss(x, y);
@@ -247,6 +267,7 @@ int run(int argc, char** argv) {
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     step_ms.push_back(ms);
     train_loss = loss.item();
+    if (prof && (step + 1 == prof_to || step + 1 == steps)) finish_profile(step + 1 - prof_from);
     SNUG_CHECK(std::isfinite(train_loss), ValueError, "charlm: training loss became ", train_loss, " at step ", step);
     bool last = step + 1 == steps;
     if (!json && (tty || (step + 1) % 50 == 0 || last))

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "autograd/grad_mode.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "memory/allocator.h"
 
@@ -138,6 +139,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : defaults(o) {
 }
 
 void SGD::step() {
+  profiler::RecordRange range("optim:", "SGD.step");
   NoGradGuard ng;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
@@ -179,6 +181,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled) : defa
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 // p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 void Adam::step() {
+  profiler::RecordRange range("optim:", decoupled_ ? "AdamW.step" : "Adam.step");
   NoGradGuard ng;
   ++step_count_;
   const double t = static_cast<double>(step_count_);
