@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cstdint>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -166,9 +168,28 @@ void map(const Tensor& out, F f, const Ts&... in) {
         const bool bcast[] = {(s[I + 1] == 0)...};
         const bool any_bcast = (false || ... || bcast[I]);
         if (!any_bcast) {
-          auto ptrs = std::tuple<const In*...>(reinterpret_cast<const In*>(p[I + 1])...);
+          [[maybe_unused]] auto ptrs = std::tuple<const In*...>(reinterpret_cast<const In*>(p[I + 1])...);
 #pragma omp simd
           for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(static_cast<C>(std::get<I>(ptrs)[i])...));
+        } else if constexpr (sizeof...(In) == 2) {
+          // Tensor op scalar (x * 0.5, x + eps: binary_scalar broadcasts a 0-d
+          // tensor) or scalar op tensor: hoist the scalar so the loop vectorizes.
+          using A = std::tuple_element_t<0, std::tuple<In...>>;
+          using B = std::tuple_element_t<1, std::tuple<In...>>;
+          const A* a = reinterpret_cast<const A*>(p[1]);
+          const B* b = reinterpret_cast<const B*>(p[2]);
+          if (bcast[0] && bcast[1]) {
+            const Out v = static_cast<Out>(f(static_cast<C>(a[0]), static_cast<C>(b[0])));
+            for (int64_t i = 0; i < n; ++i) o[i] = v;
+          } else if (bcast[1]) {
+            const C bv = static_cast<C>(b[0]);
+#pragma omp simd
+            for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(static_cast<C>(a[i]), bv));
+          } else {
+            const C av = static_cast<C>(a[0]);
+#pragma omp simd
+            for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(av, static_cast<C>(b[i])));
+          }
         } else {
           for (int64_t i = 0; i < n; ++i)
             o[i] = static_cast<Out>(

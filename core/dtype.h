@@ -106,9 +106,20 @@ decltype(auto) dispatch_floating(DType d, const char* op, F&& f) {
 // Numeric types without bool (arithmetic on bool is an error, as in PyTorch).
 template <class F>
 decltype(auto) dispatch_numeric(DType d, const char* op, F&& f) {
-  if (d == DType::b8)
-    throw DTypeError(str(op, ": arithmetic is not defined for bool tensors; convert with .to(kFloat32) or .to(kInt64)"));
-  return dispatch_all(d, op, std::forward<F>(f));
+  // Its own switch, not dispatch_all's: the lambda is never instantiated for
+  // bool (less code, and no arithmetic functor compiled for a type it rejects).
+  switch (d) {
+    case DType::f32: return f.template operator()<float>();
+    case DType::f16: return f.template operator()<Half>();
+    case DType::bf16: return f.template operator()<BFloat16>();
+    case DType::f64: return f.template operator()<double>();
+    case DType::i8: return f.template operator()<int8_t>();
+    case DType::u8: return f.template operator()<uint8_t>();
+    case DType::i32: return f.template operator()<int32_t>();
+    case DType::i64: return f.template operator()<int64_t>();
+    case DType::b8: break;
+  }
+  throw DTypeError(str(op, ": arithmetic is not defined for bool tensors; convert with .to(kFloat32) or .to(kInt64)"));
 }
 
 }  // namespace snug

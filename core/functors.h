@@ -8,6 +8,7 @@
 // visit_*() maps an enum value to its functor with a switch that names every
 // case, so adding an op without its functor fails to compile (-Werror=switch).
 #pragma once
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -40,6 +41,85 @@ template <class T> SNUG_HOST_DEVICE SNUG_INLINE double sqrt(T x) { return ::sqrt
 template <class T> SNUG_HOST_DEVICE SNUG_INLINE double tanh(T x) { return ::tanh(double(x)); }
 template <class T> SNUG_HOST_DEVICE SNUG_INLINE double erf(T x) { return ::erf(double(x)); }
 template <class T, class U> SNUG_HOST_DEVICE SNUG_INLINE double pow(T x, U y) { return ::pow(double(x), double(y)); }
+
+// NOTE [ Vectorizable exp and erf for float ]
+// glibc's expf and erff are scalar calls, so a loop over them cannot use SIMD,
+// and GELU (erf forward, erf and exp backward) cost more than the matmuls
+// around it. exp_approx and erf_approx are plain arithmetic that compilers
+// turn into SIMD on the CPU and straight-line code on the GPU:
+//   exp_approx(y), for y <= 88: y = n ln2 + r with |r| <= ln2/2; exp(r) by
+//     its Taylor series to r^7 (truncation error < 6e-9 relative), times 2^n
+//     built from the exponent bits; <= 1.5 ulp. Results below 2^-126 (y <
+//     -87.34) flush to 0, so exp(-inf) = 0 as softmax needs; NaN gives NaN.
+//   erf_approx(x): |x| <= 1: x P(x^2); 1 < |x| < 4: 1 - exp(-x^2) Q(v) with
+//     v = (1/|x| - 0.625) / 0.375 in [-1, 1]; |x| >= 4: +-1 (erfc(4) = 1.5e-8
+//     is under half an ulp of 1). P (degree 6) and Q (degree 9) are
+//     least-squares fits made for snug; <= 3 ulp. NaN gives NaN.
+// GELU built on them is as accurate as GELU built on a correctly rounded
+// erff (tests/test_elementwise.cpp checks both functions on dense grids).
+// The f32 softmax kernels use exp_approx too (always at x - max <= 0).
+SNUG_HOST_DEVICE SNUG_INLINE float pow2i(int n) {  // 2^n for -126 <= n <= 127
+#ifdef __CUDA_ARCH__
+  return __int_as_float((n + 127) << 23);
+#else
+  return std::bit_cast<float>((n + 127) << 23);
+#endif
+}
+SNUG_HOST_DEVICE SNUG_INLINE float exp_approx(float y) {
+  // Clamped so 2^n stays a normal float; NaN lands on 88 and is put back below.
+  const float yc = y < 88.0f ? (y > -87.33654f ? y : -87.33654f) : 88.0f;
+  // n = round(y / ln2). Adding and taking away 1.5 * 2^23 rounds to an integer
+  // in plain arithmetic; floorf would do, but GCC vectorizes it only under
+  // -fno-trapping-math.
+  const float n = (yc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (yc - n * 0.693145751953125f) - n * 1.42860676533018e-06f;  // ln2 = hi + lo
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float e = p * pow2i(static_cast<int>(n));
+  return y != y ? y : (y < -87.33654f ? 0.0f : e);
+}
+SNUG_HOST_DEVICE SNUG_INLINE float erf_approx(float x) {
+  const float ax = ::fabsf(x);
+  const float t = ax * ax;
+  float pa = 7.761460612894919e-05f;
+  pa = pa * t - 0.0007977174786286072f;
+  pa = pa * t + 0.0051838011272599994f;
+  pa = pa * t - 0.026850836646251392f;
+  pa = pa * t + 0.11283490026622803f;
+  pa = pa * t - 0.37612612752799146f;
+  pa = pa * t + 1.1283791605606748f;
+  const float small = ax * pa;
+  const float xb = ax < 1.0f ? 1.0f : (ax < 4.0f ? ax : 4.0f);
+  const float v = (1.0f / xb - 0.625f) * (1.0f / 0.375f);
+  float q = 4.400024969240414e-06f;
+  q = q * v - 2.4804786126907805e-06f;
+  q = q * v - 2.931863016909412e-05f;
+  q = q * v + 0.00012366770979202102f;
+  q = q * v - 0.0003472431567704497f;
+  q = q * v + 0.0004602385161433141f;
+  q = q * v + 0.002307796407907274f;
+  q = q * v - 0.024242887627146117f;
+  q = q * v + 0.14335642987972347f;
+  q = q * v + 0.305952990132641f;
+  const float large = 1.0f - exp_approx(-xb * xb) * q;
+  const float r = ax <= 1.0f ? small : (ax < 4.0f ? large : 1.0f);
+  const float signed_r = x < 0.0f ? -r : r;
+  return x != x ? x : signed_r;
+}
+// Overloads the GELU functors pick by compute type: float takes the
+// vectorizable forms, double keeps libm's.
+SNUG_HOST_DEVICE SNUG_INLINE float gelu_erf(float x) { return erf_approx(x); }
+SNUG_HOST_DEVICE SNUG_INLINE double gelu_erf(double x) { return ::erf(x); }
+SNUG_HOST_DEVICE SNUG_INLINE float gelu_exp(float y) { return exp_approx(y); }
+SNUG_HOST_DEVICE SNUG_INLINE double gelu_exp(double y) { return ::exp(y); }
+template <class T> SNUG_HOST_DEVICE SNUG_INLINE double gelu_erf(T x) { return ::erf(double(x)); }
+template <class T> SNUG_HOST_DEVICE SNUG_INLINE double gelu_exp(T y) { return ::exp(double(y)); }
 }  // namespace fmath
 
 // ---- unary ops ----------------------------------------------------------------
@@ -58,48 +138,48 @@ static_assert(static_cast<int>(UnaryOp::count) == kNumUnaryOps, "add the new op'
 inline constexpr double kSqrt2OverPi = 0.7978845608028654;
 inline constexpr double kInvSqrt2 = 0.7071067811865476;
 
-struct NegF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return -x; } };
-struct ExpF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(fmath::exp(x)); } };
-struct LogF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(fmath::log(x)); } };
-struct SqrtF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(fmath::sqrt(x)); } };
-struct RsqrtF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(1 / fmath::sqrt(x)); } };
-struct AbsF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(fmath::fabs(x)); } };
-struct TanhF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(fmath::tanh(x)); } };
+struct NegF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return -x; } };
+struct ExpF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::exp(x)); } };
+struct LogF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::log(x)); } };
+struct SqrtF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::sqrt(x)); } };
+struct RsqrtF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(1 / fmath::sqrt(x)); } };
+struct AbsF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::fabs(x)); } };
+struct TanhF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::tanh(x)); } };
 struct SigmoidF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(1 / (1 + fmath::exp(-x))); }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(1 / (1 + fmath::exp(-x))); }
 };
-struct ReluF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return x > C(0) ? x : C(0); } };
+struct ReluF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return x > C(0) ? x : C(0); } };
 // gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
 struct GeluF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C x) const {
-    return C(0.5) * x * (C(1) + C(fmath::erf(x * C(kInvSqrt2))));
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(0.5) * x * (C(1) + C(fmath::gelu_erf(x * C(kInvSqrt2))));
   }
 };
 // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 struct GeluTanhF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C x) const {
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
     C u = C(kSqrt2OverPi) * (x + C(0.044715) * x * x * x);
     return C(0.5) * x * (C(1) + C(fmath::tanh(u)));
   }
 };
 struct SiluF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(x / (1 + fmath::exp(-x))); }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(x / (1 + fmath::exp(-x))); }
 };
 struct SignF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C((x > C(0)) - (x < C(0))); }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C((x > C(0)) - (x < C(0))); }
 };
-struct SquareF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return x * x; } };
-struct ReciprocalF { template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(1) / x; } };
+struct SquareF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return x * x; } };
+struct ReciprocalF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(1) / x; } };
 struct ClampF {
   double lo, hi;
-  template <class C> SNUG_HOST_DEVICE C operator()(C x) const {
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
     // NaN passes through (neither comparison holds), as in PyTorch.
     return x < C(lo) ? C(lo) : (x > C(hi) ? C(hi) : x);
   }
 };
 struct PowScalarF {
   double e;
-  template <class C> SNUG_HOST_DEVICE C operator()(C x) const {
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
     if (e == 2) return x * x;  // exact and fast for the common case
     if (e == 1) return x;
     return C(fmath::pow(x, C(e)));
@@ -107,7 +187,7 @@ struct PowScalarF {
 };
 struct AffineF {
   double a, b;
-  template <class C> SNUG_HOST_DEVICE C operator()(C x) const { return C(C(a) * x + C(b)); }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(C(a) * x + C(b)); }
 };
 
 // fn(functor) for op; a and b are the op's scalar parameters.
@@ -154,31 +234,31 @@ enum class BinaryOp : int {
 inline constexpr int kNumBinaryOps = 13;
 static_assert(static_cast<int>(BinaryOp::count) == kNumBinaryOps, "add the new op's functor to visit_binary");
 
-struct AddF { template <class C> SNUG_HOST_DEVICE C operator()(C a, C b) const { return a + b; } };
-struct SubF { template <class C> SNUG_HOST_DEVICE C operator()(C a, C b) const { return a - b; } };
-struct MulF { template <class C> SNUG_HOST_DEVICE C operator()(C a, C b) const { return a * b; } };
-struct DivF { template <class C> SNUG_HOST_DEVICE C operator()(C a, C b) const { return a / b; } };
-struct PowF { template <class C> SNUG_HOST_DEVICE C operator()(C a, C b) const { return C(fmath::pow(a, b)); } };
+struct AddF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return a + b; } };
+struct SubF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return a - b; } };
+struct MulF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return a * b; } };
+struct DivF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return a / b; } };
+struct PowF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return C(fmath::pow(a, b)); } };
 // maximum/minimum propagate NaN, as in PyTorch.
 struct MaximumF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C a, C b) const { return (a != a || a > b) ? a : b; }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return (a != a || a > b) ? a : b; }
 };
 struct MinimumF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C a, C b) const { return (a != a || a < b) ? a : b; }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return (a != a || a < b) ? a : b; }
 };
 struct ReluBackwardF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C g, C x) const { return x > C(0) ? g : C(0); }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const { return x > C(0) ? g : C(0); }
 };
 // d/dx [x Phi(x)] = Phi(x) + x phi(x)
 struct GeluBackwardF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C g, C x) const {
-    C cdf = C(0.5) * (C(1) + C(fmath::erf(x * C(kInvSqrt2))));
-    C pdf = C(fmath::exp(C(-0.5) * x * x)) * C(0.3989422804014327);  // 1/sqrt(2 pi)
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
+    C cdf = C(0.5) * (C(1) + C(fmath::gelu_erf(x * C(kInvSqrt2))));
+    C pdf = C(fmath::gelu_exp(C(-0.5) * x * x)) * C(0.3989422804014327);  // 1/sqrt(2 pi)
     return g * (cdf + x * pdf);
   }
 };
 struct GeluTanhBackwardF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C g, C x) const {
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
     C u = C(kSqrt2OverPi) * (x + C(0.044715) * x * x * x);
     C t = C(fmath::tanh(u));
     C du = C(kSqrt2OverPi) * (C(1) + C(3 * 0.044715) * x * x);
@@ -187,16 +267,16 @@ struct GeluTanhBackwardF {
 };
 // silu = x s(x);  d = s(x) (1 + x (1 - s(x)))
 struct SiluBackwardF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C g, C x) const {
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
     C s = C(1 / (1 + fmath::exp(-x)));
     return g * s * (C(1) + x * (C(1) - s));
   }
 };
 struct SigmoidBackwardF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C g, C y) const { return g * y * (C(1) - y); }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C y) const { return g * y * (C(1) - y); }
 };
 struct TanhBackwardF {
-  template <class C> SNUG_HOST_DEVICE C operator()(C g, C y) const { return g * (C(1) - y * y); }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C y) const { return g * (C(1) - y * y); }
 };
 
 template <class Fn>

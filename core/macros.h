@@ -9,5 +9,7 @@
 #define SNUG_INLINE __forceinline__
 #else
 #define SNUG_HOST_DEVICE
-#define SNUG_INLINE inline
+// Forced: a helper left out of line (GCC's size heuristics do that to the
+// longer ones, e.g. fmath::erf_approx) turns a SIMD loop back into calls.
+#define SNUG_INLINE inline __attribute__((always_inline))
 #endif

@@ -4,14 +4,18 @@
 // autograd rules), a gradcheck for every differentiable op, and error paths.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "core/functors.h"
 #include "core/generator.h"
+#include "core/raw_ops.h"
 #include "test_util.h"
 
 using namespace snug;
@@ -124,6 +128,65 @@ TEST_CASE("unary ops: values vs std:: math") {
   check_vals(clamp(make1({std::numeric_limits<double>::quiet_NaN()}), 0, 1),
              {std::numeric_limits<double>::quiet_NaN()});
   CHECK_THROWS_AS(clamp(x, 2, 1), ValueError);
+}
+
+namespace {
+// Distance in units in the last place of float, measured at the reference.
+double ulps(float got, double ref) {
+  const float r = static_cast<float>(ref);
+  const double ulp = std::nextafter(std::fabs(r), INFINITY) - std::fabs(r);
+  return std::fabs(double(got) - ref) / ulp;
+}
+}  // namespace
+
+// NOTE [ Vectorizable exp and erf for float ] in core/functors.h.
+TEST_CASE("exp_approx and erf_approx stay within their ulp bounds on dense grids") {
+  double worst_exp = 0, worst_erf = 0;
+  for (int i = -400000; i <= 400000; ++i) {
+    const float y = 87.0f * float(i) / 400000.0f;
+    worst_exp = std::max(worst_exp, ulps(fmath::exp_approx(y), std::exp(double(y))));
+  }
+  for (int i = -500000; i <= 500000; ++i) {
+    const float x = 5.0f * float(i) / 500000.0f;
+    worst_erf = std::max(worst_erf, ulps(fmath::erf_approx(x), std::erf(double(x))));
+  }
+  for (float x : {1e-30f, 1e-8f, 1e-3f, 0.999999f, 1.0f, 1.000001f, 3.999f, 4.0f, 30.0f})
+    worst_erf = std::max(worst_erf, ulps(fmath::erf_approx(x), std::erf(double(x))));
+  MESSAGE("exp_approx max error ", worst_exp, " ulp; erf_approx max error ", worst_erf, " ulp");
+  CHECK(worst_exp <= 1.5);
+  CHECK(worst_erf <= 3.0);
+  CHECK(fmath::erf_approx(-0.5f) == -fmath::erf_approx(0.5f));
+  CHECK(fmath::erf_approx(INFINITY) == 1.0f);
+  CHECK(fmath::erf_approx(-INFINITY) == -1.0f);
+  CHECK(std::isnan(fmath::erf_approx(NAN)));
+  CHECK(fmath::exp_approx(0.0f) == 1.0f);
+  CHECK(fmath::exp_approx(-INFINITY) == 0.0f);  // softmax's masked entries
+  CHECK(fmath::exp_approx(-1000.0f) == 0.0f);
+  CHECK(std::isnan(fmath::exp_approx(NAN)));
+  CHECK(fmath::exp_approx(88.0f) == doctest::Approx(std::exp(88.0)).epsilon(1e-6));
+}
+
+TEST_CASE("f32 GELU and its gradient match f64 over [-8, 8], NaN propagates") {
+  std::vector<double> xs;
+  for (int i = -40000; i <= 40000; ++i) xs.push_back(8.0 * i / 40000.0);
+  xs.push_back(std::numeric_limits<double>::quiet_NaN());
+  Tensor x64 = make1(xs, kFloat64), x32 = x64.to(kFloat32);
+  Tensor y64 = gelu(x64), y32 = gelu(x32).to(kFloat64);
+  Tensor g64 = raw::binary(BinaryOp::gelu_backward, ones_like(x64), x64);
+  Tensor g32 = raw::binary(BinaryOp::gelu_backward, ones_like(x32), x32).to(kFloat64);
+  auto a64 = vals(y64), a32 = vals(y32), b64 = vals(g64), b32 = vals(g32);
+  double worst_y = 0, worst_g = 0;
+  for (size_t i = 0; i + 1 < xs.size(); ++i) {
+    // Absolute error scaled by max(1, |x|): what float rounding of x itself allows.
+    const double scale = std::max(1.0, std::fabs(xs[i]));
+    worst_y = std::max(worst_y, std::fabs(a32[i] - a64[i]) / scale);
+    worst_g = std::max(worst_g, std::fabs(b32[i] - b64[i]) / scale);
+  }
+  MESSAGE("f32 gelu max scaled error ", worst_y, ", gelu' ", worst_g);
+  CHECK(worst_y < 1e-6);
+  CHECK(worst_g < 1e-6);
+  CHECK(std::isnan(a32.back()));
+  CHECK(std::isnan(b32.back()));
 }
 
 TEST_CASE("unary ops on integer tensors") {

@@ -33,6 +33,7 @@
 #include "core/generator.h"
 #include "core/profiler.h"
 #include "core/raw_ops.h"
+#include "data/dataloader.h"
 #include "memory/allocator.h"
 #include "memory/stats.h"
 #include "nn/checkpoint.h"
@@ -123,6 +124,33 @@ Corpus load_corpus(const std::string& path) {
 }
 
 // A batch of B windows of T+1 tokens at random offsets: x (B, T), y (B, T).
+// Random windows of the training split as a data::Dataset: sample i is
+// {x (T) i64, y (T) i64}, y shifted by one, at an offset drawn from
+// data::sample_rng(), which the DataLoader seeds from (seed, epoch, i). An
+// epoch is one batch, so step s is epoch s: a resumed run sets the epoch and
+// gets exactly the batches an uninterrupted run would have had.
+class TrainWindows : public data::Dataset {
+ public:
+  TrainWindows(const std::vector<int64_t>& tokens, int64_t block, int64_t batch)
+      : tokens_(tokens), block_(block), batch_(batch) {
+    SNUG_CHECK(static_cast<int64_t>(tokens.size()) > block + 1, ValueError, "charlm: the training split has ",
+               tokens.size(), " tokens, too few for block size ", block);
+  }
+  int64_t size() const override { return batch_; }
+  data::Sample get(int64_t) const override {
+    const int64_t hi = static_cast<int64_t>(tokens_.size()) - block_ - 1;
+    const int64_t off = randint(0, hi, {1}, DType::i64, &data::sample_rng()).item<int64_t>();
+    std::vector<int64_t> x(tokens_.begin() + off, tokens_.begin() + off + block_);
+    std::vector<int64_t> y(tokens_.begin() + off + 1, tokens_.begin() + off + block_ + 1);
+    return {from_vector(x), from_vector(y)};
+  }
+
+ private:
+  const std::vector<int64_t>& tokens_;
+  int64_t block_, batch_;
+};
+
+// B random windows of `data` from gen (validation batches).
 std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B, int64_t T, Generator& gen) {
   int64_t hi = static_cast<int64_t>(data.size()) - T - 1;
   SNUG_CHECK(hi > 0, ValueError, "charlm: the split has ", data.size(), " tokens, too few for block size ", T);
@@ -223,8 +251,10 @@ int run(int argc, char** argv) {
   decay.weight_decay = 0.1;
   nn::optim::AdamW opt(std::vector<nn::optim::ParamGroup>{decay, no_decay}, {lr, 0.9, 0.99, 1e-8, 0.1});
   nn::optim::WarmupCosine sched(opt, std::min<int64_t>(100, steps), steps, 0.1);
-  Generator data_gen(seed + 1000);
-  nn::CheckpointParts parts{&model, &opt, &sched, {{"default", &default_generator()}, {"data", &data_gen}}};
+  // Training batches: step s is epoch s of this loader (see TrainWindows).
+  auto windows = std::make_shared<TrainWindows>(corpus.train, T, B);
+  data::DataLoader loader(windows, {.batch_size = B, .seed = seed + 1000});
+  nn::CheckpointParts parts{&model, &opt, &sched, {{"default", &default_generator()}}};
 
   int64_t start = 0;
   if (fl.has("resume")) {
@@ -255,7 +285,9 @@ int run(int argc, char** argv) {
   double train_loss = NAN, val_loss = NAN;
   memory::reset_peak(kCPU);
   for (int64_t step = start; step < steps; ++step) {
-    auto [x, y] = get_batch(corpus.train, B, T, data_gen);
+    loader.set_epoch(step);
+    auto batch_it = loader.begin();
+    const Tensor x = (*batch_it)[0], y = (*batch_it)[1];  // (B, T) each
     if (!prof_path.empty() && step == prof_from) prof = std::make_unique<profiler::Profile>();
     auto t0 = std::chrono::steady_clock::now();
     opt.zero_grad();
