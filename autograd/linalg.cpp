@@ -1,6 +1,7 @@
 // matmul: out = a @ b, torch.matmul semantics.
 //   a (..., M, K) @ b (..., K, N) -> (..., M, N), batch dims broadcast.
 //   backward: ga = g @ b^T, gb = a^T @ g, each summed over broadcast batch dims.
+#include "autograd/checkpoint.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/raw_ops.h"
@@ -33,7 +34,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Tensor r = matmul(a, b.unsqueeze(1));
     return r.squeeze(-1);
   }
-  Tensor out = raw::matmul(a, b);
+  Tensor out = autograd::keep_or_compute("matmul", [&] { return std::vector<Tensor>{raw::matmul(a, b)}; })[0];
   if (any_requires_grad({a, b})) {
     Shape sa = a.shape(), sb = b.shape();
     record("matmul", {a, b}, {out}, {b.requires_grad() ? a : Tensor(), a.requires_grad() ? b : Tensor()},

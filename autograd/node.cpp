@@ -19,17 +19,35 @@ Tensor detached_alias(const Tensor& t) {
 
 Node::Node() : seq(g_next_seq.fetch_add(1, std::memory_order_relaxed)) {}
 
-SavedTensor::SavedTensor(const Tensor& t) {
-  if (t.defined()) {
-    data_ = detached_alias(t);
-    version_ = t.version();
+SavedTensor::SavedTensor(const Tensor& t, const char* op) {
+  if (!t.defined()) return;
+  if (autograd::detail::pack_saved(t, op, frame_, slot_)) {
+    discarded_ = frame_ == nullptr;
+    return;
   }
+  data_ = detached_alias(t);
+  version_ = t.version();
+}
+
+SavedTensor::~SavedTensor() { release(); }
+
+void SavedTensor::release() {
+  if (frame_ && !released_) autograd::detail::release_saved(*frame_, slot_);
+  frame_.reset();
+  data_ = Tensor();
+  released_ = true;
 }
 
 Tensor SavedTensor::unpack(const char* op) const {
   SNUG_CHECK(!released_, AutogradError, "backward of '", op,
              "': its saved tensors were already freed by an earlier backward; "
              "pass retain_graph=true to the first backward to run it again");
+  SNUG_CHECK(!discarded_, AutogradError, "backward of '", op,
+             "': this node was recorded while a checkpointed segment was recomputed, and such nodes keep "
+             "nothing (only the original forward's graph can run backward)");
+  // The version check does not apply here: the frame recomputes the tensor
+  // from the segment's inputs, whose versions it checks itself.
+  if (frame_) return autograd::detail::unpack_saved(*frame_, slot_, op);
   if (!data_.defined()) return data_;
   SNUG_CHECK(data_.version() == version_, AutogradError, "backward of '", op,
              "': a tensor it saved (shape ", shape_str(data_.shape()), ") was modified by an in-place operation "
@@ -138,7 +156,7 @@ std::shared_ptr<FunctionNode> record(const char* name, const std::vector<Tensor>
   node->backward = std::move(backward);
   node->next = std::move(edges);
   node->saved.reserve(to_save.size());
-  for (const Tensor& s : to_save) node->saved.emplace_back(s);
+  for (const Tensor& s : to_save) node->saved.emplace_back(s, name);
   node->num_outputs = static_cast<int>(outputs.size());
   node->pre_hooks.resize(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {

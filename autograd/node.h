@@ -33,18 +33,43 @@ using GradHook = std::function<Tensor(const Tensor&)>;
 // grad_fn), which breaks the cycle output -> grad_fn -> saved output, and
 // records the storage version at save time. unpack() compares versions, so
 // an in-place change to a saved tensor is an error naming the op.
+//
+// Inside a checkpointed segment (autograd/checkpoint.h) a SavedTensor keeps
+// no data: it holds its segment's frame and a slot number, and unpack() asks
+// the frame, which recomputes the segment the first time (NOTE [ Checkpoint
+// frames ] in autograd/checkpoint.cpp).
+namespace autograd::detail {
+struct CheckpointFrame;
+// Implemented in autograd/checkpoint.cpp. pack_saved returns false outside
+// checkpointed segments (the SavedTensor keeps t itself); inside one it
+// returns true and sets frame/slot, or leaves frame null when the tensor is
+// not needed at all (saved while recomputing: that graph is thrown away).
+bool pack_saved(const Tensor& t, const char* op, std::shared_ptr<CheckpointFrame>& frame, size_t& slot);
+Tensor unpack_saved(CheckpointFrame& frame, size_t slot, const char* op);
+void release_saved(CheckpointFrame& frame, size_t slot);
+}  // namespace autograd::detail
+
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t);
+  // op: the op that saves t (for checkpoint policies and messages).
+  explicit SavedTensor(const Tensor& t, const char* op = "?");
+  SavedTensor(SavedTensor&&) noexcept = default;
+  SavedTensor& operator=(SavedTensor&&) noexcept = default;
+  SavedTensor(const SavedTensor&) = delete;
+  SavedTensor& operator=(const SavedTensor&) = delete;
+  ~SavedTensor();
   Tensor unpack(const char* op_name) const;  // throws AutogradError if modified or released
-  void release() { data_ = Tensor(); released_ = true; }
-  bool defined() const { return data_.defined(); }
+  void release();
+  bool defined() const { return data_.defined() || frame_ != nullptr; }
 
  private:
   Tensor data_;
   uint32_t version_ = 0;
   bool released_ = false;
+  std::shared_ptr<autograd::detail::CheckpointFrame> frame_;  // set: data lives in the frame's slot_
+  size_t slot_ = 0;
+  bool discarded_ = false;  // recorded during a recomputation: keeps nothing
 };
 
 struct Node : std::enable_shared_from_this<Node> {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/checkpoint.h"
 #include "autograd/node.h"
 #include "core/backend.h"
 #include "core/profiler.h"
@@ -31,9 +32,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out_shape.back() = outf;
   Tensor x2 = raw::can_view(x, {x.numel() / std::max<int64_t>(in, 1), in}) ? raw::view(x, {-1, in})
                                                                           : raw::view(raw::contiguous(x), {-1, in});
-  Tensor y = raw::matmul(x2, raw::transpose(weight, 0, 1));  // (N, out)
-  if (bias.defined()) y = raw::binary(BinaryOp::add, y, bias);
-  y = raw::view(y, out_shape);
+  Tensor y = autograd::keep_or_compute("linear", [&] {
+    Tensor r = raw::matmul(x2, raw::transpose(weight, 0, 1));  // (N, out)
+    if (bias.defined()) r = raw::binary(BinaryOp::add, r, bias);
+    return std::vector<Tensor>{raw::view(r, out_shape)};
+  })[0];
   if (any_requires_grad({x, weight, bias})) {
     Shape xs = x.shape();
     record("linear", {x, weight, bias}, {y}, {weight.requires_grad() ? x2 : Tensor(), weight},
@@ -63,10 +66,15 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor w = weight.defined() ? raw::contiguous(raw::to_dtype(weight, x.dtype())) : Tensor();
   Tensor b = bias.defined() ? raw::contiguous(raw::to_dtype(bias, x.dtype())) : Tensor();
   const int64_t R = C ? x.numel() / C : 0;
-  Tensor y = empty(x.shape(), x.options());
-  Tensor mean = empty({R}, TensorOptions(DType::f32, x.device()));
-  Tensor rstd = empty({R}, TensorOptions(DType::f32, x.device()));
-  backend_for(x.device()).layer_norm(xc, w, b, eps, y, mean, rstd);
+  // mean and rstd (R) come with y: backward needs them, so a kept layer_norm keeps all three.
+  auto outs = autograd::keep_or_compute("layer_norm", [&] {
+    Tensor y = empty(x.shape(), x.options());
+    Tensor mean = empty({R}, TensorOptions(DType::f32, x.device()));
+    Tensor rstd = empty({R}, TensorOptions(DType::f32, x.device()));
+    backend_for(x.device()).layer_norm(xc, w, b, eps, y, mean, rstd);
+    return std::vector<Tensor>{y, mean, rstd};
+  });
+  Tensor y = outs[0], mean = outs[1], rstd = outs[2];
   if (any_requires_grad({x, weight, bias})) {
     record("layer_norm", {x, weight, bias}, {y}, {xc, w, mean, rstd}, [C](FunctionNode& self, const G& g) -> G {
       Tensor xs = self.saved_at(0), ws = self.saved_at(1);
@@ -235,8 +243,11 @@ Tensor causal_softmax(const Tensor& x, double scale) {
              dtype_name(x.dtype()));
   profiler::RecordOp rec("causal_softmax", x.device());
   Tensor xc = raw::contiguous(x);
-  Tensor y = empty(x.shape(), x.options());
-  backend_for(x.device()).causal_softmax(xc, scale, y);
+  Tensor y = autograd::keep_or_compute("causal_softmax", [&] {
+    Tensor r = empty(x.shape(), x.options());
+    backend_for(x.device()).causal_softmax(xc, scale, r);
+    return std::vector<Tensor>{r};
+  })[0];
   if (any_requires_grad({x}))
     record("causal_softmax", {x}, {y}, {y}, [scale](FunctionNode& self, const G& g) -> G {
       Tensor gx = raw::softmax_backward(raw::contiguous(g[0]), self.saved_at(0), -1, false);

@@ -44,7 +44,7 @@ Tensor GPT::forward(const Tensor& tokens) {
   Tensor pos = arange(T, TensorOptions(DType::i64, tokens.device()));
   Tensor x = wte->forward(tokens) + wpe->forward(pos);  // (B, T, C) + (T, C)
   x = drop->forward(x);
-  for (auto& b : *blocks) x = b->forward(x);
+  x = run_chain(block_chain(), checkpointing, x);  // (B, T, C)
   x = ln_f->forward(x);
   return F::linear(x, wte->weight);  // tied head: (B, T, C) @ (V, C)^T
 }
@@ -53,6 +53,8 @@ Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) {
   Tensor logits = forward(tokens);
   return F::cross_entropy(logits.view({-1, cfg.vocab}), targets.reshape({-1}));
 }
+
+std::vector<std::shared_ptr<Module>> GPT::block_chain() const { return {blocks->begin(), blocks->end()}; }
 
 std::string GPT::repr() const {
   return str("GPT(vocab=", cfg.vocab, ", block=", cfg.block, ", layers=", cfg.layers, ", heads=", cfg.heads,

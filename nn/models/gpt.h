@@ -2,6 +2,7 @@
 //   tokens (B, T) i64 -> logits (B, T, vocab)
 #pragma once
 #include "nn/attention.h"
+#include "nn/checkpoint_sequential.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -19,7 +20,12 @@ class GPT : public Module {
   // Mean cross-entropy of next-token prediction: logits (B, T, V) vs targets (B, T).
   Tensor loss(const Tensor& tokens, const Tensor& targets);
   std::string repr() const override;
+  // The blocks as a chain, for the planner and checkpointing.
+  std::vector<std::shared_ptr<Module>> block_chain() const;
   GPTConfig cfg;
+  // How forward runs the blocks: empty (default) keeps every activation;
+  // sqrt_plan(cfg.layers) or a planner's plan checkpoints segments of blocks.
+  ChainPlan checkpointing;
   std::shared_ptr<Embedding> wte, wpe;
   std::shared_ptr<Dropout> drop;
   std::shared_ptr<ModuleList> blocks;
