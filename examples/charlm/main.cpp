@@ -5,6 +5,7 @@
 //          [--block N] [--batch N] [--seed N] [--eval-every N] [--eval-batches N]
 //          [--save PATH] [--save-every N] [--resume PATH] [--threads N]
 //          [--generate N] [--profile FILE [--profile-steps N]] [--json]
+//          [--checkpoint none|sqrt|auto] [--memory-budget BYTES] [--accum K]
 //
 // Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
 // weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
@@ -14,6 +15,14 @@
 // --profile FILE records --profile-steps steps (default 5) after two warm-up
 // steps with snug's profiler, writes them to FILE as a Chrome trace (open it in
 // Perfetto) and prints the per-op table on stderr.
+//
+// Memory (docs/checkpointing.md): --checkpoint sqrt recomputes sqrt(layers)
+// balanced segments of blocks in backward; --checkpoint auto measures the
+// model once and lets the planner pick the segments that fit --memory-budget
+// (e.g. 150MiB) with the least recomputation. With a budget, any mode first
+// checks that a step fits and stops with the minimum if it cannot. --accum K
+// splits each batch of --batch rows into K micro-batches (token-weighted
+// gradient accumulation): the same gradients at about 1/K of the activations.
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,11 +33,13 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/grad_mode.h"
 #include "core/generator.h"
 #include "core/profiler.h"
@@ -36,9 +47,11 @@
 #include "data/dataloader.h"
 #include "memory/allocator.h"
 #include "memory/stats.h"
+#include "nn/accumulate.h"
 #include "nn/checkpoint.h"
 #include "nn/models/gpt.h"
 #include "nn/optim/optimizer.h"
+#include "nn/planner.h"
 
 using namespace snug;
 
@@ -72,7 +85,8 @@ struct Flags {
 Flags parse(int argc, char** argv) {
   static const std::set<std::string> known = {"data", "steps", "lr", "layers", "heads", "embd", "block", "batch",
                                               "seed", "eval-every", "eval-batches", "save", "save-every", "resume",
-                                              "threads", "generate", "profile", "profile-steps", "json", "help"};
+                                              "threads", "generate", "profile", "profile-steps", "json", "help",
+                                              "checkpoint", "memory-budget", "accum"};
   static const std::set<std::string> boolean = {"json", "help"};
   Flags f;
   for (int a = 1; a < argc; ++a) {
@@ -242,8 +256,23 @@ int run(int argc, char** argv) {
   const int64_t save_every = fl.i("save-every", 0);
   SNUG_CHECK(steps > 0 && B > 0 && eval_batches > 0, ValueError, "charlm: --steps, --batch and --eval-batches must be positive");
 
+  const int64_t accum = fl.i("accum", 1);
+  SNUG_CHECK(accum >= 1 && B % accum == 0, ValueError, "charlm: --accum ", accum, " must be >= 1 and divide --batch ", B);
+  const int64_t micro_B = B / accum;
+  const std::string ckpt_mode = fl.get("checkpoint", "none");
+  SNUG_CHECK(ckpt_mode == "none" || ckpt_mode == "sqrt" || ckpt_mode == "auto", ValueError,
+             "charlm: --checkpoint expects none, sqrt or auto, got \"", ckpt_mode, "\"");
+  const int64_t budget = fl.has("memory-budget") ? nn::parse_bytes(fl.get("memory-budget", "")) : -1;
+  SNUG_CHECK(ckpt_mode != "auto" || budget > 0, ValueError, "charlm: --checkpoint auto needs --memory-budget BYTES");
+
   manual_seed(seed);
-  nn::models::GPT model(cfg);
+  std::optional<nn::models::GPT> model_holder;
+  {
+    memory::TagScope tag(memory::Tag::parameter);
+    model_holder.emplace(cfg);
+  }
+  nn::models::GPT& model = *model_holder;
+  if (ckpt_mode == "sqrt") model.checkpointing = nn::sqrt_plan(cfg.layers);
   // Weight decay on matrices only (embeddings, Linear weights), as nanoGPT does.
   nn::optim::ParamGroup decay, no_decay;
   for (auto& [name, p] : model.named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
@@ -267,6 +296,38 @@ int run(int argc, char** argv) {
                  model.repr().c_str(), (long long)model.num_parameters(), (long long)cfg.vocab, corpus.train.size(),
                  corpus.val.size(), get_num_threads());
 
+  // The "will it fit" check and the planner: one measuring pass on a sample
+  // micro-batch (from its own generator, so training sees the same batches
+  // whatever the flags), before the first step.
+  int64_t predicted_peak = -1;
+  double predicted_recompute_ms = -1;
+  int64_t minimum_budget = -1;
+  if (budget > 0) {
+    Generator sample_gen(seed + 4000);
+    auto [sx, sy] = get_batch(corpus.train, micro_B, T, sample_gen);
+    nn::ChainProfile prof = nn::profile_chain(model.chain(sx, sy), kCPU, /*optimizer_slots=*/2);
+    if (ckpt_mode == "auto") {
+      nn::PlanResult r = nn::plan_checkpoints(prof, budget);
+      model.checkpointing = r.plan;
+    } else {
+      nn::check_fits(prof, model.checkpointing, budget);
+    }
+    nn::PlanCost pc = nn::evaluate_plan(prof, model.checkpointing);
+    predicted_peak = pc.total_peak;
+    predicted_recompute_ms = pc.recompute_ms * static_cast<double>(accum);
+    minimum_budget = nn::minimum_budget(prof);
+    if (!json)
+      std::fprintf(stderr, "measured on a batch of %lld:\n%s", (long long)micro_B, prof.table().c_str());
+    if (!json)
+      std::fprintf(stderr, "memory budget %s (minimum %s): plan %s\n%spredicted peak %s, recomputation %.1f ms per step\n",
+                   memory::format_bytes(budget).c_str(), memory::format_bytes(minimum_budget).c_str(),
+                   model.checkpointing.str().c_str(),
+                   nn::estimate_memory(prof, model.checkpointing).table().c_str(),
+                   memory::format_bytes(pc.total_peak).c_str(), predicted_recompute_ms);
+  } else if (!json && !model.checkpointing.empty()) {
+    std::fprintf(stderr, "checkpointing: %s\n", model.checkpointing.str().c_str());
+  }
+
   const bool tty = isatty(fileno(stderr));
   // Profiling window: [prof_from, prof_to), after two warm-up steps.
   const std::string prof_path = fl.get("profile", "");
@@ -281,7 +342,7 @@ int run(int argc, char** argv) {
                  prof_path.c_str(), prof->summary().c_str());
     prof.reset();
   };
-  std::vector<double> step_ms;
+  std::vector<double> step_ms, recompute_ms;
   double train_loss = NAN, val_loss = NAN;
   memory::reset_peak(kCPU);
   for (int64_t step = start; step < steps; ++step) {
@@ -290,15 +351,27 @@ int run(int argc, char** argv) {
     const Tensor x = (*batch_it)[0], y = (*batch_it)[1];  // (B, T) each
     if (!prof_path.empty() && step == prof_from) prof = std::make_unique<profiler::Profile>();
     auto t0 = std::chrono::steady_clock::now();
+    autograd::reset_recompute_stats();
     opt.zero_grad();
-    Tensor loss = model.loss(x, y);
-    loss.backward();
+    // Token-weighted accumulation: every micro-batch's mean loss is scaled by
+    // its share of the batch's tokens (nn/accumulate.h).
+    nn::GradAccumulator acc(static_cast<double>(nn::count_tokens(y)));
+    std::vector<Tensor> xs = nn::split_batch(x, accum), ys = nn::split_batch(y, accum);
+    for (int64_t k = 0; k < accum; ++k) {
+      Tensor loss;
+      {
+        memory::TagScope tag(memory::Tag::activation);
+        loss = model.loss(xs[k], ys[k]);
+      }
+      acc.backward(loss, static_cast<double>(nn::count_tokens(ys[k])));
+    }
     opt.step();
     sched.step();
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     step_ms.push_back(ms);
-    train_loss = loss.item();
+    recompute_ms.push_back(autograd::recompute_stats().ms);
+    train_loss = acc.loss();
     if (prof && (step + 1 == prof_to || step + 1 == steps)) finish_profile(step + 1 - prof_from);
     SNUG_CHECK(std::isfinite(train_loss), ValueError, "charlm: training loss became ", train_loss, " at step ", step);
     bool last = step + 1 == steps;
@@ -316,16 +389,26 @@ int run(int argc, char** argv) {
                            {"gpt.heads", std::to_string(cfg.heads)}, {"gpt.embd", std::to_string(cfg.embd)}});
   }
   if (std::isnan(val_loss)) val_loss = evaluate(model, corpus.val, B, T, eval_batches, seed + 2000);
-  std::vector<double> sorted = step_ms;
-  std::sort(sorted.begin(), sorted.end());
-  double med = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  const double med = median(step_ms);
+  const memory::DeviceStats ds = memory::stats(kCPU);
+  const int act = static_cast<int>(memory::Tag::activation);
   int64_t gen_n = fl.i("generate", 300);
   if (!json && gen_n > 0) std::printf("---- sample ----\n%s\n----------------\n", generate(model, corpus, gen_n, seed + 3000).c_str());
   std::printf(
       "{\"val_loss\": %.6f, \"train_loss\": %.6f, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
-      "\"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, \"steps\": %lld, \"threads\": %d}\n",
+      "\"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, \"steps\": %lld, \"threads\": %d, "
+      "\"checkpoint\": \"%s\", \"accum\": %lld, \"memory_budget\": %lld, \"peak_activation_bytes\": %lld, "
+      "\"activation_bytes_at_peak\": %lld, \"recompute_ms_per_step\": %.3f, \"predicted_peak_bytes\": %lld, "
+      "\"predicted_recompute_ms\": %.3f, \"minimum_budget_bytes\": %lld}\n",
       val_loss, train_loss, med, med > 0 ? double(B * T) / (med / 1000.0) : 0.0, (long long)model.num_parameters(),
-      memory::peak_allocated(kCPU), static_cast<size_t>(memory::stats(kCPU).reserved_bytes.peak), (long long)steps, get_num_threads());
+      memory::peak_allocated(kCPU), static_cast<size_t>(ds.reserved_bytes.peak), (long long)steps, get_num_threads(),
+      ckpt_mode.c_str(), (long long)accum, (long long)budget, (long long)ds.tag_bytes[act].peak,
+      (long long)ds.tag_at_peak[act], median(recompute_ms), (long long)predicted_peak, predicted_recompute_ms,
+      (long long)minimum_budget);
   return 0;
 }
 

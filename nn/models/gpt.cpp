@@ -37,21 +37,39 @@ GPT::GPT(GPTConfig c) : Module("GPT"), cfg(c) {
   }
 }
 
-Tensor GPT::forward(const Tensor& tokens) {
+Tensor GPT::embed(const Tensor& tokens) {
   SNUG_CHECK(tokens.dim() == 2, ShapeError, "GPT: expected tokens (B, T), got ", shape_str(tokens.shape()));
   const int64_t T = tokens.size(1);
   SNUG_CHECK(T <= cfg.block, ShapeError, "GPT: sequence length ", T, " exceeds the block size ", cfg.block);
   Tensor pos = arange(T, TensorOptions(DType::i64, tokens.device()));
   Tensor x = wte->forward(tokens) + wpe->forward(pos);  // (B, T, C) + (T, C)
-  x = drop->forward(x);
+  return drop->forward(x);
+}
+
+Tensor GPT::logits(const Tensor& x) {
+  return F::linear(ln_f->forward(x), wte->weight);  // tied head: (B, T, C) @ (V, C)^T
+}
+
+Tensor GPT::forward(const Tensor& tokens) {
+  Tensor x = embed(tokens);
   x = run_chain(block_chain(), checkpointing, x);  // (B, T, C)
-  x = ln_f->forward(x);
-  return F::linear(x, wte->weight);  // tied head: (B, T, C) @ (V, C)^T
+  return logits(x);
 }
 
 Tensor GPT::loss(const Tensor& tokens, const Tensor& targets) {
-  Tensor logits = forward(tokens);
-  return F::cross_entropy(logits.view({-1, cfg.vocab}), targets.reshape({-1}));
+  Tensor out = forward(tokens);
+  return F::cross_entropy(out.view({-1, cfg.vocab}), targets.reshape({-1}));
+}
+
+ChainModel GPT::chain(const Tensor& tokens, const Tensor& targets) {
+  ChainModel m;
+  m.prefix = [this, tokens] { return embed(tokens); };
+  m.layers = block_chain();
+  m.head = [this, targets](const Tensor& x) {
+    return F::cross_entropy(logits(x).view({-1, cfg.vocab}), targets.reshape({-1}));
+  };
+  m.parameters = parameters();
+  return m;
 }
 
 std::vector<std::shared_ptr<Module>> GPT::block_chain() const { return {blocks->begin(), blocks->end()}; }

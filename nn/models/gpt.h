@@ -3,6 +3,7 @@
 #pragma once
 #include "nn/attention.h"
 #include "nn/checkpoint_sequential.h"
+#include "nn/planner.h"
 #include "nn/layers.h"
 #include "nn/module.h"
 
@@ -20,8 +21,15 @@ class GPT : public Module {
   // Mean cross-entropy of next-token prediction: logits (B, T, V) vs targets (B, T).
   Tensor loss(const Tensor& tokens, const Tensor& targets);
   std::string repr() const override;
+  // The pieces of forward: tokens (B, T) -> embed -> (B, T, C) -> blocks ->
+  // (B, T, C) -> logits (B, T, vocab).
+  Tensor embed(const Tensor& tokens);
+  Tensor logits(const Tensor& x);
   // The blocks as a chain, for the planner and checkpointing.
   std::vector<std::shared_ptr<Module>> block_chain() const;
+  // The training step as prefix (embed) -> blocks -> head (logits + loss),
+  // for profile_chain. It refers to this model: do not let it outlive it.
+  ChainModel chain(const Tensor& tokens, const Tensor& targets);
   GPTConfig cfg;
   // How forward runs the blocks: empty (default) keeps every activation;
   // sqrt_plan(cfg.layers) or a planner's plan checkpoints segments of blocks.
