@@ -27,6 +27,7 @@
 #include "autograd/node.h"
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
+#include "autograd/checkpoint.h"
 
 // serialization, nn (modules, layers, optimizers, models) and data
 #include "core/safetensors.h"
@@ -38,6 +39,9 @@
 #include "nn/init.h"
 #include "nn/optim/optimizer.h"
 #include "nn/checkpoint.h"
+#include "nn/checkpoint_sequential.h"
+#include "nn/planner.h"
+#include "nn/accumulate.h"
 #include "nn/models/gpt.h"
 #include "nn/models/cnn.h"
 #include "data/dataset.h"

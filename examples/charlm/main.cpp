@@ -394,6 +394,8 @@ int run(int argc, char** argv) {
     return v.empty() ? 0.0 : v[v.size() / 2];
   };
   const double med = median(step_ms);
+  int64_t ckpt_layers = 0;
+  for (const auto& sg : model.checkpointing.segments) ckpt_layers += sg.checkpoint ? sg.end - sg.begin : 0;
   const memory::DeviceStats ds = memory::stats(kCPU);
   const int act = static_cast<int>(memory::Tag::activation);
   int64_t gen_n = fl.i("generate", 300);
@@ -403,12 +405,13 @@ int run(int argc, char** argv) {
       "\"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, \"steps\": %lld, \"threads\": %d, "
       "\"checkpoint\": \"%s\", \"accum\": %lld, \"memory_budget\": %lld, \"peak_activation_bytes\": %lld, "
       "\"activation_bytes_at_peak\": %lld, \"recompute_ms_per_step\": %.3f, \"predicted_peak_bytes\": %lld, "
-      "\"predicted_recompute_ms\": %.3f, \"minimum_budget_bytes\": %lld}\n",
+      "\"predicted_recompute_ms\": %.3f, \"minimum_budget_bytes\": %lld, \"checkpointed_segments\": %lld, "
+      "\"checkpointed_layers\": %lld}\n",
       val_loss, train_loss, med, med > 0 ? double(B * T) / (med / 1000.0) : 0.0, (long long)model.num_parameters(),
       memory::peak_allocated(kCPU), static_cast<size_t>(ds.reserved_bytes.peak), (long long)steps, get_num_threads(),
       ckpt_mode.c_str(), (long long)accum, (long long)budget, (long long)ds.tag_bytes[act].peak,
       (long long)ds.tag_at_peak[act], median(recompute_ms), (long long)predicted_peak, predicted_recompute_ms,
-      (long long)minimum_budget);
+      (long long)minimum_budget, (long long)model.checkpointing.num_checkpointed(), (long long)ckpt_layers);
   return 0;
 }
 
