@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--points", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-sqrt", action="store_true")
+    ap.add_argument("--only", type=int, nargs="*", help="rerun only these sweep points (0-based indices)")
     args = ap.parse_args()
 
     if not args.skip_sqrt:
@@ -74,7 +75,9 @@ def main():
           "| predicted recompute ms | measured recompute ms | recompute error (median) | step ms none → auto "
           "| extra step ms (median of pairs) | extra vs predicted | recomputed layers |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for b in budgets:
+    for i, b in enumerate(budgets):
+        if args.only and i not in args.only:
+            continue
         res = []
         for r in range(args.repeats):
             none = run(args.charlm, args, ["--checkpoint", "none"])
