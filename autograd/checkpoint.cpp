@@ -311,9 +311,16 @@ int selective_begin(const char* op, std::vector<Tensor>& hit) {
 
 void selective_store(const char* op, const std::vector<Tensor>& outs) {
   CheckpointFrame& f = *t_scopes.back().frame;
+  // Detached aliases: the outputs themselves will get grad_fns whose saved
+  // tensors point back at this frame, and holding them here would make a
+  // cycle that never frees if backward never runs.
+  std::vector<Tensor> aliases;
   std::vector<uint32_t> versions;
-  for (const Tensor& t : outs) versions.push_back(t.defined() ? t.version() : 0);
-  f.kept.push_back(outs);
+  for (const Tensor& t : outs) {
+    aliases.push_back(t.defined() ? t.detach() : Tensor());
+    versions.push_back(t.defined() ? t.version() : 0);
+  }
+  f.kept.push_back(std::move(aliases));
   f.kept_versions.push_back(std::move(versions));
   f.kept_ops.push_back(op);
 }
