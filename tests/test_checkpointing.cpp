@@ -134,7 +134,7 @@ TEST_CASE("checkpoint: the variadic form") {
   testing::check_vals(a.grad(), want_a.detach().to_vector<double>(), 1e-5);
 }
 
-TEST_CASE("checkpoint: nested checkpoints give the same gradients and free the inner activations") {
+TEST_CASE("checkpoint: nested checkpoints give the same gradients, each segment recomputed once") {
   Tensor w1 = testing::rnd({16, 16}, 11, DType::f32).requires_grad_();
   Tensor w2 = testing::rnd({16, 16}, 12, DType::f32).requires_grad_();
   auto inner = [w2](const Tensor& x) { return dropout(matmul(x, w2).tanh(), 0.25, true); };
