@@ -31,7 +31,12 @@ class Block(nn.Module):
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln_1(x)).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # PyTorch 1.x (Debian's 1.13): the same math, written out
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            mask = torch.ones(T, T, dtype=torch.bool).tril()
+            y = att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.fc_proj(F.gelu(self.fc(self.ln_2(x))))
 

@@ -34,7 +34,9 @@ def status_kb(field):
 
 def blas_info():
     cfg = torch.__config__.show()
-    blas = "MKL" if "USE_MKL=ON" in cfg or "MKL" in cfg else ("OpenBLAS" if "OpenBLAS" in cfg else "unknown")
+    # BLAS_INFO names the BLAS the build links: mkl for PyPI's wheels, generic for
+    # Debian's 1.13 (the system libblas, OpenBLAS through Debian's alternatives).
+    blas = cfg.split("BLAS_INFO=", 1)[1].split(",", 1)[0] if "BLAS_INFO=" in cfg else "unknown"
     isa = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "unknown"
     return blas, isa
 
