@@ -115,34 +115,30 @@ SNUG_BENCH(gpt, "W-GPT training step (WORKLOADS.md): median ms/step, tokens/s, p
   return 0;
 }
 
-// W-CNN: 1x28x28 inputs, batch 64, SGD lr 0.01 momentum 0.9.
-SNUG_BENCH(cnn, "W-CNN training step (WORKLOADS.md): median ms/step, samples/s, peak memory") {
+namespace {
+// A 10-class classifier step (W-CNN, W-MLP): SGD lr 0.01 momentum 0.9 on
+// random inputs of `input` shape (batch first) and random labels.
+int classifier_bench(const Args& args, const char* name, std::shared_ptr<nn::Module> net, const Shape& input) {
   const Common c = common(args);
-  const int64_t B = 64;
-  auto net = nn::models::make_wcnn();
+  const int64_t B = input[0];
   nn::optim::SGD opt(net->parameters(), {.lr = 0.01, .momentum = 0.9});
   std::vector<Batch> batches;
-  for (int64_t s = 0; s < c.warmup + c.steps; ++s)
-    batches.push_back({randn(Shape{B, 1, 28, 28}), random_labels(B, 10)});
+  for (int64_t s = 0; s < c.warmup + c.steps; ++s) batches.push_back({randn(input), random_labels(B, 10)});
   StepResult r = run_steps(c, *net, opt, batches,
                            [&](const Batch& b) { return nn::functional::cross_entropy(net->forward(b.x), b.y); });
-  report(args, "cnn", c, r, "samples_per_s", double(B));
+  report(args, name, c, r, "samples_per_s", double(B));
   return 0;
 }
+}  // namespace
 
-// W-MLP: 784-1024-1024-10, batch 128, SGD lr 0.01 momentum 0.9.
+// W-CNN: 1x28x28 inputs, batch 64.
+SNUG_BENCH(cnn, "W-CNN training step (WORKLOADS.md): median ms/step, samples/s, peak memory") {
+  return classifier_bench(args, "cnn", nn::models::make_wcnn(), Shape{64, 1, 28, 28});
+}
+
+// W-MLP: 784-1024-1024-10, batch 128.
 SNUG_BENCH(mlp, "W-MLP training step (WORKLOADS.md): median ms/step, samples/s, peak memory") {
-  const Common c = common(args);
-  const int64_t B = 128;
-  auto net = nn::models::make_wmlp();
-  nn::optim::SGD opt(net->parameters(), {.lr = 0.01, .momentum = 0.9});
-  std::vector<Batch> batches;
-  for (int64_t s = 0; s < c.warmup + c.steps; ++s)
-    batches.push_back({randn(Shape{B, 784}), random_labels(B, 10)});
-  StepResult r = run_steps(c, *net, opt, batches,
-                           [&](const Batch& b) { return nn::functional::cross_entropy(net->forward(b.x), b.y); });
-  report(args, "mlp", c, r, "samples_per_s", double(B));
-  return 0;
+  return classifier_bench(args, "mlp", nn::models::make_wmlp(), Shape{128, 784});
 }
 
 }  // namespace snug::bench

@@ -17,6 +17,7 @@
 
 #include "core/cpu_backend.h"
 #include "core/cpu_loop.h"
+#include "core/cpu_softmax_row.h"
 
 namespace snug {
 
@@ -54,41 +55,7 @@ struct Rows {
   }
 };
 
-// exp for f32 rows: NOTE [ Vectorizable exp and erf for float ] (a call to
-// expf would keep these loops scalar). Softmax only evaluates it at x - max
-// <= 0 and at log-probabilities; exp(-inf) = 0 and NaN stays NaN.
-inline float exp_row(float x) { return fmath::exp_approx(x); }
-
 constexpr int kLanes = 16;  // independent partial results, so the loops vectorize
-
-// Contiguous f32 rows of length L (the common case: the last dim of a
-// contiguous tensor). Same math as the strided loops below.
-void softmax_row_f32(const float* x, float* y, int64_t L, bool log) {
-  float ml[kLanes];
-  for (float& m : ml) m = -INFINITY;
-  int64_t i = 0;
-  for (; i + kLanes <= L; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) ml[j] = (x[i + j] != x[i + j] || x[i + j] > ml[j]) ? x[i + j] : ml[j];
-  for (int j = 0; i + j < L; ++j) ml[j] = (x[i + j] != x[i + j] || x[i + j] > ml[j]) ? x[i + j] : ml[j];
-  float m = ml[0];
-  for (int j = 1; j < kLanes; ++j) m = (ml[j] != ml[j] || ml[j] > m) ? ml[j] : m;
-  // exp into y first (log_softmax overwrites it below): a loop without a
-  // reduction vectorizes; the sum then runs over y.
-  for (i = 0; i < L; ++i) y[i] = exp_row(x[i] - m);
-  double sl[kLanes] = {};
-  for (i = 0; i + kLanes <= L; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) sl[j] += y[i + j];
-  for (int j = 0; i + j < L; ++j) sl[j] += y[i + j];
-  double s = 0;
-  for (double v : sl) s += v;
-  if (log) {
-    const float ls = static_cast<float>(std::log(s));
-    for (i = 0; i < L; ++i) y[i] = (x[i] - m) - ls;
-  } else {
-    const float inv = static_cast<float>(1 / s);
-    for (i = 0; i < L; ++i) y[i] *= inv;
-  }
-}
 
 void softmax_backward_row_f32(const float* g, const float* y, float* d, int64_t L, bool log) {
   double sl[kLanes] = {};
@@ -106,16 +73,19 @@ void softmax_backward_row_f32(const float* g, const float* y, float* d, int64_t 
   for (double v : sl) s += v;
   const float cs = static_cast<float>(s);
   if (log) {
-    for (i = 0; i < L; ++i) d[i] = g[i] - exp_row(y[i]) * cs;
+    for (i = 0; i < L; ++i) d[i] = g[i] - fmath::exp_approx(y[i]) * cs;
   } else {
     for (i = 0; i < L; ++i) d[i] = y[i] * (g[i] - cs);
   }
 }
 
+// exp for the strided loops: f32 takes fmath::exp_approx, plain arithmetic that
+// vectorizes (NOTE [ Vectorizable exp and erf for float ]); softmax evaluates
+// it only at x - max <= 0 and at log-probabilities.
 template <class C>
 inline C exp_c(C v) {
   if constexpr (std::is_same_v<C, float>) {
-    return exp_row(v);
+    return fmath::exp_approx(v);
   } else {
     return fmath::exp(v);
   }
@@ -166,6 +136,44 @@ void softmax_cols(const T* x, T* y, int64_t outer, int64_t L, int64_t inner, boo
 
 }  // namespace
 
+namespace cpu {
+
+// NOTE [ One f32 softmax row ] in core/cpu_softmax_row.h.
+void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log) {
+  float ml[kLanes];
+  for (float& m : ml) m = -INFINITY;
+  int64_t i = 0;
+  for (; i + kLanes <= L; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const float v = scale * x[i + j];
+      ml[j] = (v != v || v > ml[j]) ? v : ml[j];
+    }
+  for (int j = 0; i + j < L; ++j) {
+    const float v = scale * x[i + j];
+    ml[j] = (v != v || v > ml[j]) ? v : ml[j];
+  }
+  float m = ml[0];
+  for (int j = 1; j < kLanes; ++j) m = (ml[j] != ml[j] || ml[j] > m) ? ml[j] : m;
+  // exp into y first (log_softmax overwrites it below): a loop without a
+  // reduction vectorizes; the sum then runs over y.
+  for (i = 0; i < L; ++i) y[i] = fmath::exp_approx(scale * x[i] - m);
+  double sl[kLanes] = {};
+  for (i = 0; i + kLanes <= L; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) sl[j] += y[i + j];
+  for (int j = 0; i + j < L; ++j) sl[j] += y[i + j];
+  double s = 0;
+  for (double v : sl) s += v;
+  if (log) {
+    const float ls = static_cast<float>(std::log(s));
+    for (i = 0; i < L; ++i) y[i] = (scale * x[i] - m) - ls;
+  } else {
+    const float inv = static_cast<float>(1 / s);
+    for (i = 0; i < L; ++i) y[i] *= inv;
+  }
+}
+
+}  // namespace cpu
+
 // x (any strides) -> out (x's shape).
 void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
   if (x.numel() == 0) return;
@@ -189,7 +197,7 @@ void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& o
       T* yr = op + off[1];
       if constexpr (std::is_same_v<T, float>) {
         if (sx == 1 && so == 1) {
-          softmax_row_f32(xr, yr, L, log);
+          cpu::softmax_row_f32(xr, yr, L, 1.0f, log);
           continue;
         }
       }
