@@ -1,6 +1,9 @@
 // Recording: nodes, saved tensors, per-tensor autograd state.
 #include "autograd/node.h"
 
+#include <cstdint>
+#include <mutex>
+
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -78,9 +81,20 @@ Tensor FunctionNode::saved_at(size_t i) const {
 
 AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& l) : leaf(l) {}
 
+namespace {
+// Leaf accumulation may run on several threads at once when one weight is used
+// by pipeline stages on different threads (parallel/pipeline.h); a small set
+// of locks, picked by the leaf's address, keeps each .grad update whole.
+std::mutex& leaf_lock(const void* p) {
+  static std::mutex locks[16];
+  return locks[(reinterpret_cast<std::uintptr_t>(p) >> 6) % 16];
+}
+}  // namespace
+
 std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grads) {
   auto impl = leaf.lock();
   if (!impl || !grads[0].defined()) return {};
+  std::lock_guard<std::mutex> guard(leaf_lock(impl.get()));
   Tensor t(impl);
   AutogradMeta& m = autograd::meta(t);
   memory::TagScope tag(memory::Tag::gradient);

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 #include <sstream>
 
@@ -38,11 +39,11 @@ namespace snug::nn {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+// The profile's clock: wall (steady_clock) or process CPU time, in ms.
+double wall_ms_now() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+using ClockFn = double (*)();
 
 int64_t alloc_bytes(const Tensor& t) {
   // What the caching allocator hands out for t's storage (requests are
@@ -56,7 +57,7 @@ int64_t now_allocated(Device d) { return static_cast<int64_t>(memory::allocated(
 // One layer (or the prefix/head) on its own: forward from a detached input
 // that requires grad, then backward with a gradient of ones.
 LayerCost measure(const std::string& name, const std::function<Tensor(const Tensor&)>& fn, const Tensor& input,
-                  Device dev, Tensor* output) {
+                  Device dev, Tensor* output, ClockFn clock = wall_ms_now) {
   LayerCost c;
   c.name = name;
   Tensor x;
@@ -69,9 +70,9 @@ LayerCost measure(const std::string& name, const std::function<Tensor(const Tens
     memory::TagScope tag(memory::Tag::activation);
     const int64_t before = now_allocated(dev);
     memory::reset_peak(dev);
-    auto t0 = Clock::now();
+    const double t0 = clock();
     y = fn(x);
-    c.forward_ms = ms_since(t0);
+    c.forward_ms = clock() - t0;
     c.saved_bytes = now_allocated(dev) - before;
     c.forward_peak = static_cast<int64_t>(memory::peak_allocated(dev)) - before;
   }
@@ -84,9 +85,9 @@ LayerCost measure(const std::string& name, const std::function<Tensor(const Tens
     }
     const int64_t before = now_allocated(dev);
     memory::reset_peak(dev);
-    auto t0 = Clock::now();
+    const double t0 = clock();
     autograd::backward({y}, {g});
-    c.backward_ms = ms_since(t0);
+    c.backward_ms = clock() - t0;
     c.backward_peak = static_cast<int64_t>(memory::peak_allocated(dev)) - before;
   }
   if (output) *output = y.detach();
@@ -244,9 +245,17 @@ std::string ChainProfile::table() const {
   return os.str();
 }
 
-ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_slots) {
+double cpu_ms_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_slots, const ProfileOptions& options) {
   SNUG_CHECK(model.prefix && model.head && !model.layers.empty(), ValueError,
              "profile_chain: the model needs a prefix, at least one layer and a head");
+  SNUG_CHECK(options.repeats >= 1, ValueError, "profile_chain: repeats must be >= 1, got ", options.repeats);
+  const ClockFn clock = options.cpu_time ? cpu_ms_now : wall_ms_now;
   SNUG_CHECK(optimizer_slots >= 0, ValueError, "profile_chain: optimizer_slots must be >= 0, got ", optimizer_slots);
   autograd::GradModeGuard grad_on(true);
   Generator& gen = default_generator();
@@ -272,20 +281,34 @@ ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_sl
   };
   clear_grads();
 
-  Tensor x;
-  prof.prefix = measure("prefix", [&](const Tensor&) { return model.prefix(); }, Tensor(), dev, &x);
+  Tensor x0;
+  prof.prefix = measure("prefix", [&](const Tensor&) { return model.prefix(); }, Tensor(), dev, &x0, clock);
   // One untimed round of the first layer: the first call pays for thread
   // start-up and fresh allocator segments, which the step never sees again.
-  measure("warm-up", [&](const Tensor& in) { return model.layers[0]->forward(in); }, x, dev, nullptr);
+  measure("warm-up", [&](const Tensor& in) { return model.layers[0]->forward(in); }, x0, dev, nullptr, clock);
   clear_grads();
-  for (size_t i = 0; i < model.layers.size(); ++i) {
-    auto& layer = model.layers[i];
-    Tensor y;
-    prof.layers.push_back(
-        measure(str("layer ", i), [&](const Tensor& in) { return layer->forward(in); }, x, dev, &y));
-    x = y;
+  // Every repeat runs the chain from the same input; dropout draws differ
+  // between repeats, which changes no byte count and no shape.
+  std::vector<std::vector<double>> fwd(model.layers.size()), bwd(model.layers.size());
+  Tensor x;
+  for (int rep = 0; rep < options.repeats; ++rep) {
+    x = x0;
+    for (size_t i = 0; i < model.layers.size(); ++i) {
+      auto& layer = model.layers[i];
+      Tensor y;
+      LayerCost c = measure(str("layer ", i), [&](const Tensor& in) { return layer->forward(in); }, x, dev, &y, clock);
+      fwd[i].push_back(c.forward_ms);
+      bwd[i].push_back(c.backward_ms);
+      if (rep == 0) prof.layers.push_back(c);
+      x = y;
+    }
+    clear_grads();
   }
-  prof.head = measure("head", model.head, x, dev, nullptr);
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    prof.layers[i].forward_ms = *std::min_element(fwd[i].begin(), fwd[i].end());
+    prof.layers[i].backward_ms = *std::min_element(bwd[i].begin(), bwd[i].end());
+  }
+  prof.head = measure("head", model.head, x, dev, nullptr, clock);
   clear_grads();
   gen.set_state(rng);
   return prof;

@@ -61,7 +61,23 @@ struct ChainProfile {
 // and optimizer state as still to come) with the model in training mode; it
 // leaves every parameter's .grad unset. Draws from the default generator
 // (dropout) and puts its state back.
-ChainProfile profile_chain(const ChainModel& model, Device device, int optimizer_slots);
+struct ProfileOptions {
+  // Times the chain's layers this many times and keeps each layer's fastest
+  // run: other processes only ever add time, so on a busy machine one pass
+  // can be off by tens of percent while the fastest of a few is close to the
+  // undisturbed cost (bytes are exact and measured once).
+  int repeats = 1;
+  // Process CPU time instead of wall time. With one compute thread it leaves
+  // out the time other processes take the core away, so predictions made on
+  // a shared machine stay comparable with steps timed on the same clock
+  // (cpu_ms_now). With several threads it sums them: use wall time there.
+  bool cpu_time = false;
+};
+ChainProfile profile_chain(const ChainModel& model, Device device, int optimizer_slots,
+                           const ProfileOptions& options = {});
+// Milliseconds on the clock ProfileOptions::cpu_time selects (process CPU time),
+// from an arbitrary origin: for timing steps against a cpu_time profile.
+double cpu_ms_now();
 
 // The predicted peak of a training step under `plan` (empty: no checkpointing).
 struct PlanCost {

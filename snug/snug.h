@@ -54,5 +54,10 @@
 #include "data/token_file.h"
 #include "data/chunked.h"
 
+// parallel: layer placement across devices and pipelined micro-batches
+#include "parallel/layer_stack.h"
+#include "parallel/placement.h"
+#include "parallel/pipeline.h"
+
 // cuda: device queries, in every build (no CUDA headers; 0 devices without CUDA)
 #include "cuda/cuda_api.h"

@@ -5,7 +5,9 @@
 //          [--block N] [--batch N] [--seed N] [--eval-every N] [--eval-batches N]
 //          [--save PATH] [--save-every N] [--resume PATH] [--threads N]
 //          [--generate N] [--profile FILE [--profile-steps N]] [--json]
-//          [--checkpoint none|sqrt|auto] [--memory-budget BYTES] [--accum K]
+//          [--checkpoint none|sqrt|auto|stage] [--memory-budget BYTES] [--accum K]
+//          [--devices cpu:1,cpu:2 [--micro-batches M] [--schedule gpipe|1f1b]
+//           [--placement memory|time] [--capacity BYTES]]
 //
 // Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
 // weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
@@ -30,6 +32,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -49,9 +52,13 @@
 #include "memory/stats.h"
 #include "nn/accumulate.h"
 #include "nn/checkpoint.h"
+#include "nn/functional.h"
 #include "nn/models/gpt.h"
 #include "nn/optim/optimizer.h"
 #include "nn/planner.h"
+#include "parallel/layer_stack.h"
+#include "parallel/pipeline.h"
+#include "parallel/placement.h"
 
 using namespace snug;
 
@@ -86,7 +93,8 @@ Flags parse(int argc, char** argv) {
   static const std::set<std::string> known = {"data", "steps", "lr", "layers", "heads", "embd", "block", "batch",
                                               "seed", "eval-every", "eval-batches", "save", "save-every", "resume",
                                               "threads", "generate", "profile", "profile-steps", "json", "help",
-                                              "checkpoint", "memory-budget", "accum"};
+                                              "checkpoint", "memory-budget", "accum", "devices", "micro-batches",
+                                              "schedule", "placement", "capacity"};
   static const std::set<std::string> boolean = {"json", "help"};
   Flags f;
   for (int a = 1; a < argc; ++a) {
@@ -178,21 +186,25 @@ std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B,
   return {from_vector(xs, {B, T}), from_vector(ys, {B, T})};
 }
 
-double evaluate(nn::models::GPT& model, const std::vector<int64_t>& data, int64_t B, int64_t T, int64_t batches,
-                uint64_t seed) {
+// tokens (B, T) -> logits (B, T, V), wherever the model's layers live.
+using LogitsFn = std::function<Tensor(const Tensor&)>;
+
+double evaluate(nn::models::GPT& model, const LogitsFn& logits_of, const std::vector<int64_t>& data, int64_t B,
+                int64_t T, int64_t batches, uint64_t seed) {
   NoGradGuard ng;
   model.eval();
   Generator gen(seed);  // the same batches at every evaluation
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
     auto [x, y] = get_batch(data, B, T, gen);
-    total += model.loss(x, y).item();
+    Tensor logits = logits_of(x);
+    total += nn::functional::cross_entropy(logits.view({-1, model.cfg.vocab}), y.to(logits.device()).reshape({-1})).item();
   }
   model.train();
   return total / static_cast<double>(batches);
 }
 
-std::string generate(nn::models::GPT& model, const Corpus& c, int64_t n, uint64_t seed) {
+std::string generate(nn::models::GPT& model, const LogitsFn& logits_of, const Corpus& c, int64_t n, uint64_t seed) {
   NoGradGuard ng;
   model.eval();
   Generator gen(seed);
@@ -202,7 +214,7 @@ std::string generate(nn::models::GPT& model, const Corpus& c, int64_t n, uint64_
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ctx.size()) - model.cfg.block);
     std::vector<int64_t> window(ctx.begin() + start, ctx.end());
     Tensor x = from_vector(window, {1, static_cast<int64_t>(window.size())});
-    Tensor logits = model.forward(x).select(1, -1).select(0, 0);  // (V)
+    Tensor logits = logits_of(x).select(1, -1).select(0, 0).to(kCPU);  // (V)
     std::vector<float> p = softmax(logits, 0).to_vector<float>();
     double u = rand({1}, DType::f64, &gen).item(), acc = 0;
     int64_t pick = static_cast<int64_t>(p.size()) - 1;
@@ -260,8 +272,26 @@ int run(int argc, char** argv) {
   SNUG_CHECK(accum >= 1 && B % accum == 0, ValueError, "charlm: --accum ", accum, " must be >= 1 and divide --batch ", B);
   const int64_t micro_B = B / accum;
   const std::string ckpt_mode = fl.get("checkpoint", "none");
-  SNUG_CHECK(ckpt_mode == "none" || ckpt_mode == "sqrt" || ckpt_mode == "auto", ValueError,
-             "charlm: --checkpoint expects none, sqrt or auto, got \"", ckpt_mode, "\"");
+  SNUG_CHECK(ckpt_mode == "none" || ckpt_mode == "sqrt" || ckpt_mode == "auto" || ckpt_mode == "stage", ValueError,
+             "charlm: --checkpoint expects none, sqrt, auto or stage, got \"", ckpt_mode, "\"");
+  // Placement over devices (docs/placement.md).
+  const bool placed = fl.has("devices");
+  const std::vector<Device> devices = placed ? parallel::parse_devices(fl.get("devices", "")) : std::vector<Device>{};
+  const int64_t micro_batches = fl.i("micro-batches", 1);
+  const parallel::Schedule schedule = parallel::parse_schedule(fl.get("schedule", "gpipe"));
+  const parallel::Policy placement_policy = parallel::parse_policy(fl.get("placement", "memory"));
+  SNUG_CHECK(placed || (!fl.has("micro-batches") && !fl.has("schedule") && !fl.has("placement") && !fl.has("capacity")),
+             ValueError, "charlm: --micro-batches, --schedule, --placement and --capacity go with --devices");
+  SNUG_CHECK(!placed || (accum == 1 && (ckpt_mode == "none" || ckpt_mode == "stage") && !fl.has("memory-budget")),
+             ValueError, "charlm: with --devices, use --micro-batches instead of --accum and --checkpoint none or stage "
+             "(no --memory-budget; --capacity limits each device)");
+  SNUG_CHECK(ckpt_mode != "stage" || placed, ValueError, "charlm: --checkpoint stage needs --devices");
+  SNUG_CHECK(micro_batches >= 1 && micro_batches <= B, ValueError, "charlm: --micro-batches must be in [1, --batch]");
+  SNUG_CHECK(placement_policy != parallel::Policy::manual, ValueError, "charlm: --placement is memory or time");
+  if (fl.has("capacity")) {
+    const int64_t cap = nn::parse_bytes(fl.get("capacity", ""));
+    for (const Device& d : devices) memory::set_capacity(d, static_cast<std::size_t>(cap));
+  }
   const int64_t budget = fl.has("memory-budget") ? nn::parse_bytes(fl.get("memory-budget", "")) : -1;
   SNUG_CHECK(ckpt_mode != "auto" || budget > 0, ValueError, "charlm: --checkpoint auto needs --memory-budget BYTES");
 
@@ -273,6 +303,32 @@ int run(int argc, char** argv) {
   }
   nn::models::GPT& model = *model_holder;
   if (ckpt_mode == "sqrt") model.checkpointing = nn::sqrt_plan(cfg.layers);
+  // Placement: measure one micro-batch on cpu:0, choose the split that fits
+  // every device's capacity, move the layers, and pipeline each step.
+  parallel::LayerStack stack = parallel::gpt_stack(model);
+  std::optional<parallel::Pipeline> pipe;
+  if (placed) {
+    Generator sample_gen(seed + 4000);
+    auto [sx, sy] = get_batch(corpus.train, B / micro_batches, T, sample_gen);
+    const parallel::StepShape shape{
+        .micro_batches = micro_batches, .schedule = schedule, .checkpoint_stages = ckpt_mode == "stage"};
+    const parallel::StackProfile sp = parallel::profile_stack(stack, sx, sy, /*optimizer_slots=*/2);
+    parallel::Placement pl = parallel::plan_placement(sp, devices, placement_policy, shape);
+    parallel::place(stack, pl);
+    pipe.emplace(stack, pl,
+                 parallel::PipelineOptions{.micro_batches = micro_batches, .schedule = schedule,
+                                           .checkpoint_stages = ckpt_mode == "stage",
+                                           .threads_per_stage = std::max(1, get_num_threads() / static_cast<int>(devices.size()))});
+    if (!json) {
+      std::fprintf(stderr, "placement (%s, %lld micro-batches): %s\n", parallel::schedule_name(schedule),
+                   (long long)micro_batches, pl.str().c_str());
+      for (size_t k = 0; k < devices.size(); ++k)
+        std::fprintf(stderr, "  %s: predicted peak %s\n", devices[k].str().c_str(),
+                     memory::format_bytes(static_cast<std::size_t>(pl.predicted_peak[k])).c_str());
+    }
+  }
+  const LogitsFn logits_of = placed ? LogitsFn([&](const Tensor& t) { return parallel::run_stack(stack, t); })
+                                    : LogitsFn([&](const Tensor& t) { return model.forward(t); });
   // Weight decay on matrices only (embeddings, Linear weights), as nanoGPT does.
   nn::optim::ParamGroup decay, no_decay;
   for (auto& [name, p] : model.named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
@@ -345,6 +401,10 @@ int run(int argc, char** argv) {
   std::vector<double> step_ms, recompute_ms;
   double train_loss = NAN, val_loss = NAN;
   memory::reset_peak(kCPU);
+  for (const Device& d : devices) memory::reset_peak(d);
+  // Training-step peaks of the placement's devices (evaluation, which runs
+  // the whole batch without a pipeline, is left out: the plan is for steps).
+  std::vector<std::size_t> step_peaks(devices.size(), 0);
   for (int64_t step = start; step < steps; ++step) {
     loader.set_epoch(step);
     auto batch_it = loader.begin();
@@ -356,14 +416,19 @@ int run(int argc, char** argv) {
     // Token-weighted accumulation: every micro-batch's mean loss is scaled by
     // its share of the batch's tokens (nn/accumulate.h).
     nn::GradAccumulator acc(static_cast<double>(nn::count_tokens(y)));
-    std::vector<Tensor> xs = nn::split_batch(x, accum), ys = nn::split_batch(y, accum);
-    for (int64_t k = 0; k < accum; ++k) {
-      Tensor loss;
-      {
-        memory::TagScope tag(memory::Tag::activation);
-        loss = model.loss(xs[k], ys[k]);
+    double pipe_loss = NAN;
+    if (pipe) {
+      pipe_loss = pipe->step(x, y);  // forward + backward of every micro-batch, over the devices
+    } else {
+      std::vector<Tensor> xs = nn::split_batch(x, accum), ys = nn::split_batch(y, accum);
+      for (int64_t k = 0; k < accum; ++k) {
+        Tensor loss;
+        {
+          memory::TagScope tag(memory::Tag::activation);
+          loss = model.loss(xs[k], ys[k]);
+        }
+        acc.backward(loss, static_cast<double>(nn::count_tokens(ys[k])));
       }
-      acc.backward(loss, static_cast<double>(nn::count_tokens(ys[k])));
     }
     opt.step();
     sched.step();
@@ -371,14 +436,16 @@ int run(int argc, char** argv) {
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     step_ms.push_back(ms);
     recompute_ms.push_back(autograd::recompute_stats().ms);
-    train_loss = acc.loss();
+    train_loss = pipe ? pipe_loss : acc.loss();
+    for (size_t k = 0; k < devices.size(); ++k) step_peaks[k] = std::max(step_peaks[k], memory::peak_allocated(devices[k]));
     if (prof && (step + 1 == prof_to || step + 1 == steps)) finish_profile(step + 1 - prof_from);
     SNUG_CHECK(std::isfinite(train_loss), ValueError, "charlm: training loss became ", train_loss, " at step ", step);
     bool last = step + 1 == steps;
     if (!json && (tty || (step + 1) % 50 == 0 || last))
       progress(step + 1, steps, train_loss, double(B * T) / (ms / 1000.0), memory::allocated(kCPU), tty);
     if ((eval_every > 0 && (step + 1) % eval_every == 0) || last) {
-      val_loss = evaluate(model, corpus.val, B, T, eval_batches, seed + 2000);
+      val_loss = evaluate(model, logits_of, corpus.val, B, T, eval_batches, seed + 2000);
+      for (const Device& d : devices) memory::reset_peak(d);
       if (!json) std::fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\n" : "",
                               (long long)(step + 1), train_loss, val_loss);
     }
@@ -388,7 +455,7 @@ int run(int argc, char** argv) {
                            {"gpt.block", std::to_string(cfg.block)}, {"gpt.layers", std::to_string(cfg.layers)},
                            {"gpt.heads", std::to_string(cfg.heads)}, {"gpt.embd", std::to_string(cfg.embd)}});
   }
-  if (std::isnan(val_loss)) val_loss = evaluate(model, corpus.val, B, T, eval_batches, seed + 2000);
+  if (std::isnan(val_loss)) val_loss = evaluate(model, logits_of, corpus.val, B, T, eval_batches, seed + 2000);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
@@ -397,21 +464,36 @@ int run(int argc, char** argv) {
   int64_t ckpt_layers = 0;
   for (const auto& sg : model.checkpointing.segments) ckpt_layers += sg.checkpoint ? sg.end - sg.begin : 0;
   const memory::DeviceStats ds = memory::stats(kCPU);
+  // {"cpu:1": bytes, ...}: measured peaks (or the plan's predictions) of the
+  // devices the model ran on.
+  auto per_device = [&](bool predicted) {
+    std::string out = "{";
+    const std::vector<Device> ds_list = placed ? devices : std::vector<Device>{kCPU};
+    for (size_t k = 0; k < ds_list.size(); ++k) {
+      const long long v = predicted ? (pipe ? (long long)pipe->placement().predicted_peak[k] : -1)
+                                    : (long long)(placed ? step_peaks[k] : memory::peak_allocated(ds_list[k]));
+      out += str(k ? ", " : "", "\"", ds_list[k].str(), "\": ", v);
+    }
+    return out + "}";
+  };
   const int act = static_cast<int>(memory::Tag::activation);
   int64_t gen_n = fl.i("generate", 300);
-  if (!json && gen_n > 0) std::printf("---- sample ----\n%s\n----------------\n", generate(model, corpus, gen_n, seed + 3000).c_str());
+  if (!json && gen_n > 0) std::printf("---- sample ----\n%s\n----------------\n", generate(model, logits_of, corpus, gen_n, seed + 3000).c_str());
   std::printf(
       "{\"val_loss\": %.6f, \"train_loss\": %.6f, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
       "\"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, \"steps\": %lld, \"threads\": %d, "
       "\"checkpoint\": \"%s\", \"accum\": %lld, \"memory_budget\": %lld, \"peak_activation_bytes\": %lld, "
       "\"activation_bytes_at_peak\": %lld, \"recompute_ms_per_step\": %.3f, \"predicted_peak_bytes\": %lld, "
       "\"predicted_recompute_ms\": %.3f, \"minimum_budget_bytes\": %lld, \"checkpointed_segments\": %lld, "
-      "\"checkpointed_layers\": %lld}\n",
+      "\"checkpointed_layers\": %lld, \"devices\": %lld, \"micro_batches\": %lld, \"schedule\": \"%s\", "
+      "\"peak_allocated_bytes_per_device\": %s, \"predicted_peak_bytes_per_device\": %s}\n",
       val_loss, train_loss, med, med > 0 ? double(B * T) / (med / 1000.0) : 0.0, (long long)model.num_parameters(),
       memory::peak_allocated(kCPU), static_cast<size_t>(ds.reserved_bytes.peak), (long long)steps, get_num_threads(),
       ckpt_mode.c_str(), (long long)accum, (long long)budget, (long long)ds.tag_bytes[act].peak,
       (long long)ds.tag_at_peak[act], median(recompute_ms), (long long)predicted_peak, predicted_recompute_ms,
-      (long long)minimum_budget, (long long)model.checkpointing.num_checkpointed(), (long long)ckpt_layers);
+      (long long)minimum_budget, (long long)model.checkpointing.num_checkpointed(), (long long)ckpt_layers,
+      (long long)std::max<size_t>(devices.size(), 1), (long long)(placed ? micro_batches : accum),
+      placed ? parallel::schedule_name(schedule) : "none", per_device(false).c_str(), per_device(true).c_str());
   return 0;
 }
 

@@ -1,0 +1,102 @@
+// snug-bench pipeline: a GPT split over K virtual CPU devices, trained with M
+// micro-batches; measured idle fraction against the schedule's ideal
+// (K-1)/(M+K-1), and throughput against the same model on one device.
+//
+// Each stage runs on its own thread with --threads-per-stage compute threads;
+// the one-device run uses --threads-per-stage x K threads, so both use the
+// same number of threads (on a machine with fewer cores than that, stages
+// share cores and the idle fraction grows: say so when reporting).
+//
+//   snug-bench pipeline [--stages 2] [--micro-batches 4] [--schedule gpipe|1f1b]
+//                       [--layers 8] [--embd 128] [--block 128] [--batch 16]
+//                       [--steps 5] [--warmup 1] [--threads-per-stage 1]
+//                       [--timeline FILE] [--json]
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "core/generator.h"
+#include "memory/allocator.h"
+#include "nn/accumulate.h"
+#include "nn/models/gpt.h"
+#include "parallel/layer_stack.h"
+#include "parallel/pipeline.h"
+#include "parallel/placement.h"
+
+namespace snug::bench {
+
+SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle fraction vs (K-1)/(M+K-1), speedup") {
+  const int64_t K = args.get_int("stages", 2), M = args.get_int("micro-batches", 4), L = args.get_int("layers", 8),
+                C = args.get_int("embd", 128), T = args.get_int("block", 128), B = args.get_int("batch", 16),
+                steps = args.get_int("steps", 5), warmup = args.get_int("warmup", 1),
+                tps = args.get_int("threads-per-stage", 1);
+  const parallel::Schedule sched = parallel::parse_schedule(args.get("schedule", "gpipe"));
+  SNUG_CHECK(K >= 1 && M >= 1 && steps >= 1 && warmup >= 0 && tps >= 1 && B >= M, ValueError,
+             "snug-bench pipeline: need --stages >= 1, --micro-batches in [1, batch], --steps >= 1, --threads-per-stage >= 1");
+  nn::models::GPTConfig cfg;
+  cfg.layers = L;
+  cfg.embd = C;
+  cfg.block = T;
+  manual_seed(1337);
+  Tensor seq = randint(0, cfg.vocab, Shape{B, T + 1});
+  const Tensor x = seq.narrow(1, 0, T).contiguous(), y = seq.narrow(1, 1, T).contiguous();
+
+  // One device: the whole batch at once, K x threads-per-stage threads.
+  std::vector<double> one_ms;
+  {
+    set_num_threads(static_cast<int>(K * tps));
+    manual_seed(7);
+    nn::models::GPT gpt(cfg);
+    for (int64_t s = 0; s < warmup + steps; ++s) {
+      gpt.zero_grad();
+      const double t0 = now_seconds();
+      gpt.loss(x, y).backward();
+      if (s >= warmup) one_ms.push_back((now_seconds() - t0) * 1e3);
+    }
+  }
+
+  manual_seed(7);
+  nn::models::GPT gpt(cfg);
+  parallel::LayerStack stack = parallel::gpt_stack(gpt);
+  std::vector<Device> devs;
+  for (int64_t k = 0; k < K; ++k) devs.push_back(Device(DeviceType::CPU, static_cast<int>(k + 1)));
+  set_num_threads(static_cast<int>(tps));
+  const parallel::StepShape shape{.micro_batches = M, .schedule = sched};
+  const parallel::StackProfile prof =
+      parallel::profile_stack(stack, nn::split_batch(x, M)[0].contiguous(), nn::split_batch(y, M)[0].contiguous(), 2);
+  parallel::Placement p = parallel::plan_placement(prof, devs, parallel::Policy::balance_time, shape);
+  parallel::place(stack, p);
+  parallel::Pipeline pipe(stack, p, {.micro_batches = M, .schedule = sched, .threads_per_stage = static_cast<int>(tps),
+                                     .record_timeline = true});
+  std::vector<double> ms, idle;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    gpt.zero_grad();
+    pipe.step(x, y);
+    if (s >= warmup) {
+      ms.push_back(pipe.last_step_ms());
+      idle.push_back(pipe.idle_fraction());
+    }
+  }
+  const std::string tl = args.get("timeline", "");
+  if (!tl.empty()) pipe.write_timeline(tl);
+  const double ideal = static_cast<double>(K - 1) / static_cast<double>(M + K - 1);
+  const double med = median(ms), one = median(one_ms), tok = static_cast<double>(B * T);
+  if (args.json()) {
+    std::printf("{\"bench\": \"pipeline\", \"stages\": %lld, \"micro_batches\": %lld, \"schedule\": \"%s\", "
+                "\"layers\": %lld, \"placement\": \"%s\", \"ms_per_step\": %.3f, \"one_device_ms_per_step\": %.3f, "
+                "\"tokens_per_s\": %.1f, \"one_device_tokens_per_s\": %.1f, \"speedup\": %.3f, "
+                "\"idle_fraction\": %.4f, \"ideal_idle_fraction\": %.4f, \"threads_per_stage\": %lld}\n",
+                (long long)K, (long long)M, parallel::schedule_name(sched), (long long)L, p.str().c_str(), med, one,
+                tok / (med / 1e3), tok / (one / 1e3), one / med, median(idle), ideal, (long long)tps);
+  } else {
+    std::printf("pipeline %lld stages x %lld micro-batches (%s), %s: %.1f ms/step (one device %.1f ms, speedup %.2fx), "
+                "idle %.3f (ideal %.3f)\n",
+                (long long)K, (long long)M, parallel::schedule_name(sched), p.str().c_str(), med, one, one / med,
+                median(idle), ideal);
+  }
+  return 0;
+}
+
+}  // namespace snug::bench
