@@ -5,7 +5,10 @@
 // Each stage runs on its own thread with --threads-per-stage compute threads;
 // the one-device run uses --threads-per-stage x K threads, so both use the
 // same number of threads (on a machine with fewer cores than that, stages
-// share cores and the idle fraction grows: say so when reporting).
+// share cores and the idle fraction grows: say so when reporting). One-device
+// and pipelined steps alternate; medians over --steps of each. Times are
+// forward + backward (no optimizer step). The idle fraction counts the time a
+// stage waits for its input or gradient.
 //
 //   snug-bench pipeline [--stages 2] [--micro-batches 4] [--schedule gpipe|1f1b]
 //                       [--layers 8] [--embd 128] [--block 128] [--batch 16]
@@ -43,20 +46,10 @@ SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle frac
   Tensor seq = randint(0, cfg.vocab, Shape{B, T + 1});
   const Tensor x = seq.narrow(1, 0, T).contiguous(), y = seq.narrow(1, 1, T).contiguous();
 
-  // One device: the whole batch at once, K x threads-per-stage threads.
-  std::vector<double> one_ms;
-  {
-    set_num_threads(static_cast<int>(K * tps));
-    manual_seed(7);
-    nn::models::GPT gpt(cfg);
-    for (int64_t s = 0; s < warmup + steps; ++s) {
-      gpt.zero_grad();
-      const double t0 = now_seconds();
-      gpt.loss(x, y).backward();
-      if (s >= warmup) one_ms.push_back((now_seconds() - t0) * 1e3);
-    }
-  }
-
+  // The one-device model and the pipelined one (same weights); their steps
+  // alternate, so both see the same machine load.
+  manual_seed(7);
+  nn::models::GPT single(cfg);
   manual_seed(7);
   nn::models::GPT gpt(cfg);
   parallel::LayerStack stack = parallel::gpt_stack(gpt);
@@ -70,11 +63,17 @@ SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle frac
   parallel::place(stack, p);
   parallel::Pipeline pipe(stack, p, {.micro_batches = M, .schedule = sched, .threads_per_stage = static_cast<int>(tps),
                                      .record_timeline = true});
-  std::vector<double> ms, idle;
+  std::vector<double> ms, idle, one_ms;
   for (int64_t s = 0; s < warmup + steps; ++s) {
+    set_num_threads(static_cast<int>(K * tps));  // one device: the whole batch, as many threads as all stages
+    single.zero_grad();
+    const double t0 = now_seconds();
+    single.loss(x, y).backward();
+    const double t1 = now_seconds();
     gpt.zero_grad();
     pipe.step(x, y);
     if (s >= warmup) {
+      one_ms.push_back((t1 - t0) * 1e3);
       ms.push_back(pipe.last_step_ms());
       idle.push_back(pipe.idle_fraction());
     }

@@ -155,13 +155,16 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
       for (const ScheduleOp& op : stage_schedule(opts_.schedule, k, K, M)) {
         if (failed) break;
         const auto m = static_cast<size_t>(op.micro_batch);
-        const double s0 = now_ms();
+        // An event's time starts once its input is here: waiting is idle time.
+        double s0 = 0;
         if (!op.backward) {
           Tensor in;
           if (first) {
+            s0 = now_ms();
             in = xs[m].device() == dev ? xs[m] : xs[m].to(dev);
           } else {
             in = fwd[static_cast<size_t>(k) - 1].recv(op.micro_batch);
+            s0 = now_ms();
             if (in.is_floating_point()) in.requires_grad_(true);
           }
           Tensor out;
@@ -188,9 +191,11 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
           outputs[m] = out;
         } else {
           if (last) {
+            s0 = now_ms();
             autograd::backward({outputs[m]});
           } else {
             Tensor g = bwd[static_cast<size_t>(k)].recv(op.micro_batch);
+            s0 = now_ms();
             autograd::backward({outputs[m]}, {g});
           }
           if (!first) {
