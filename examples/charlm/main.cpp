@@ -280,8 +280,8 @@ int run(int argc, char** argv) {
   const int64_t micro_batches = fl.i("micro-batches", 1);
   const parallel::Schedule schedule = parallel::parse_schedule(fl.get("schedule", "gpipe"));
   const parallel::Policy placement_policy = parallel::parse_policy(fl.get("placement", "memory"));
-  SNUG_CHECK(placed || (!fl.has("micro-batches") && !fl.has("schedule") && !fl.has("placement") && !fl.has("capacity")),
-             ValueError, "charlm: --micro-batches, --schedule, --placement and --capacity go with --devices");
+  SNUG_CHECK(placed || (!fl.has("micro-batches") && !fl.has("schedule") && !fl.has("placement")), ValueError,
+             "charlm: --micro-batches, --schedule and --placement go with --devices");
   SNUG_CHECK(!placed || (accum == 1 && (ckpt_mode == "none" || ckpt_mode == "stage") && !fl.has("memory-budget")),
              ValueError, "charlm: with --devices, use --micro-batches instead of --accum and --checkpoint none or stage "
              "(no --memory-budget; --capacity limits each device)");
@@ -290,7 +290,7 @@ int run(int argc, char** argv) {
   SNUG_CHECK(placement_policy != parallel::Policy::manual, ValueError, "charlm: --placement is memory or time");
   if (fl.has("capacity")) {
     const int64_t cap = nn::parse_bytes(fl.get("capacity", ""));
-    for (const Device& d : devices) memory::set_capacity(d, static_cast<std::size_t>(cap));
+    for (const Device& d : placed ? devices : std::vector<Device>{kCPU}) memory::set_capacity(d, static_cast<std::size_t>(cap));
   }
   const int64_t budget = fl.has("memory-budget") ? nn::parse_bytes(fl.get("memory-budget", "")) : -1;
   SNUG_CHECK(ckpt_mode != "auto" || budget > 0, ValueError, "charlm: --checkpoint auto needs --memory-budget BYTES");
