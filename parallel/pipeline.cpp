@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include <omp.h>
+
 #include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -141,7 +143,9 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
 
   auto run_stage = [&](int64_t k) {
     try {
-      set_num_threads(opts_.threads_per_stage);
+      // OpenMP's thread count is per thread: the global one (GEMM, Eigen) was
+      // set before the stage threads started.
+      omp_set_num_threads(opts_.threads_per_stage);
       autograd::GradModeGuard grad_on(true);
       const Device dev = placement_.devices[static_cast<size_t>(k)];
       const int64_t a = placement_.bounds[static_cast<size_t>(k)], b = placement_.bounds[static_cast<size_t>(k) + 1];
@@ -217,6 +221,7 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
     }
   };
 
+  set_num_threads(opts_.threads_per_stage);
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(K));
   for (int64_t k = 0; k < K; ++k) threads.emplace_back(run_stage, k);
