@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "autograd/fault_injection.h"
 #include "autograd/grad_mode.h"
 #include "core/raw_ops.h"
 #include "memory/allocator.h"
@@ -184,6 +185,9 @@ std::shared_ptr<FunctionNode> record(const char* name, const std::vector<Tensor>
     m.grad_fn = node;
     m.output_nr = static_cast<int>(i);
   }
+  if (!injected_nan_op().empty() && injected_nan_op() == name)
+    for (const Tensor& out : outputs)
+      if (out.is_floating_point()) raw::fill_(out.detach(), std::nan(""));
   if (is_anomaly_enabled()) {
     bool inputs_finite = true;
     for (const Tensor& in : inputs) inputs_finite = inputs_finite && !has_nonfinite(in);

@@ -1,0 +1,69 @@
+// autograd/fault_injection.h: a NaN injected into a chosen op's output is
+// reported by anomaly mode with that op's name (docs/reliability.md).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "autograd/fault_injection.h"
+#include "autograd/grad_mode.h"
+#include "core/generator.h"
+#include "nn/models/gpt.h"
+#include "test_util.h"
+
+using namespace snug;
+using snug::testing::contains;
+
+namespace {
+nn::models::GPT tiny_gpt() {
+  nn::models::GPTConfig c;
+  c.layers = 1;
+  c.embd = 16;
+  c.heads = 2;
+  c.block = 8;
+  manual_seed(1);
+  return nn::models::GPT(c);
+}
+}  // namespace
+
+TEST_CASE("fault injection: anomaly mode names the op whose output turned NaN") {
+  auto gpt = tiny_gpt();
+  manual_seed(2);
+  Tensor x = randint(0, 65, Shape{2, 8}), y = randint(0, 65, Shape{2, 8});
+  CHECK(std::isfinite(gpt.loss(x, y).item()));
+  for (const char* op : {"gelu", "layer_norm", "linear", "causal_softmax", "embedding"}) {
+    CAPTURE(op);
+    autograd::AnomalyGuard anomaly;
+    autograd::InjectNanGuard nan(op);
+    try {
+      gpt.loss(x, y);
+      FAIL("anomaly mode did not report the injected NaN");
+    } catch (const AutogradError& e) {
+      const std::string msg = e.what();
+      CHECK(contains(msg, std::string("forward op '") + op + "'"));
+      CHECK(contains(msg, "NaN or inf"));
+    }
+  }
+}
+
+TEST_CASE("fault injection: without anomaly mode the NaN reaches the loss; guards nest and end") {
+  auto gpt = tiny_gpt();
+  manual_seed(2);
+  Tensor x = randint(0, 65, Shape{2, 8}), y = randint(0, 65, Shape{2, 8});
+  {
+    autograd::InjectNanGuard nan("gelu");
+    CHECK(autograd::injected_nan_op() == "gelu");
+    CHECK(std::isnan(gpt.loss(x, y).item()));
+    {
+      autograd::InjectNanGuard inner("no_such_op");
+      CHECK(std::isfinite(gpt.loss(x, y).item()));
+    }
+    CHECK(autograd::injected_nan_op() == "gelu");
+  }
+  CHECK(autograd::injected_nan_op().empty());
+  CHECK(std::isfinite(gpt.loss(x, y).item()));
+  // Ops that record no history are left alone.
+  autograd::InjectNanGuard nan("gelu");
+  NoGradGuard ng;
+  CHECK(std::isfinite(gpt.loss(x, y).item()));
+}
