@@ -1,6 +1,7 @@
 // The process-wide allocator registry behind memory/allocator.h: one
 // CachingAllocator per device, created on first use.
 #include "memory/allocator.h"
+#include "memory/fault_injection.h"
 
 #include <atomic>
 #include <mutex>
@@ -80,8 +81,35 @@ void register_backend_factory(DeviceType t, BackendFactory factory) {
   r.factories[static_cast<int>(t)] = std::move(factory);
 }
 
+namespace {
+// FailAllocation's state: off unless a guard lives (one relaxed load per allocation).
+std::atomic<bool> g_fail_on{false};
+std::atomic<std::uint64_t> g_fail_count{0}, g_fail_nth{0};
+std::atomic<bool> g_fail_fired{false};
+}  // namespace
+
+FailAllocation::FailAllocation(std::uint64_t nth) {
+  SNUG_CHECK(!g_fail_on.load(), ValueError, "FailAllocation: another guard is active");
+  g_fail_count = 0;
+  g_fail_nth = nth;
+  g_fail_fired = false;
+  g_fail_on = true;
+}
+FailAllocation::~FailAllocation() { g_fail_on = false; }
+std::uint64_t FailAllocation::count() const { return g_fail_count.load(); }
+bool FailAllocation::fired() const { return g_fail_fired.load(); }
+
 void* allocate(Device d, std::size_t nbytes, StreamId stream) {
   t_requested += nbytes;
+  if (g_fail_on.load(std::memory_order_relaxed)) {
+    const std::uint64_t k = ++g_fail_count;
+    if (k == g_fail_nth.load()) {
+      g_fail_fired = true;
+      throw OutOfMemoryError(str(d.str(), " out of memory: allocation ", k, " of ", nbytes,
+                                 " bytes failed by memory::FailAllocation (injected for testing)"),
+                             nbytes, capacity(d));
+    }
+  }
   return allocator_for(d).allocate(nbytes, stream, t_tag, t_op);
 }
 
