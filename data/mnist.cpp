@@ -60,6 +60,11 @@ Tensor read_idx_images(const std::string& path) {
   std::vector<uint8_t> b = read_file_bytes(path);
   std::vector<int64_t> d;
   size_t header = read_header(b, path, 0x00000803u, 3, "images", d);
+  // Each dim is < 2^30, so the product can overflow int64: bound it by the
+  // file first (found by fuzzing, tests/fuzz/corpus/fuzz_idx/regress_*).
+  const auto avail = static_cast<int64_t>(b.size() - header);
+  SNUG_CHECK(d[0] * d[1] <= avail && d[0] * d[1] * d[2] <= avail, IOError, path, ": truncated at offset ", b.size(),
+             " (the header promises ", d[0], " x ", d[1], " x ", d[2], " pixels, the file holds ", avail, ")");
   check_size(b, path, header, d[0] * d[1] * d[2], "pixels");
   memory::TagScope tag(memory::Tag::data);
   return from_blob_copy(b.data() + header, {d[0], d[1], d[2]}, DType::u8, DType::u8);

@@ -9,6 +9,8 @@
 set -euo pipefail
 
 required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-json3-dev python3)
+# --fuzz: also clang with libFuzzer and its OpenMP runtime (tools/fuzz.sh).
+if [ "${1:-}" = "--fuzz" ]; then required+=(clang libclang-rt-14-dev libomp-14-dev); fi
 optional=(ninja-build)  # faster builds; the scripts use it when present
 
 is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

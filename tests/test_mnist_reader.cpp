@@ -130,6 +130,17 @@ TEST_CASE("missing, corrupt and truncated files throw IOError with the file and 
   write_raw(img, idx_labels({1, 2}));
   CHECK_THROWS_WITH_AS(data::read_idx_images(img), doctest::Contains((img + ": bad magic number 0x801 at offset 0").c_str()),
                        IOError);
+  // Found by fuzzing (tests/fuzz/corpus/fuzz_idx/regress_*): dims whose product
+  // overflows int64 in a 17-byte file are a truncation error, not undefined behaviour.
+  write_raw(img, std::vector<uint8_t>{0, 0, 8, 3, 2, 0, 0, 0, 0, 0x11, 0, 4, 8, 9, 1, 2, 0x3f});
+  CHECK_THROWS_WITH_AS(data::read_idx_images(img), doctest::Contains("truncated"), IOError);
+  {
+    std::vector<uint8_t> huge;
+    put_be32(huge, 0x803);
+    for (int k = 0; k < 3; ++k) put_be32(huge, (1u << 30) - 1);
+    write_raw(img, huge);
+    CHECK_THROWS_WITH_AS(data::read_idx_images(img), doctest::Contains("truncated"), IOError);
+  }
   // Header cut short.
   write_raw(img, std::vector<uint8_t>{0, 0, 8, 3, 0, 0});
   CHECK_THROWS_WITH_AS(data::read_idx_images(img), doctest::Contains("truncated header at offset 6"), IOError);

@@ -285,6 +285,18 @@ TEST_CASE("load_state_dict: layout mismatches are errors") {
     if (k != "step") no_step.emplace_back(k, t);
   m = error_of<ValueError>([&] { opt.load_state_dict(no_step); });
   CHECK(m.find("step") != std::string::npos);
+  // Found by fuzzing (tests/fuzz/corpus/fuzz_checkpoint/regress_*): a NaN, negative,
+  // fractional or huge count must be a clear error, not a conversion to an integer.
+  for (double bad : {std::nan(""), -1.0, 2.5, 1e300, double(INFINITY)}) {
+    CAPTURE(bad);
+    NamedTensors bad_step;
+    for (auto& [k, t] : sd) bad_step.emplace_back(k, k == "step" ? full({}, bad, DType::f64) : t);
+    m = error_of<ValueError>([&] { opt.load_state_dict(bad_step); });
+    CHECK(m.find("\"step\" must be a whole number") != std::string::npos);
+    NamedTensors bad_count;
+    for (auto& [k, t] : sd) bad_count.emplace_back(k, k == "group.0.num_params" ? full({}, bad, DType::f64) : t);
+    CHECK_THROWS_AS(opt.load_state_dict(bad_count), ValueError);
+  }
 }
 
 TEST_CASE("optimizer errors: bad betas, eps, lr < 0, weight decay < 0, duplicate parameters, Nesterov") {

@@ -12,6 +12,7 @@ cd "$SNUG_ROOT"
 
 secs="${1:-30}"
 shift || true
+scripts/install_deps.sh --fuzz
 snug_configure_preset fuzz >/dev/null
 cmake --build build/fuzz -j"$(snug_jobs)"
 

@@ -88,14 +88,25 @@ void Optimizer::load_state_dict(const NamedTensors& sd) {
     SNUG_CHECK(it != m.end(), ValueError, name(), ".load_state_dict: missing key \"", k, "\"");
     return it->second;
   };
-  const int64_t new_step = static_cast<int64_t>(get("step").item());
+  // Counts stored as f64 scalars: checked before any conversion to an integer
+  // (a NaN or a huge value is undefined behaviour to convert; found by fuzzing).
+  auto count = [&](const std::string& k) -> int64_t {
+    const Tensor t = get(k);
+    SNUG_CHECK(t.numel() == 1, ValueError, name(), ".load_state_dict: \"", k, "\" must hold one value, got shape ",
+               shape_str(t.shape()));
+    const double v = t.item();
+    SNUG_CHECK(std::isfinite(v) && v >= 0 && v <= 9.0e15 && v == std::floor(v), ValueError, name(),
+               ".load_state_dict: \"", k, "\" must be a whole number >= 0, got ", v);
+    return static_cast<int64_t>(v);
+  };
+  const int64_t new_step = count("step");
   std::vector<ParamGroup> new_groups = groups_;
   for (size_t gi = 0; gi < new_groups.size(); ++gi) {
     auto& g = new_groups[gi];
     std::string pre = str("group.", gi, ".");
-    SNUG_CHECK(static_cast<size_t>(get(pre + "num_params").item()) == g.params.size(), ValueError, name(),
+    SNUG_CHECK(static_cast<size_t>(count(pre + "num_params")) == g.params.size(), ValueError, name(),
                ".load_state_dict: group ", gi, " has ", g.params.size(), " parameters but the state has ",
-               get(pre + "num_params").item());
+               count(pre + "num_params"));
     g.lr = get(pre + "lr").item();
     g.weight_decay = get(pre + "weight_decay").item();
     for (auto& [k, v] : m)
