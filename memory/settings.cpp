@@ -1,6 +1,7 @@
 #include "memory/settings.h"
 
 #include <cctype>
+#include <climits>
 #include <cstdlib>
 #include <vector>
 
@@ -17,9 +18,17 @@ std::string size_str(std::size_t v) { return v == kNoLimit ? "none" : std::to_st
 std::size_t parse_size(const std::string& key, const std::string& text) {
   std::size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  SNUG_CHECK(i > 0 && i <= 19, ValueError, "allocator setting ", key, ": expected a byte count like 512, 4MiB or 1G, got \"",
+  SNUG_CHECK(i > 0, ValueError, "allocator setting ", key, ": expected a byte count like 512, 4MiB or 1G, got \"",
              text, "\"");
-  unsigned long long n = std::stoull(text.substr(0, i));
+  // Digit by digit with an overflow check: every value to_string() prints (up
+  // to SIZE_MAX, 20 digits) must parse back (found by fuzzing: a 13-digit
+  // count in MiB printed as 20 digits, which a 19-digit limit refused).
+  unsigned long long n = 0;
+  for (std::size_t k = 0; k < i; ++k) {
+    const unsigned d = static_cast<unsigned>(text[k] - '0');
+    SNUG_CHECK(n <= (ULLONG_MAX - d) / 10, ValueError, "allocator setting ", key, ": \"", text, "\" is too large");
+    n = n * 10 + d;
+  }
   std::string suffix = text.substr(i);
   unsigned long long mult = 1;
   if (suffix.empty() || suffix == "B") mult = 1;

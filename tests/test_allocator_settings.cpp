@@ -59,6 +59,12 @@ TEST_CASE("parse_settings reads every key, with size suffixes") {
   CHECK(parse_settings(s.to_string()) == s);  // round trip
   CHECK(parse_settings("max_split_size=none").max_split_size == kNoLimit);
   CHECK(parse_settings("") == AllocatorSettings{});
+  // Found by fuzzing (tests/fuzz/corpus/fuzz_alloc_settings/regress_*): a count that
+  // prints with 20 digits must read back.
+  AllocatorSettings big = parse_settings("max_split_size=9992522222222M");
+  CHECK(big.max_split_size == 9992522222222ull << 20);
+  CHECK(parse_settings(big.to_string()) == big);
+  CHECK(parse_settings("max_split_size=18446744073709551614").max_split_size == 18446744073709551614ull);
 }
 
 TEST_CASE("bad strings are rejected and the message names the setting") {
