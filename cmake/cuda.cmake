@@ -31,8 +31,8 @@ if(SNUG_WITH_CUDA)
   set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-  # Ampere and Hopper by default; e.g. -DSNUG_CUDA_ARCHITECTURES=native on a GPU box.
-  set(SNUG_CUDA_ARCHITECTURES "80;90" CACHE STRING "CUDA architectures for snug's kernels")
+  # Hopper (sm_90, the H200 we test on) by default; e.g. -DSNUG_CUDA_ARCHITECTURES=native on a GPU box.
+  set(SNUG_CUDA_ARCHITECTURES "90" CACHE STRING "CUDA architectures for snug's kernels")
   # GLOBAL so that a parent project that add_subdirectory()s snug can resolve
   # these names in snug's link interface.
   find_package(CUDAToolkit REQUIRED GLOBAL)

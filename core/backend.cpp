@@ -1,6 +1,7 @@
 #include "core/backend.h"
 
 #include "core/cpu_backend.h"
+#include "cuda/cuda_api.h"  // plain C++: ensure_registered() (cuda/register.cpp or cuda/no_cuda.cpp)
 
 namespace snug {
 
@@ -15,6 +16,7 @@ void register_backend(DeviceType t, Backend* b) { slot(t) = b; }
 
 bool has_backend(DeviceType t) {
   if (t == DeviceType::CPU) return true;
+  if (t == DeviceType::CUDA && slot(t) == nullptr) cuda::ensure_registered();
   return slot(t) != nullptr;
 }
 
@@ -24,6 +26,10 @@ Backend& backend_for(DeviceType t) {
     return cpu;
   }
   Backend* b = slot(t);
+  if (b == nullptr && t == DeviceType::CUDA) {
+    cuda::ensure_registered();  // registers the CUDA backend on first use when a GPU is present
+    b = slot(t);
+  }
   SNUG_CHECK(b != nullptr, DeviceError, "no backend for device type ", (t == DeviceType::CUDA ? "cuda" : "?"),
              ": this build of snug has no CUDA support (configure with -DSNUG_CUDA=ON) or no GPU is present");
   return *b;

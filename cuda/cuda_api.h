@@ -47,6 +47,26 @@ void copy_to_device(void* dst, const void* src, std::size_t bytes);    // blocki
 void copy_to_host(void* dst, const void* src, std::size_t bytes);      // blocking
 void synchronize();  // waits for all work on the current device
 
+// Registers the CUDA backend (core/backend.h) and the device-memory factory
+// (memory/allocator.h) once, if a GPU is present; a no-op otherwise and in
+// builds without CUDA. core/backend.cpp calls it on the first request for the
+// CUDA backend; call it yourself before using memory::allocate on cuda:N
+// directly.
+void ensure_registered();
+
+// TF32 tensor cores for f32 matmul (off by default: f32 matmul is exact f32
+// unless the user opts in, as torch.backends.cuda.matmul.allow_tf32).
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// Pinned (page-locked) host memory from its own caching pool, for staging
+// host <-> device copies. Throws DeviceError without a GPU.
+void* pinned_allocate(std::size_t bytes);
+void pinned_free(void* p);  // nullptr is a no-op
+// p (from pinned_allocate) is read by an asynchronous copy on `stream`: it is
+// reused only after that work is done (NOTE [ Stream-aware reuse ]).
+void pinned_record_stream(void* p, std::uintptr_t stream);
+
 // ---- elementwise kernels over contiguous f32 device arrays --------------------
 // They instantiate the same functors as the CPU loops (NOTE [ One definition of
 // each op's math ] in core/functors.h). Asynchronous on the default stream;

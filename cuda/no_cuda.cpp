@@ -28,6 +28,17 @@ void device_free(void* ptr) {
 void copy_to_device(void*, const void*, std::size_t) { no_cuda("copy_to_device"); }
 void copy_to_host(void*, const void*, std::size_t) { no_cuda("copy_to_host"); }
 void synchronize() { no_cuda("synchronize"); }
+void ensure_registered() {}
+namespace {
+bool g_tf32 = false;  // kept so the setting round-trips in every build
+}  // namespace
+void set_allow_tf32(bool allow) { g_tf32 = allow; }
+bool allow_tf32() { return g_tf32; }
+void* pinned_allocate(std::size_t) { no_cuda("pinned_allocate"); }
+void pinned_free(void* p) {
+  if (p) no_cuda("pinned_free");
+}
+void pinned_record_stream(void*, std::uintptr_t) { no_cuda("pinned_record_stream"); }
 void unary_f32(UnaryOp, double, double, const float*, float*, int64_t) { no_cuda("unary_f32"); }
 void binary_f32(BinaryOp, const float*, const float*, float*, int64_t) { no_cuda("binary_f32"); }
 

@@ -1,23 +1,37 @@
-// The one place where the CUDA build meets core/. Compiled only when
-// SNUG_WITH_CUDA is on (cuda/no_cuda.cpp stands in otherwise).
+// The one place where the CUDA build meets core/ and memory/.
 //
-// What it does today: reports that CUDA is compiled in; device queries, raw
-// memory and the elementwise launchers are in device.cu and elementwise.cu,
-// reachable through cuda/cuda_api.h.
+// core/backend.cpp calls ensure_registered() the first time anything asks for
+// the CUDA backend (backend_for / has_backend). That call is also what keeps
+// this object file in every link: a static registrar in a static library is
+// dropped unless something references it, and this way no static initializer
+// touches the CUDA driver at program start.
 //
-// What it deliberately does not do yet: register a Backend for
-// DeviceType::CUDA. core/backend.h's table has about twenty methods (copy,
-// reduce, matmul, softmax, random, ...); a backend that implements a few of
-// them would make "cuda:0" tensors half-work. Until all of them exist here,
-// backend_for(DeviceType::CUDA) keeps throwing its clear DeviceError. When they
-// do, this file gains a static registrar:
-//   register_backend(DeviceType::CUDA, &cuda_backend())  // only if device_count() > 0
-// and the top-level CMakeLists.txt must keep this object in the link (a static
-// registrar in a static library is dropped unless something references it).
+// With at least one GPU it registers CudaBackend for DeviceType::CUDA and the
+// device-memory factory for the caching allocator. Without one it registers
+// nothing, so backend_for(DeviceType::CUDA) keeps throwing its DeviceError
+// that says no GPU is present, and has_backend() stays false.
+#include <memory>
+#include <mutex>
+
+#include "core/backend.h"
 #include "cuda/cuda_api.h"
+#include "cuda/cuda_backend.h"
+#include "memory/allocator.h"
+#include "memory/raw_backend.h"
 
 namespace snug::cuda {
 
+std::unique_ptr<memory::RawBackend> make_device_memory_backend(Device d);  // memory.cpp
+
 bool compiled() { return true; }
+
+void ensure_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (device_count() == 0) return;
+    memory::register_backend_factory(DeviceType::CUDA, [](Device d) { return make_device_memory_backend(d); });
+    register_backend(DeviceType::CUDA, &cuda_backend());
+  });
+}
 
 }  // namespace snug::cuda

@@ -1,0 +1,131 @@
+// CudaBackend::matmul through cuBLAS: one strided-batched GEMM per call
+// (cublasGemmStridedBatchedEx), operands passed as transposes where their
+// layout allows (cuda/gemm_plan.h, NOTE [ Row-major matmul through cuBLAS ]).
+//   f32:       CUBLAS_COMPUTE_32F, or 32F_FAST_TF32 when set_allow_tf32(true)
+//   f16/bf16:  stored in 16 bits, accumulated in f32 (CUBLAS_COMPUTE_32F)
+//   f64:       CUBLAS_COMPUTE_64F
+// Each device's handle gets a workspace from the caching allocator (tagged
+// workspace), so cuBLAS never calls cudaMalloc behind the allocator's back.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "core/raw_ops.h"
+#include "cuda/check.h"
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/gemm_plan.h"
+#include "memory/allocator.h"
+
+#define SNUG_CUBLAS_CHECK(call)                                                                       \
+  do {                                                                                                \
+    const cublasStatus_t snug_st_ = (call);                                                           \
+    if (snug_st_ != CUBLAS_STATUS_SUCCESS)                                                            \
+      throw ::snug::DeviceError(::snug::str("cuBLAS error: ", #call, " failed with ",                 \
+                                            cublasGetStatusName(snug_st_), " (", cublasGetStatusString(snug_st_), \
+                                            ") at ", __FILE__, ":", __LINE__));                       \
+  } while (0)
+
+namespace snug::cuda {
+
+namespace {
+
+std::atomic<bool> g_allow_tf32{false};
+
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS suggests for Hopper
+constexpr int kMaxHandles = 64;
+
+// One handle per device, created on first use and kept for the process (a
+// handle's workspace is allocated once and never returned).
+cublasHandle_t handle_for(int device) {
+  static std::mutex mu;
+  static cublasHandle_t handles[kMaxHandles] = {};
+  SNUG_CHECK(device >= 0 && device < kMaxHandles, DeviceError, "cuBLAS: device index ", device, " out of range");
+  std::lock_guard<std::mutex> lock(mu);
+  if (!handles[device]) {
+    cublasHandle_t h = nullptr;
+    SNUG_CUBLAS_CHECK(cublasCreate(&h));
+    const Device d(DeviceType::CUDA, device);
+    void* ws = nullptr;
+    {
+      memory::TagScope tag(memory::Tag::workspace);
+      memory::OpScope op("cublas_workspace");
+      ws = memory::allocate(d, kWorkspaceBytes);
+    }
+    SNUG_CUBLAS_CHECK(cublasSetWorkspace(h, ws, kWorkspaceBytes));
+    SNUG_CUBLAS_CHECK(cublasSetStream(h, 0));
+    handles[device] = h;
+  }
+  return handles[device];
+}
+
+GemmOperandPlan plan_operand(const Tensor& t) {
+  return plan_gemm_operand(t.shape().data(), t.strides().data());
+}
+
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
+bool allow_tf32() { return g_allow_tf32; }
+
+// a (B,M,K), b (B,K,N) -> out (B,M,N) contiguous.
+void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  if (out.numel() == 0) return;
+  if (K == 0) {
+    fill(out, 0);
+    return;
+  }
+  DeviceGuard guard(out.device().index);
+  Tensor ac = a, bc = b;
+  GemmOperandPlan pa = plan_operand(ac), pb = plan_operand(bc);
+  if (!pa.ok) {
+    ac = raw::contiguous(a);
+    pa = plan_operand(ac);
+  }
+  if (!pb.ok) {
+    bc = raw::contiguous(b);
+    pb = plan_operand(bc);
+  }
+  const GemmPlan g = plan_gemm(B, M, N, K, pa, pb);
+  cudaDataType_t dt;
+  cublasComputeType_t ct;
+  const float alpha32 = 1.0f, beta32 = 0.0f;
+  const double alpha64 = 1.0, beta64 = 0.0;
+  const void* alpha = &alpha32;
+  const void* beta = &beta32;
+  switch (out.dtype()) {
+    case DType::f32:
+      dt = CUDA_R_32F;
+      ct = g_allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      break;
+    case DType::f16:
+      dt = CUDA_R_16F;
+      ct = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::bf16:
+      dt = CUDA_R_16BF;
+      ct = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::f64:
+      dt = CUDA_R_64F;
+      ct = CUBLAS_COMPUTE_64F;
+      alpha = &alpha64;
+      beta = &beta64;
+      break;
+    default:
+      throw DTypeError(str("matmul: expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(out.dtype())));
+  }
+  SNUG_CHECK(g.m <= INT32_MAX && g.n <= INT32_MAX && g.k <= INT32_MAX && g.batch <= INT32_MAX && g.lda <= INT32_MAX &&
+                 g.ldb <= INT32_MAX,
+             ShapeError, "matmul: sizes beyond cuBLAS's 32-bit dimensions (", B, " x ", M, " x ", K, " x ", N, ")");
+  // A' = b's memory, B' = a's memory (NOTE [ Row-major matmul through cuBLAS ]).
+  SNUG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle_for(out.device().index), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      int(g.m), int(g.n), int(g.k), alpha, bc.data_ptr(), dt, int(g.lda), g.stride_a, ac.data_ptr(), dt, int(g.ldb),
+      g.stride_b, beta, out.data_ptr(), dt, int(g.ldc), g.stride_c, int(g.batch), ct, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace snug::cuda

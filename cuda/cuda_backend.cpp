@@ -1,0 +1,293 @@
+// CudaBackend, host side: turns tensors into the geometry and pointers the
+// kernels of cuda/*.cu take (cuda/kernels.h). Shapes and dtypes were checked
+// by core/raw_ops.cpp; what is left here is the same preparation the CPU
+// backend does (core/cpu_*.cpp), so a method here reads like its CPU twin.
+#include "cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "core/raw_ops.h"
+#include "cuda/check.h"
+#include "cuda/geometry.h"
+#include "cuda/kernels.h"
+
+namespace snug::cuda {
+
+DeviceGuard::DeviceGuard(int device) {
+  int cur = 0;
+  SNUG_CUDA_CHECK(cudaGetDevice(&cur));
+  if (cur != device) {
+    SNUG_CUDA_CHECK(cudaSetDevice(device));
+    prev_ = cur;
+  }
+}
+DeviceGuard::~DeviceGuard() {
+  if (prev_ >= 0) (void)cudaSetDevice(prev_);
+}
+
+CudaBackend& cuda_backend() {
+  static CudaBackend b;
+  return b;
+}
+
+namespace {
+
+constexpr kernels::StreamHandle kStream = 0;  // the default stream
+
+// t's strides seen over `shape` (t broadcast to it).
+std::vector<int64_t> over(const Tensor& t, const Shape& shape) { return broadcast_strides(t.shape(), t.strides(), shape); }
+
+template <int N>
+Geometry<N> geometry(const Shape& shape, const std::array<const Tensor*, N>& ops) {
+  std::array<std::vector<int64_t>, N> st;
+  for (int k = 0; k < N; ++k) st[k] = over(*ops[k], shape);
+  return make_geometry<N>(shape, st);
+}
+
+// NOTE [ Rounding wide values to 16 bits ] (core/cpu_elementwise.cpp), for
+// the fill value computed here on the host.
+float to_float_round_odd(double x) {
+  float f = static_cast<float>(x);
+  if (std::isnan(x)) return f;
+  const long double wx = x, wf = f;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (wf == wx || (bits & 1u)) return f;
+  return std::nextafter(f, wx > wf ? INFINITY : -INFINITY);
+}
+
+// The bytes of `value` stored as dtype t (the CPU fill's conversion).
+uint64_t fill_bits(DType t, double value) {
+  uint64_t bits = 0;
+  dispatch_all(t, "fill", [&]<class T>() {
+    T v;
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) v = T(to_float_round_odd(value));
+    else v = static_cast<T>(static_cast<compute_t<T>>(value));
+    std::memcpy(&bits, &v, sizeof(T));
+  });
+  return bits;
+}
+
+int dev(const Tensor& t) { return t.device().index; }
+
+}  // namespace
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  DeviceGuard g(dev(dst));
+  if (src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() && dst.is_contiguous()) {
+    if (dst.nbytes())
+      SNUG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice,
+                                      reinterpret_cast<cudaStream_t>(kStream)));
+    return;
+  }
+  kernels::copy(dst.dtype(), src.dtype(), geometry<2>(dst.shape(), {&dst, &src}), dst.data_ptr(), src.data_ptr(),
+                kStream);
+}
+
+void CudaBackend::fill(const Tensor& dst, double value) {
+  DeviceGuard g(dev(dst));
+  kernels::fill(dst.element_size(), fill_bits(dst.dtype(), value), geometry<1>(dst.shape(), {&dst}), dst.data_ptr(),
+                kStream);
+}
+
+void CudaBackend::unary(UnaryOp op, double a, double b, const Tensor& x, const Tensor& out) {
+  DeviceGuard g(dev(out));
+  kernels::unary(op, a, b, out.dtype(), geometry<2>(out.shape(), {&out, &x}), out.data_ptr(), x.data_ptr(), kStream);
+}
+
+void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  DeviceGuard g(dev(out));
+  kernels::binary(op, out.dtype(), geometry<3>(out.shape(), {&out, &a, &b}), out.data_ptr(), a.data_ptr(),
+                  b.data_ptr(), kStream);
+}
+
+void CudaBackend::compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  DeviceGuard g(dev(out));
+  kernels::compare(op, a.dtype(), geometry<3>(out.shape(), {&out, &a, &b}), static_cast<bool*>(out.data_ptr()),
+                   a.data_ptr(), b.data_ptr(), kStream);
+}
+
+void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  DeviceGuard g(dev(out));
+  kernels::where(out.dtype(), geometry<4>(out.shape(), {&out, &cond, &a, &b}), out.data_ptr(),
+                 static_cast<const bool*>(cond.data_ptr()), a.data_ptr(), b.data_ptr(), kStream);
+}
+
+// x any shape and strides; out has x's shape with the reduced dims set to 1.
+void CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
+  DeviceGuard g(dev(out));
+  Shape kept_shape = x.shape(), red_shape = x.shape();
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    const bool red = std::find(dims.begin(), dims.end(), i) != dims.end();
+    (red ? kept_shape : red_shape)[i] = 1;
+  }
+  const Geometry<2> kept = make_geometry<2>(kept_shape, {x.strides(), out.strides()});
+  const Geometry<1> red = make_geometry<1>(red_shape, {x.strides()});
+  kernels::reduce(op, x.dtype(), out.dtype(), kept, red, x.data_ptr(), out.data_ptr(), kStream);
+}
+
+// out (i64) has x's shape with `dim` set to 1.
+void CudaBackend::arg_reduce(bool is_max, const Tensor& x, int64_t dim, const Tensor& out) {
+  DeviceGuard g(dev(out));
+  Shape kept_shape = x.shape();
+  kept_shape[dim] = 1;
+  if (out.numel() == 0) return;
+  const Geometry<2> kept = make_geometry<2>(kept_shape, {x.strides(), out.strides()});
+  kernels::arg_reduce(is_max, x.dtype(), kept, x.shape()[dim], x.strides()[dim], x.data_ptr(),
+                      static_cast<int64_t*>(out.data_ptr()), kStream);
+}
+
+void CudaBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
+  DeviceGuard g(dev(out));
+  Shape rows = x.shape();
+  rows[dim] = 1;
+  kernels::softmax(x.dtype(), log, make_geometry<2>(rows, {x.strides(), out.strides()}), x.shape()[dim],
+                   x.strides()[dim], out.strides()[dim], x.data_ptr(), out.data_ptr(), kStream);
+}
+
+void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
+                                   const Tensor& grad_in) {
+  DeviceGuard g(dev(grad_in));
+  Shape rows = y.shape();
+  rows[dim] = 1;
+  kernels::softmax_backward(y.dtype(), log,
+                            make_geometry<3>(rows, {over(grad_out, y.shape()), y.strides(), grad_in.strides()}),
+                            y.shape()[dim], over(grad_out, y.shape())[dim], y.strides()[dim], grad_in.strides()[dim],
+                            grad_out.data_ptr(), y.data_ptr(), grad_in.data_ptr(), kStream);
+}
+
+// ---- index ops: the geometry of core/cpu_index.cpp ---------------------------------
+
+namespace {
+
+// out (index's shape) = x gathered along dim.
+void gather_impl(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+  Strides xs = x.strides();
+  xs[dim] = 0;  // x seen with index's shape and no step along dim: the index supplies it
+  const Tensor xv = raw::as_strided(x, index.shape(), xs, x.offset());
+  kernels::gather(x.element_size(), geometry<3>(out.shape(), {&out, &index, &xv}), x.strides()[dim], out.data_ptr(),
+                  static_cast<const int64_t*>(index.data_ptr()), x.data_ptr(), kStream);
+}
+
+// out[.., index[p], ..] += src[p] along dim, for p over index's shape.
+void scatter_add_impl(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  const int64_t len = index.shape()[dim];
+  if (len == 0 || index.numel() == 0) return;
+  Shape outer = index.shape();
+  outer[dim] = 1;
+  const Geometry<3> g = make_geometry<3>(outer, {out.strides(), index.strides(), src.strides()});
+  kernels::scatter_add(out.dtype(), g, len, out.strides()[dim], index.strides()[dim], src.strides()[dim],
+                       out.data_ptr(), static_cast<const int64_t*>(index.data_ptr()), src.data_ptr(), kStream);
+}
+
+Tensor broadcast_index(const Tensor& index, const Shape& shape, int64_t dim) {
+  Strides st(shape.size(), 0);
+  st[dim] = index.dim() == 0 ? 0 : index.strides()[0];
+  return raw::as_strided(index, shape, st, index.offset());
+}
+
+}  // namespace
+
+void CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+  if (out.numel() == 0) return;
+  DeviceGuard g(dev(out));
+  gather_impl(x, dim, broadcast_index(index, out.shape(), dim), out);
+}
+
+void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (src.numel() == 0) return;
+  DeviceGuard g(dev(out));
+  scatter_add_impl(out, dim, broadcast_index(index, src.shape(), dim), src);
+}
+
+void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
+  if (out.numel() == 0) return;
+  DeviceGuard g(dev(out));
+  gather_impl(x, dim, index, out);
+}
+
+void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  DeviceGuard g(dev(out));
+  scatter_add_impl(out, dim, index, src);
+}
+
+void CudaBackend::random(RandomKind kind, PhiloxState st, double a, double b, const Tensor& out) {
+  SNUG_CHECK(out.is_contiguous(), ValueError, "random: output must be contiguous");
+  DeviceGuard g(dev(out));
+  kernels::random(kind == RandomKind::normal, out.dtype(), st, a, b, out.numel(), out.data_ptr(), kStream);
+}
+
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                             const Tensor& mean, const Tensor& rstd) {
+  DeviceGuard g(dev(out));
+  const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
+  kernels::layer_norm(x.dtype(), R, C, eps, x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
+                      bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr(),
+                      static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()), kStream);
+}
+
+void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                                      const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
+                                      const Tensor& grad_weight, const Tensor& grad_bias) {
+  DeviceGuard g(dev(x));
+  const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
+  kernels::layer_norm_backward(x.dtype(), R, C, grad_out.data_ptr(), x.data_ptr(),
+                               weight.defined() ? weight.data_ptr() : nullptr,
+                               static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()),
+                               grad_x.defined() ? grad_x.data_ptr() : nullptr,
+                               grad_weight.defined() ? grad_weight.data_ptr() : nullptr,
+                               grad_bias.defined() ? grad_bias.data_ptr() : nullptr, kStream);
+}
+
+void CudaBackend::causal_softmax(const Tensor& x, double scale, const Tensor& out) {
+  DeviceGuard g(dev(out));
+  const int64_t Tk = x.size(-1), Tq = x.size(-2);
+  const int64_t rows = Tk ? x.numel() / Tk : 0;
+  kernels::causal_softmax(x.dtype(), rows, Tq, Tk, scale, x.data_ptr(), out.data_ptr(), kStream);
+}
+
+// ---- copies between devices ----------------------------------------------------------
+// src and dst are contiguous with the same dtype and shape (raw::to_device).
+// Host <-> device copies wait for the default stream, so a device-to-host
+// copy sees every kernel queued before it and the host may reuse its buffer
+// right after a host-to-device copy.
+void CudaBackend::copy_across(const Tensor& src, const Tensor& dst) {
+  SNUG_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
+             ValueError, "copy_across: expected contiguous tensors of one dtype and size, got ", dtype_name(src.dtype()),
+             " ", shape_str(src.shape()), " -> ", dtype_name(dst.dtype()), " ", shape_str(dst.shape()));
+  const std::size_t n = dst.nbytes();
+  const Device s = src.device(), d = dst.device();
+  if (n == 0) return;
+  if (s.is_cpu() && d.is_cuda()) {
+    DeviceGuard g(d.index);
+    SNUG_CUDA_CHECK(cudaMemcpy(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyHostToDevice));
+  } else if (s.is_cuda() && d.is_cpu()) {
+    DeviceGuard g(s.index);
+    SNUG_CUDA_CHECK(cudaMemcpy(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToHost));
+  } else if (s.is_cuda() && d.is_cuda()) {
+    if (s.index == d.index) {
+      DeviceGuard g(d.index);
+      SNUG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToDevice, 0));
+    } else {
+      // Across GPUs: direct over NVLink/PCIe when peer access is possible,
+      // staged through the host by the driver otherwise. Synchronous with
+      // respect to both devices' default streams.
+      DeviceGuard g(d.index);
+      SNUG_CUDA_CHECK(cudaMemcpyPeer(dst.data_ptr(), d.index, src.data_ptr(), s.index, n));
+    }
+  } else {
+    throw DeviceError(str("copy_across: CUDA backend cannot copy ", s.str(), " -> ", d.str()));
+  }
+}
+
+void CudaBackend::synchronize(Device d) {
+  DeviceGuard g(d.index);
+  SNUG_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace snug::cuda

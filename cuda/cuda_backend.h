@@ -1,0 +1,55 @@
+// CudaBackend: core/backend.h for "cuda:N". Internal to cuda/ (it is reached
+// through backend_for(DeviceType::CUDA) once cuda/register.cpp has run).
+// Methods are spread by family: cuda_backend.cpp (elementwise, reductions,
+// softmax, norms, index, random, copies), blas.cpp (matmul via cuBLAS).
+// Every kernel is queued on the device's default stream; copies to the host
+// wait for it.
+#pragma once
+#include "core/backend.h"
+
+namespace snug::cuda {
+
+struct CudaBackend final : Backend {
+  const char* name() const override { return "cuda"; }
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, double value) override;
+  void unary(UnaryOp op, double a, double b, const Tensor& x, const Tensor& out) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) override;
+  void arg_reduce(bool is_max, const Tensor& x, int64_t dim, const Tensor& out) override;
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;  // blas.cpp
+  void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) override;
+  void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
+                        const Tensor& grad_in) override;
+  void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
+  void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
+  void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
+  void random(RandomKind kind, PhiloxState state, double a, double b, const Tensor& out) override;
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
+                  const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                           const Tensor& grad_bias) override;
+  void causal_softmax(const Tensor& x, double scale, const Tensor& out) override;
+  void copy_across(const Tensor& src, const Tensor& dst) override;
+  void synchronize(Device d) override;
+};
+
+CudaBackend& cuda_backend();
+
+// Makes `device` current for the scope and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+}  // namespace snug::cuda

@@ -1,0 +1,92 @@
+// Index kernels (gather / index_select, scatter_add / index_add) and random
+// fills. The geometry is prepared by CudaBackend exactly as core/cpu_index.cpp
+// prepares it for the CPU loop: index_select is a gather whose 1-D index is
+// broadcast over the other dims, index_add the same trick on scatter_add.
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "core/philox.h"
+#include "cuda/launch.cuh"
+
+namespace snug::cuda::kernels {
+
+namespace {
+
+template <class E>
+struct GatherBody {
+  E* out;
+  const int64_t* index;
+  const E* x;
+  int64_t jump;
+  __device__ void operator()(const int64_t* off) const { out[off[0]] = x[off[2] + index[off[1]] * jump]; }
+};
+
+// One thread per position of the outer geometry; each walks dim in order, so
+// every output element is updated by one thread in a fixed order
+// (NOTE [ Deterministic scatter ] in core/cpu_index.cpp): no atomics, and the
+// same sums as the CPU.
+template <class T>
+struct ScatterAddBody {
+  T* out;
+  const int64_t* index;
+  const T* src;
+  int64_t len, ostep, istep, sstep;
+  __device__ void operator()(const int64_t* off) const {
+    using C = compute_t<T>;
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t k = index[off[1] + j * istep];
+      T& o = out[off[0] + k * ostep];
+      o = static_cast<T>(static_cast<C>(o) + static_cast<C>(src[off[2] + j * sstep]));
+    }
+  }
+};
+
+// Element i of a draw at st, exactly as core/cpu_random.cpp computes it.
+template <class T>
+__global__ void random_kernel(bool normal, PhiloxState st, double a, double b, int64_t n, T* out) {
+  using C = compute_t<T>;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const double v = normal ? a + b * double(normal_at(st, uint64_t(i)))
+                            : a + (b - a) * double(uniform_at(st, uint64_t(i)));
+    out[i] = static_cast<T>(static_cast<C>(v));
+  }
+}
+
+}  // namespace
+
+void gather(std::size_t elem_size, const Geometry<3>& g, int64_t jump, void* out, const int64_t* index,
+            const void* x, StreamHandle s) {
+  auto go = [&]<class E>() {
+    launch_elementwise<3>("gather", g, GatherBody<E>{static_cast<E*>(out), index, static_cast<const E*>(x), jump}, s);
+  };
+  switch (elem_size) {
+    case 1: return go.template operator()<uint8_t>();
+    case 2: return go.template operator()<uint16_t>();
+    case 4: return go.template operator()<uint32_t>();
+    case 8: return go.template operator()<uint64_t>();
+    default: throw DTypeError(str("gather: unsupported element size ", elem_size));
+  }
+}
+
+void scatter_add(DType t, const Geometry<3>& outer, int64_t len, int64_t ostep, int64_t istep, int64_t sstep,
+                 void* out, const int64_t* index, const void* src, StreamHandle s) {
+  if (len == 0) return;
+  dispatch_numeric(t, "scatter_add", [&]<class T>() {
+    launch_elementwise<3>("scatter_add", outer,
+                          ScatterAddBody<T>{static_cast<T*>(out), index, static_cast<const T*>(src), len, ostep,
+                                            istep, sstep},
+                          s);
+  });
+}
+
+void random(bool normal, DType t, PhiloxState st, double a, double b, int64_t n, void* out, StreamHandle s) {
+  if (n == 0) return;
+  dispatch_floating(t, "random", [&]<class T>() {
+    random_kernel<T><<<grid_for(n), kThreads, 0, as_stream(s)>>>(normal, st, a, b, n, static_cast<T*>(out));
+    check_launch("random");
+  });
+}
+
+}  // namespace snug::cuda::kernels

@@ -1,0 +1,69 @@
+// The kernel launchers behind CudaBackend (cuda/cuda_backend.cpp). Plain C++:
+// device pointers as void*, geometry as cuda/geometry.h structs, dtypes as
+// DType. Each launcher is asynchronous on the stream given (a cudaStream_t as
+// an integer; 0 is the default stream) and throws DeviceError naming the
+// kernel if the launch fails. The math is in core/functors.h (NOTE [ One
+// definition of each op's math ]).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/functors.h"
+#include "core/philox.h"
+#include "cuda/geometry.h"
+
+namespace snug::cuda::kernels {
+
+using StreamHandle = std::uintptr_t;
+
+// ---- elementwise.cu: operand 0 is the output ------------------------------------
+// dst = convert(src), rounding to 16 bits as the CPU does (NOTE [ Rounding wide
+// values to 16 bits ] in core/cpu_elementwise.cpp).
+void copy(DType dst_t, DType src_t, const Geometry<2>& g, void* dst, const void* src, StreamHandle s);
+// Every element of dst gets the bytes `bits` (elem_size 1, 2, 4 or 8).
+void fill(std::size_t elem_size, uint64_t bits, const Geometry<1>& g, void* dst, StreamHandle s);
+void unary(UnaryOp op, double a, double b, DType t, const Geometry<2>& g, void* out, const void* x, StreamHandle s);
+void binary(BinaryOp op, DType t, const Geometry<3>& g, void* out, const void* a, const void* b, StreamHandle s);
+void compare(CompareOp op, DType t, const Geometry<3>& g, bool* out, const void* a, const void* b, StreamHandle s);
+void where(DType t, const Geometry<4>& g, void* out, const bool* cond, const void* a, const void* b, StreamHandle s);
+
+// ---- index.cu ------------------------------------------------------------------
+// out[o0] = x[o2 + index[o1] * jump] over g = (out, index, x seen without dim).
+void gather(std::size_t elem_size, const Geometry<3>& g, int64_t jump, void* out, const int64_t* index,
+            const void* x, StreamHandle s);
+// For each position of `outer` (out, index, src with dim set to size 1), walk
+// dim in order (len steps): out[o0 + index[o1 + j istep] ostep] += src[o2 + j sstep].
+// One thread per position and no atomics: NOTE [ Deterministic scatter ].
+void scatter_add(DType t, const Geometry<3>& outer, int64_t len, int64_t ostep, int64_t istep, int64_t sstep,
+                 void* out, const int64_t* index, const void* src, StreamHandle s);
+// out (n,) contiguous floating: element i from the Philox stream at st
+// (NOTE [ Philox element mapping ]); uniform: a + (b - a) u; normal: a + b z.
+void random(bool normal, DType t, PhiloxState st, double a, double b, int64_t n, void* out, StreamHandle s);
+
+// ---- reduce.cu -----------------------------------------------------------------
+// kept: (x, out) offsets over the kept dims; red: x offsets over the reduced dims.
+void reduce(ReduceOp op, DType x_t, DType out_t, const Geometry<2>& kept, const Geometry<1>& red, const void* x,
+            void* out, StreamHandle s);
+// kept: (x, out) offsets; each output walks len elements xstep apart.
+void arg_reduce(bool is_max, DType t, const Geometry<2>& kept, int64_t len, int64_t xstep, const void* x,
+                int64_t* out, StreamHandle s);
+
+// ---- softmax.cu ----------------------------------------------------------------
+// rows: (x, y) row starts; steps: along the softmax dim.
+void softmax(DType t, bool log, const Geometry<2>& rows, int64_t len, int64_t xstep, int64_t ystep, const void* x,
+             void* y, StreamHandle s);
+// rows: (grad_out, y, grad_in) row starts.
+void softmax_backward(DType t, bool log, const Geometry<3>& rows, int64_t len, int64_t gstep, int64_t ystep,
+                      int64_t dstep, const void* g, const void* y, void* d, StreamHandle s);
+// x, y (rows, Tk) contiguous, row r is query r % Tq.
+void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y,
+                    StreamHandle s);
+// x, y (R, C) contiguous; w, b (C) or null; mean, rstd (R) f32.
+void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const void* w, const void* b, void* y,
+                float* mean, float* rstd, StreamHandle s);
+// gx (R, C) or null; gw, gb (C) or null.
+void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w,
+                         const float* mean, const float* rstd, void* gx, void* gw, void* gb, StreamHandle s);
+
+}  // namespace snug::cuda::kernels

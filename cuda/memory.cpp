@@ -1,0 +1,136 @@
+// Raw memory for the caching allocator (memory/raw_backend.h): device memory
+// (cudaMalloc) for every cuda:N pool, and pinned host memory (cudaHostAlloc)
+// for a separate pool that stages host <-> device copies. Both implement the
+// allocator's events with CUDA events, which is what NOTE [ Stream-aware
+// reuse ] (memory/caching_allocator.h) needs: a block used on a second stream
+// goes back to the pool only when the event recorded on that stream at free
+// time has completed.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <memory>
+
+#include "cuda/check.h"
+#include "cuda/cuda_api.h"
+#include "cuda/cuda_backend.h"
+#include "memory/caching_allocator.h"
+#include "memory/raw_backend.h"
+
+namespace snug::cuda {
+
+namespace {
+
+using memory::EventHandle;
+using memory::StreamId;
+
+// Events shared by both backends. Created per record (the allocator destroys
+// each one once it has completed); timing off, which makes them cheap.
+EventHandle record_cuda_event(StreamId stream) {
+  cudaEvent_t e = nullptr;
+  SNUG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  SNUG_CUDA_CHECK(cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream)));
+  return reinterpret_cast<EventHandle>(e);
+}
+bool query_cuda_event(EventHandle h) {
+  const cudaError_t err = cudaEventQuery(reinterpret_cast<cudaEvent_t>(h));
+  if (err == cudaSuccess) return true;
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" is an answer, not an error
+    return false;
+  }
+  SNUG_CUDA_CHECK(err);
+  return false;
+}
+
+class DeviceMemoryBackend final : public memory::RawBackend {
+ public:
+  explicit DeviceMemoryBackend(int device) : device_(device) {}
+  const char* name() const override { return "cuda"; }
+  void* alloc(std::size_t nbytes) override {
+    DeviceGuard g(device_);
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, nbytes);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // the caching allocator frees its cache, retries, then throws OutOfMemoryError
+      return nullptr;
+    }
+    SNUG_CUDA_CHECK(err);
+    return p;
+  }
+  void free(void* p, std::size_t) override {
+    DeviceGuard g(device_);
+    SNUG_CUDA_CHECK(cudaFree(p));
+  }
+  std::size_t total_memory() const override {
+    DeviceGuard g(device_);
+    std::size_t free_b = 0, total = 0;
+    SNUG_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+    return total;
+  }
+  EventHandle record_event(StreamId stream) override {
+    DeviceGuard g(device_);
+    return record_cuda_event(stream);
+  }
+  bool query_event(EventHandle e) override { return query_cuda_event(e); }
+  void synchronize_event(EventHandle e) override {
+    SNUG_CUDA_CHECK(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(e)));
+  }
+  void destroy_event(EventHandle e) override { SNUG_CUDA_CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e))); }
+
+ private:
+  int device_;
+};
+
+class PinnedHostBackend final : public memory::RawBackend {
+ public:
+  const char* name() const override { return "cuda_pinned"; }
+  void* alloc(std::size_t nbytes) override {
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, nbytes, cudaHostAllocPortable);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    SNUG_CUDA_CHECK(err);
+    return p;
+  }
+  void free(void* p, std::size_t) override { SNUG_CUDA_CHECK(cudaFreeHost(p)); }
+  std::size_t total_memory() const override {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : 0;
+  }
+  EventHandle record_event(StreamId stream) override { return record_cuda_event(stream); }
+  bool query_event(EventHandle e) override { return query_cuda_event(e); }
+  void synchronize_event(EventHandle e) override {
+    SNUG_CUDA_CHECK(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(e)));
+  }
+  void destroy_event(EventHandle e) override { SNUG_CUDA_CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e))); }
+};
+
+// The pinned pool: its own CachingAllocator (labelled cpu, since the bytes are
+// host memory), created on first use and never destroyed (NOTE [ Allocator
+// registry lifetime ] in memory/allocator.cpp).
+memory::CachingAllocator& pinned_pool() {
+  static memory::CachingAllocator* a = [] {
+    SNUG_CHECK(device_count() > 0, DeviceError, "cuda::pinned_allocate: no CUDA GPU is present");
+    return new memory::CachingAllocator(kCPU, std::make_unique<PinnedHostBackend>());
+  }();
+  return *a;
+}
+
+}  // namespace
+
+std::unique_ptr<memory::RawBackend> make_device_memory_backend(Device d) {
+  SNUG_CHECK(d.is_cuda(), DeviceError, "cuda memory backend asked for ", d.str());
+  const int n = device_count();
+  SNUG_CHECK(d.index >= 0 && d.index < n, DeviceError, d.str(), ": no such CUDA device (", n, " present)");
+  return std::make_unique<DeviceMemoryBackend>(d.index);
+}
+
+void* pinned_allocate(std::size_t bytes) { return pinned_pool().allocate(bytes, 0, memory::Tag::data, "pinned"); }
+void pinned_free(void* p) {
+  if (p) pinned_pool().deallocate(p);
+}
+void pinned_record_stream(void* p, std::uintptr_t stream) { pinned_pool().record_stream(p, stream); }
+
+}  // namespace snug::cuda
