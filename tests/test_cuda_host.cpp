@@ -1,0 +1,172 @@
+// The host-side logic of the CUDA backend, checked on the CPU in every build
+// (no GPU needed): the elementwise geometry kernels index with
+// (cuda/geometry.h) and the mapping of a row-major batched matmul onto a
+// column-major cuBLAS call (cuda/gemm_plan.h), run here through a reference
+// GEMM with cuBLAS's semantics and compared with the CPU matmul.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "autograd/ops.h"
+#include "core/generator.h"
+#include "core/raw_ops.h"
+#include "cuda/gemm_plan.h"
+#include "cuda/geometry.h"
+
+using namespace snug;
+
+namespace {
+
+// Brute-force offset of element i (row-major over shape) for given strides.
+int64_t brute_offset(int64_t i, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  int64_t off = 0;
+  for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
+    off += (i % shape[d]) * strides[d];
+    i /= shape[d];
+  }
+  return off;
+}
+
+}  // namespace
+
+TEST_CASE("cuda geometry: offsets equal the row-major walk for strided, broadcast and permuted operands") {
+  std::mt19937 rng(7);
+  int checked = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int nd = std::uniform_int_distribution<int>(0, 5)(rng);
+    std::vector<int64_t> shape(nd);
+    for (auto& s : shape) s = std::uniform_int_distribution<int>(1, 4)(rng);
+    std::array<std::vector<int64_t>, 3> st;
+    for (int k = 0; k < 3; ++k) {
+      // A dense layout in a random dim order, sometimes with gaps, sometimes broadcast dims.
+      std::vector<int> order(nd);
+      std::iota(order.begin(), order.end(), 0);
+      if (k > 0) std::shuffle(order.begin(), order.end(), rng);
+      st[k].assign(nd, 0);
+      int64_t stride = std::uniform_int_distribution<int>(1, 2)(rng);
+      for (int j = nd - 1; j >= 0; --j) {
+        const int d = order[j];
+        const bool bcast = k > 0 && std::uniform_int_distribution<int>(0, 4)(rng) == 0;
+        st[k][d] = bcast ? 0 : stride;
+        if (!bcast) stride *= shape[d] + (std::uniform_int_distribution<int>(0, 3)(rng) == 0 ? 1 : 0);
+      }
+    }
+    const auto g = cuda::make_geometry<3>(shape, st);
+    int64_t numel = 1;
+    for (auto s : shape) numel *= s;
+    REQUIRE(g.numel == numel);
+    CHECK(g.ndim <= nd);
+    for (int64_t i = 0; i < numel; ++i) {
+      int64_t off[3];
+      g.offsets(i, off);
+      for (int k = 0; k < 3; ++k) {
+        if (off[k] != brute_offset(i, shape, st[k])) {
+          FAIL_CHECK("trial " << trial << " element " << i << " operand " << k << ": " << off[k] << " vs "
+                              << brute_offset(i, shape, st[k]));
+        }
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 1000);
+}
+
+TEST_CASE("cuda geometry: dense operands coalesce to one dim and skip the division") {
+  const auto g = cuda::make_geometry<2>({2, 3, 4}, {std::vector<int64_t>{12, 4, 1}, std::vector<int64_t>{12, 4, 1}});
+  CHECK(g.ndim == 1);
+  CHECK(g.dense);
+  CHECK(g.sizes[0] == 24);
+  // A transposed operand keeps two dims and is not dense.
+  const auto t = cuda::make_geometry<2>({3, 4}, {std::vector<int64_t>{4, 1}, std::vector<int64_t>{1, 3}});
+  CHECK(t.ndim == 2);
+  CHECK(!t.dense);
+  // A 0-d loop (one element) is dense with offset 0.
+  const auto s = cuda::make_geometry<1>({}, {std::vector<int64_t>{}});
+  CHECK(s.numel == 1);
+  int64_t off[1] = {-1};
+  s.offsets(0, off);
+  CHECK(off[0] == 0);
+  // A dim of size 0 gives an empty loop.
+  CHECK(cuda::make_geometry<1>({3, 0}, {std::vector<int64_t>{0, 1}}).numel == 0);
+  CHECK_THROWS_AS(cuda::make_geometry<1>(std::vector<int64_t>(17, 1), {std::vector<int64_t>(17, 1)}), ShapeError);
+}
+
+TEST_CASE("cuda geometry: broadcast_strides right-aligns and zeroes size-1 dims") {
+  CHECK(cuda::broadcast_strides({3, 1}, {1, 1}, {2, 3, 4}) == std::vector<int64_t>{0, 1, 0});
+  CHECK(cuda::broadcast_strides({}, {}, {5}) == std::vector<int64_t>{0});
+}
+
+namespace {
+
+// Runs a (B,M,K) @ b (B,K,N) through the cuBLAS plan and the reference
+// column-major GEMM; returns out (B,M,N).
+Tensor gemm_via_plan(const Tensor& a, const Tensor& b) {
+  Tensor ac = a, bc = b;
+  auto pa = cuda::plan_gemm_operand(ac.shape().data(), ac.strides().data());
+  auto pb = cuda::plan_gemm_operand(bc.shape().data(), bc.strides().data());
+  if (!pa.ok) {
+    ac = raw::contiguous(a);
+    pa = cuda::plan_gemm_operand(ac.shape().data(), ac.strides().data());
+  }
+  if (!pb.ok) {
+    bc = raw::contiguous(b);
+    pb = cuda::plan_gemm_operand(bc.shape().data(), bc.strides().data());
+  }
+  REQUIRE(pa.ok);
+  REQUIRE(pb.ok);
+  const int64_t B = std::max(a.size(0), b.size(0)), M = a.size(1), K = a.size(2), N = b.size(2);
+  const auto g = cuda::plan_gemm(B, M, N, K, pa, pb);
+  // cuBLAS requires these; a plan that breaks them would fail on the GPU.
+  CHECK(g.lda >= std::max<int64_t>(1, g.trans_a ? g.k : g.m));
+  CHECK(g.ldb >= std::max<int64_t>(1, g.trans_b ? g.n : g.k));
+  CHECK(g.ldc >= std::max<int64_t>(1, g.m));
+  Tensor out = zeros({B, M, N}, TensorOptions(kFloat64));
+  cuda::reference_gemm<double>(g, static_cast<const double*>(bc.data_ptr()), static_cast<const double*>(ac.data_ptr()),
+                               static_cast<double*>(out.data_ptr()));
+  return out;
+}
+
+void check_same(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.shape() == want.shape());
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::fabs(g[i] - w[i]));
+  CHECK(worst < 1e-9);
+}
+
+}  // namespace
+
+TEST_CASE("cuda gemm plan: every operand layout matmul meets gives the CPU result") {
+  manual_seed(3);
+  const TensorOptions f64(kFloat64);
+  const int64_t B = 3, M = 5, K = 7, N = 4;
+  const Tensor a = randn({B, M, K}, f64), b = randn({B, K, N}, f64);
+  SUBCASE("contiguous") { check_same(gemm_via_plan(a, b), raw::matmul(a, b)); }
+  SUBCASE("transposed views (x.t(), k.transpose(-2, -1))") {
+    const Tensor at = randn({B, K, M}, f64).transpose(1, 2), bt = randn({B, N, K}, f64).transpose(1, 2);
+    check_same(gemm_via_plan(at, bt), raw::matmul(at, bt));
+    check_same(gemm_via_plan(a, bt), raw::matmul(a, bt));
+    check_same(gemm_via_plan(at, b), raw::matmul(at, b));
+  }
+  SUBCASE("broadcast batch (stride 0)") {
+    const Tensor w = randn({1, K, N}, f64).expand({B, K, N});
+    check_same(gemm_via_plan(a, w), raw::matmul(a, w));
+  }
+  SUBCASE("row slices with a padded leading dimension") {
+    const Tensor wide = randn({B, M, K + 3}, f64).narrow(2, 1, K);
+    check_same(gemm_via_plan(wide, b), raw::matmul(wide, b));
+  }
+  SUBCASE("a layout cuBLAS cannot take is copied first") {
+    const Tensor odd = randn({B, M, 2 * K}, f64).slice(2, 0, 2 * K, 2);  // column stride 2
+    CHECK_FALSE(cuda::plan_gemm_operand(odd.shape().data(), odd.strides().data()).ok);
+    check_same(gemm_via_plan(odd, b), raw::matmul(odd, b));
+  }
+  SUBCASE("vectors: M == 1 and N == 1") {
+    const Tensor row = randn({B, 1, K}, f64), col = randn({B, K, 1}, f64);
+    check_same(gemm_via_plan(row, b), raw::matmul(row, b));
+    check_same(gemm_via_plan(a, col), raw::matmul(a, col));
+    check_same(gemm_via_plan(row, col), raw::matmul(row, col));
+  }
+}

@@ -1,0 +1,268 @@
+// Every op of the CUDA backend against the CPU backend on the same inputs.
+// Tolerances (relative to max(1, |cpu|)): exact for copies, fills, index ops,
+// comparisons, where, max/min, arg reductions and uniform draws (the same
+// Philox words, so dropout masks match bit for bit); 1e-5 for f32 math
+// (device libm and exp_approx differ from the host by a few ulps; sums are
+// combined in another order); 1e-12 for f64; 1e-2 for f16/bf16 (one rounding
+// of a 16-bit result); 1e-4 for normal draws (device logf/sinf/cosf) and for
+// f32 matmul without TF32.
+// Without a GPU every case skips itself and says so.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "autograd/ops.h"
+#include "core/backend.h"
+#include "core/generator.h"
+#include "core/raw_ops.h"
+#include "cuda/cuda_api.h"
+#include "memory/allocator.h"
+#include "nn/functional.h"
+
+using namespace snug;
+
+namespace {
+
+bool skip_without_gpu() {
+  if (cuda::device_count() > 0) return false;
+  MESSAGE(str("skipped: no CUDA GPU (", cuda::compiled() ? "CUDA is compiled in, but the driver sees no device"
+                                                         : "this build of snug has no CUDA", ")"));
+  return true;
+}
+
+const Device kGpu("cuda:0");
+
+void check_close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
+  CAPTURE(what);
+  REQUIRE(gpu.device() == kGpu);
+  const Tensor back = gpu.to(kCPU);
+  REQUIRE(back.shape() == cpu.shape());
+  CHECK(back.dtype() == cpu.dtype());
+  const auto g = back.to_vector<double>(), c = cpu.to_vector<double>();
+  int64_t bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(c[i]) && std::isnan(g[i])) continue;
+    if (std::isinf(c[i]) && g[i] == c[i]) continue;
+    const double err = std::fabs(g[i] - c[i]) / std::max(1.0, std::fabs(c[i]));
+    worst = std::max(worst, err);
+    bad += !(err <= tol);
+  }
+  CAPTURE(worst);
+  CHECK(bad == 0);
+}
+
+double tol_for(DType d) { return d == kFloat64 ? 1e-12 : (d == kFloat32 ? 1e-5 : 1e-2); }
+
+// op on CPU inputs and on their copies on the GPU.
+void parity(const std::string& what, const std::vector<Tensor>& in,
+            const std::function<Tensor(const std::vector<Tensor>&)>& op, double tol) {
+  std::vector<Tensor> gin;
+  for (const auto& t : in) gin.push_back(t.to(kGpu));
+  check_close(op(gin), op(in), tol, what);
+}
+
+}  // namespace
+
+TEST_CASE("cuda parity: copies in every direction") {
+  if (skip_without_gpu()) return;
+  manual_seed(1);
+  const Tensor x = randn({37, 19});
+  const Tensor g = x.to(kGpu);                      // host -> device
+  check_close(g, x, 0, "H2D then D2H");
+  check_close(g.clone(), x, 0, "D2D clone");        // device -> device
+  check_close(g.t().contiguous(), x.t().contiguous(), 0, "strided copy");
+  check_close(g.to(kFloat16), x.to(kFloat16), 0, "f32 -> f16 conversion");
+  check_close(g.to(kFloat64).to(kBFloat16), x.to(kFloat64).to(kBFloat16), 0, "f64 -> bf16 (round to odd)");
+  check_close(g.to(kInt32), x.to(kInt32), 0, "f32 -> i32");
+  check_close(g.to(kBool), x.to(kBool), 0, "f32 -> bool");
+  if (cuda::device_count() > 1) {
+    const Tensor g1 = g.to(Device("cuda:1"));       // across GPUs
+    check_close(g1.to(kGpu), x, 0, "cuda:0 -> cuda:1 -> cuda:0");
+  } else {
+    MESSAGE("skipped: peer copy needs two GPUs");
+  }
+  const Tensor empty0 = zeros({0, 3}).to(kGpu);
+  CHECK(empty0.to(kCPU).numel() == 0);
+}
+
+TEST_CASE("cuda parity: fill, unary, binary, compare, where over dtypes, strides and broadcasts") {
+  if (skip_without_gpu()) return;
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(dt));
+    manual_seed(2);
+    const Tensor a = randn({6, 33}).to(dt), b = randn({33}).to(dt), pos = rand({6, 33}).to(dt);
+    const double tol = tol_for(dt);
+    check_close(full({4, 5}, 0.1, TensorOptions(dt, kGpu)), full({4, 5}, 0.1, TensorOptions(dt)), 0, "full");
+    check_close(full({3}, 1e300, TensorOptions(dt, kGpu)), full({3}, 1e300, TensorOptions(dt)), 0, "full overflow");
+    for (int i = 0; i < kNumUnaryOps; ++i) {
+      const auto op = UnaryOp(i);
+      const bool needs_pos = op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::rsqrt;
+      parity(unary_op_name(op), {needs_pos ? pos : a},
+             [&](const std::vector<Tensor>& v) { return raw::unary(op, v[0], 0.5, 1.5); }, tol);
+    }
+    for (int i = 0; i < kNumBinaryOps; ++i) {
+      const auto op = BinaryOp(i);
+      parity(binary_op_name(op), {op == BinaryOp::pow ? pos : a, b},
+             [&](const std::vector<Tensor>& v) { return raw::binary(op, v[0], v[1]); }, tol);
+      parity(std::string(binary_op_name(op)) + " transposed", {a.t(), a.t()},
+             [&](const std::vector<Tensor>& v) { return raw::binary(op, v[0], v[1]); }, tol);
+    }
+    for (int i = 0; i < kNumCompareOps; ++i)
+      parity(compare_op_name(CompareOp(i)), {a, b},
+             [&](const std::vector<Tensor>& v) { return raw::compare(CompareOp(i), v[0], v[1]); }, 0);
+    parity("where", {a, b}, [&](const std::vector<Tensor>& v) { return where(gt(v[0], v[1]), v[0], v[1]); }, 0);
+  }
+  for (DType dt : {kInt64, kInt32, kInt8, kUInt8}) {
+    CAPTURE(dtype_name(dt));
+    const Tensor a = (rand({5, 7}) * 20).to(dt), b = (rand({7}) * 20 + 1).to(dt);
+    for (auto op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::maximum, BinaryOp::minimum})
+      parity(binary_op_name(op), {a, b}, [&](const std::vector<Tensor>& v) { return raw::binary(op, v[0], v[1]); }, 0);
+    for (auto op : {UnaryOp::neg, UnaryOp::abs, UnaryOp::relu, UnaryOp::square})
+      parity(unary_op_name(op), {a}, [&](const std::vector<Tensor>& v) { return raw::unary(op, v[0]); }, 0);
+  }
+}
+
+TEST_CASE("cuda parity: reductions and arg reductions") {
+  if (skip_without_gpu()) return;
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(dt));
+    manual_seed(3);
+    const Tensor x = randn({7, 300, 5}).to(dt);
+    const double tol = dt == kFloat32 ? 1e-5 : tol_for(dt);
+    for (std::vector<int64_t> dims : {std::vector<int64_t>{}, {0}, {1}, {2}, {0, 2}}) {
+      parity("sum", {x}, [&](const std::vector<Tensor>& v) { return sum(v[0], dims); }, tol);
+      parity("mean", {x}, [&](const std::vector<Tensor>& v) { return mean(v[0], dims); }, tol);
+      parity("amax", {x}, [&](const std::vector<Tensor>& v) { return amax(v[0], dims); }, 0);
+      parity("amin", {x}, [&](const std::vector<Tensor>& v) { return amin(v[0], dims); }, 0);
+    }
+    for (int64_t d : {0, 1, 2}) {
+      parity("argmax", {x}, [&](const std::vector<Tensor>& v) { return argmax(v[0], d); }, 0);
+      parity("argmin", {x.transpose(0, 2)}, [&](const std::vector<Tensor>& v) { return argmin(v[0], d); }, 0);
+    }
+  }
+  const Tensor xi = (rand({4, 9}) * 10).to(kInt32);
+  parity("sum i32 -> i64", {xi}, [&](const std::vector<Tensor>& v) { return sum(v[0], {1}); }, 0);
+}
+
+TEST_CASE("cuda parity: softmax, log_softmax, causal softmax, layer norm, forward and backward") {
+  if (skip_without_gpu()) return;
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(dt));
+    manual_seed(4);
+    const double tol = tol_for(dt);
+    const Tensor x = randn({4, 6, 70}).to(dt), g = randn({4, 6, 70}).to(dt);
+    for (int64_t d : {0, 1, 2}) {
+      for (bool log : {false, true}) {
+        parity(log ? "log_softmax" : "softmax", {x}, [&](const std::vector<Tensor>& v) {
+          return raw::softmax(v[0], d, log);
+        }, tol);
+        parity(log ? "log_softmax backward" : "softmax backward", {g, x}, [&](const std::vector<Tensor>& v) {
+          return raw::softmax_backward(v[0], raw::softmax(v[1], d, log), d, log);
+        }, tol);
+      }
+    }
+    const Tensor s = randn({2, 3, 9, 12}).to(dt);
+    parity("causal_softmax", {s}, [&](const std::vector<Tensor>& v) { return nn::functional::causal_softmax(v[0], 0.3); }, tol);
+    const Tensor w = randn({70}).to(dt), bias = randn({70}).to(dt);
+    for (bool with_affine : {true, false}) {
+      parity("layer_norm", {x, w, bias}, [&](const std::vector<Tensor>& v) {
+        return with_affine ? nn::functional::layer_norm(v[0], v[1], v[2]) : nn::functional::layer_norm(v[0], Tensor(), Tensor());
+      }, dt == kFloat32 ? 1e-4 : tol);
+    }
+    // Backward through autograd: gradients of sum(layer_norm(x) * g).
+    if (dt == kFloat32 || dt == kFloat64) {
+      auto grads = [&](const std::vector<Tensor>& v) {
+        Tensor xs = v[0].detach(), ws = v[1].detach(), bs = v[2].detach();
+        xs.requires_grad_();
+        ws.requires_grad_();
+        bs.requires_grad_();
+        sum(mul(nn::functional::layer_norm(xs, ws, bs), v[3])).backward();
+        return cat({xs.grad().flatten(), ws.grad(), bs.grad()});
+      };
+      parity("layer_norm backward", {x, w, bias, g}, grads, dt == kFloat32 ? 1e-4 : 1e-10);
+    }
+  }
+}
+
+TEST_CASE("cuda parity: index_select, index_add, gather, scatter_add, embedding") {
+  if (skip_without_gpu()) return;
+  manual_seed(5);
+  const Tensor x = randn({10, 8}), idx = from_vector<int64_t>({3, 0, 9, 3, 7}, {5}, TensorOptions(kInt64));
+  parity("index_select 0", {x, idx}, [&](const std::vector<Tensor>& v) { return index_select(v[0], 0, v[1]); }, 0);
+  parity("index_select 1", {x, from_vector<int64_t>({7, 0, 2, 2}, {4}, TensorOptions(kInt64))}, [&](const std::vector<Tensor>& v) { return index_select(v[0], 1, v[1]); }, 0);
+  const Tensor src = randn({5, 8});
+  parity("index_add", {x, idx, src}, [&](const std::vector<Tensor>& v) { return raw::index_add(v[0], 0, v[1], v[2]); }, 1e-6);
+  const Tensor gi = from_vector<int64_t>({1, 0, 7, 7, 2, 3, 5, 6, 0, 1}, {10, 1}, TensorOptions(kInt64));
+  parity("gather", {x, gi}, [&](const std::vector<Tensor>& v) { return gather(v[0], 1, v[1]); }, 0);
+  parity("scatter_add", {x, gi, randn({10, 1})}, [&](const std::vector<Tensor>& v) { return scatter_add(v[0], 1, v[1], v[2]); }, 1e-6);
+  const Tensor tokens = from_vector<int64_t>({1, 4, 4, 0, 9, 2}, {2, 3}, TensorOptions(kInt64));
+  parity("embedding", {tokens, x}, [&](const std::vector<Tensor>& v) { return nn::functional::embedding(v[0], v[1]); }, 0);
+}
+
+TEST_CASE("cuda parity: random draws and dropout masks use the CPU's Philox stream") {
+  if (skip_without_gpu()) return;
+  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+    CAPTURE(dtype_name(dt));
+    manual_seed(42);
+    const Tensor cu = rand({1001}, TensorOptions(dt));
+    const Tensor cn = randn({1001}, TensorOptions(dt));
+    const Tensor cd = dropout(ones({3, 333}, TensorOptions(dt)), 0.3);
+    manual_seed(42);
+    const Tensor gu = rand({1001}, TensorOptions(dt, kGpu));
+    const Tensor gn = randn({1001}, TensorOptions(dt, kGpu));
+    const Tensor gd = dropout(ones({3, 333}, TensorOptions(dt, kGpu)), 0.3);
+    check_close(gu, cu, 0, "uniform (bit-identical)");
+    check_close(gn, cn, dt == kBFloat16 ? 1e-2 : 1e-4, "normal (device libm)");
+    check_close(gd, cd, 0, "dropout mask (bit-identical)");
+  }
+}
+
+TEST_CASE("cuda parity: matmul through cuBLAS") {
+  if (skip_without_gpu()) return;
+  manual_seed(6);
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(dt));
+    const double tol = dt == kFloat64 ? 1e-12 : (dt == kFloat32 ? 1e-4 : 2e-2);
+    const Tensor a = randn({3, 17, 40}).to(dt), b = randn({3, 40, 23}).to(dt), w = randn({23, 40}).to(dt);
+    parity("batched", {a, b}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, tol);
+    parity("x @ w.t() (broadcast weight, transposed)", {a, w}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1].t()); }, tol);
+    parity("q @ k^T", {a, a}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1].transpose(-2, -1)); }, tol);
+    parity("vector", {a, randn({40}).to(dt)}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, tol);
+  }
+  cuda::set_allow_tf32(true);
+  const Tensor a = randn({64, 64}), b = randn({64, 64});
+  parity("tf32", {a, b}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, 2e-2);
+  cuda::set_allow_tf32(false);
+}
+
+TEST_CASE("cuda: caching allocator on device memory, stream-aware reuse, pinned staging") {
+  if (skip_without_gpu()) return;
+  cuda::ensure_registered();
+  const std::size_t before = memory::allocated(kGpu);
+  void* p = memory::allocate(kGpu, 1 << 20);
+  CHECK(memory::allocated(kGpu) >= before + (1 << 20));
+  memory::deallocate(kGpu, p);
+  const std::size_t reserved = memory::reserved(kGpu);
+  void* q = memory::allocate(kGpu, 1 << 20);
+  CHECK(memory::reserved(kGpu) == reserved);  // served from the cache, no cudaMalloc
+  // Used on a second stream: not reused until that stream's event completes.
+  // Stream 0x2 is cudaStreamPerThread, a valid stream handle on every device.
+  memory::record_stream(kGpu, q, memory::StreamId(0x2));
+  memory::deallocate(kGpu, q);
+  cuda::synchronize();
+  void* r = memory::allocate(kGpu, 1 << 20);  // processes the (now complete) event first
+  CHECK(memory::reserved(kGpu) == reserved);    // the recorded block came back to the pool
+  memory::deallocate(kGpu, r);
+  memory::empty_cache(kGpu);  // waits for events, returns segments with cudaFree
+  CHECK(memory::reserved(kGpu) <= reserved);
+  void* h = cuda::pinned_allocate(4096);
+  CHECK(h != nullptr);
+  static_cast<char*>(h)[4095] = 1;  // host-accessible
+  cuda::pinned_free(h);
+  void* h2 = cuda::pinned_allocate(4096);
+  CHECK(h2 == h);  // the pinned pool is used by nothing else here
+  cuda::pinned_free(h2);
+}
