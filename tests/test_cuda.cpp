@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "autograd/ops.h"
+#include "core/backend.h"
 #include "core/error.h"
 #include "core/functors.h"
 #include "cuda/cuda_api.h"
@@ -157,4 +159,25 @@ TEST_CASE("cuda: large launch uses the grid-stride loop") {
   int64_t bad = 0;
   for (int64_t i = 0; i < n; ++i) bad += got[i] != (x[i] > 0 ? x[i] : 0.0f);
   CHECK(bad == 0);
+}
+
+TEST_CASE("cuda: without a GPU, cuda tensors fail with a clear DeviceError") {
+  if (cuda::device_count() > 0) return;  // covered by tests/test_cuda_parity.cpp on a GPU
+  CHECK_FALSE(has_backend(DeviceType::CUDA));
+  try {
+    (void)zeros({2, 3}, TensorOptions(kFloat32, Device("cuda:0")));
+    FAIL("creating a cuda:0 tensor should throw without a GPU");
+  } catch (const DeviceError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("no GPU is present") != std::string::npos);
+  }
+  CHECK_THROWS_AS(ones({2}).to(Device("cuda:0")), DeviceError);
+  CHECK_THROWS_AS(cuda::pinned_allocate(64), DeviceError);
+  cuda::ensure_registered();  // a no-op without a GPU, and safe to repeat
+  CHECK_FALSE(has_backend(DeviceType::CUDA));
+  // The TF32 switch round-trips in every build.
+  cuda::set_allow_tf32(true);
+  CHECK(cuda::allow_tf32());
+  cuda::set_allow_tf32(false);
+  CHECK_FALSE(cuda::allow_tf32());
 }

@@ -1,0 +1,142 @@
+// snug-bench cuda_gemm | cuda_alloc | cuda_gpt: the GPU numbers issue 8 asks
+// for (tools/gpu_check.sh runs them beside bench/peers/gpu_torch.py). Each
+// needs a GPU; without one it prints why (and {"skipped": ...} with --json)
+// and exits 0, so scripts can run them anywhere.
+//   snug-bench cuda_gemm  [--n 8192] [--dtype f32|bf16|f16] [--tf32] [--reps 10] [--json]
+//   snug-bench cuda_alloc [--bytes 1048576] [--reps 2000] [--json]
+//   snug-bench cuda_gpt   [--layers 4 --embd 128 --heads 4 --block 128 --batch 16] [--steps 10 --warmup 3] [--json]
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "core/backend.h"
+#include "core/generator.h"
+#include "core/raw_ops.h"
+#include "cuda/cuda_api.h"
+#include "memory/allocator.h"
+#include "memory/stats.h"
+#include "nn/models/gpt.h"
+#include "nn/optim/optimizer.h"
+
+namespace snug::bench {
+namespace {
+
+const Device kGpu("cuda:0");
+
+bool no_gpu(const Args& a, const char* name) {
+  if (cuda::device_count() > 0) return false;
+  const char* why = cuda::compiled() ? "no CUDA GPU is visible" : "this build of snug has no CUDA";
+  if (a.json()) std::printf("{\"bench\": \"%s\", \"skipped\": \"%s\"}\n", name, why);
+  else std::printf("%s: skipped (%s)\n", name, why);
+  return true;
+}
+
+void sync() { backend_for(kGpu).synchronize(kGpu); }
+
+}  // namespace
+
+SNUG_BENCH(cuda_gemm, "CUDA GEMM TFLOP/s through cuBLAS (--n 8192 --dtype f32|bf16|f16 [--tf32] --reps 10)") {
+  if (no_gpu(args, "cuda_gemm")) return 0;
+  const int64_t n = args.get_int("n", 8192), reps = args.get_int("reps", 10);
+  const DType dt = parse_dtype(args.get("dtype", "f32"));
+  cuda::set_allow_tf32(args.has("tf32"));
+  manual_seed(1);
+  const Tensor a = randn({n, n}, TensorOptions(dt, kGpu)), b = randn({n, n}, TensorOptions(dt, kGpu));
+  for (int i = 0; i < 2; ++i) (void)raw::matmul(a, b);  // warm up: cuBLAS heuristics, workspace
+  sync();
+  std::vector<double> s;
+  for (int64_t i = 0; i < reps; ++i) {
+    const double t0 = now_seconds();
+    Tensor c = raw::matmul(a, b);
+    sync();
+    s.push_back(now_seconds() - t0);
+  }
+  const double tflops = 2.0 * double(n) * double(n) * double(n) / median(s) / 1e12;
+  if (args.json())
+    std::printf("{\"bench\": \"cuda_gemm\", \"n\": %lld, \"dtype\": \"%s\", \"tf32\": %s, \"tflops\": %.2f, "
+                "\"ms\": %.3f}\n",
+                (long long)n, dtype_name(dt), cuda::allow_tf32() ? "true" : "false", tflops, median(s) * 1e3);
+  else
+    std::printf("cuda_gemm %s n=%lld%s: %.1f TFLOP/s (median %.3f ms)\n", dtype_name(dt), (long long)n,
+                cuda::allow_tf32() ? " tf32" : "", tflops, median(s) * 1e3);
+  cuda::set_allow_tf32(false);
+  return 0;
+}
+
+SNUG_BENCH(cuda_alloc, "cached allocate+free on cuda:0 vs cudaMalloc+cudaFree (--bytes 1048576 --reps 2000)") {
+  if (no_gpu(args, "cuda_alloc")) return 0;
+  cuda::ensure_registered();
+  const std::size_t bytes = std::size_t(args.get_int("bytes", 1 << 20));
+  const int64_t reps = args.get_int("reps", 2000);
+  memory::deallocate(kGpu, memory::allocate(kGpu, bytes));  // the segment is now cached
+  double t0 = now_seconds();
+  for (int64_t i = 0; i < reps; ++i) memory::deallocate(kGpu, memory::allocate(kGpu, bytes));
+  const double cached_ns = (now_seconds() - t0) / double(reps) * 1e9;
+  const int64_t raw_reps = std::max<int64_t>(reps / 10, 10);  // cudaMalloc is slow: fewer reps
+  t0 = now_seconds();
+  for (int64_t i = 0; i < raw_reps; ++i) cuda::device_free(cuda::device_malloc(bytes));
+  const double raw_ns = (now_seconds() - t0) / double(raw_reps) * 1e9;
+  if (args.json())
+    std::printf("{\"bench\": \"cuda_alloc\", \"bytes\": %zu, \"cached_ns\": %.1f, \"cudamalloc_ns\": %.1f, "
+                "\"speedup\": %.1f}\n",
+                bytes, cached_ns, raw_ns, raw_ns / cached_ns);
+  else
+    std::printf("cuda_alloc %zu bytes: cached %.0f ns, cudaMalloc+cudaFree %.0f ns (%.0fx)\n", bytes, cached_ns,
+                raw_ns, raw_ns / cached_ns);
+  return 0;
+}
+
+// A GPT training step on cuda:0 (AdamW as in WORKLOADS.md). Mixed precision
+// (--amp) needs issue 7's autocast and is refused until it lands.
+SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--layers --embd --heads --block --batch)") {
+  if (no_gpu(args, "cuda_gpt")) return 0;
+  SNUG_CHECK(!args.has("amp"), ValueError,
+             "cuda_gpt: --amp needs autocast (issue 7), which this build does not have yet; run without --amp");
+  nn::models::GPTConfig cfg;
+  cfg.layers = args.get_int("layers", 4);
+  cfg.embd = args.get_int("embd", 128);
+  cfg.heads = args.get_int("heads", 4);
+  cfg.block = args.get_int("block", 128);
+  cfg.vocab = args.get_int("vocab", 65);
+  const int64_t B = args.get_int("batch", 16), T = cfg.block, steps = args.get_int("steps", 10),
+                warmup = args.get_int("warmup", 3);
+  cuda::set_allow_tf32(args.has("tf32"));
+  manual_seed(1337);
+  nn::models::GPT net(cfg);
+  net.to(kGpu);
+  nn::optim::AdamW opt(net.parameters(), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+  memory::reset_peak(kGpu);
+  std::vector<double> ms;
+  double loss_first = 0, loss_last = 0;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    Tensor seq = randint(0, cfg.vocab, Shape{B, T + 1}).to(kGpu);
+    Tensor x = seq.narrow(1, 0, T).contiguous(), y = seq.narrow(1, 1, T).contiguous();
+    sync();
+    const double t0 = now_seconds();
+    opt.zero_grad();
+    Tensor loss = net.loss(x, y);
+    loss.backward();
+    opt.step();
+    const double l = loss.item();  // copies to the host: waits for the step
+    if (s == 0) loss_first = l;
+    loss_last = l;
+    if (s >= warmup) ms.push_back((now_seconds() - t0) * 1e3);
+  }
+  const double med = median(ms);
+  const std::size_t peak = memory::peak_allocated(kGpu);
+  if (args.json())
+    std::printf("{\"bench\": \"cuda_gpt\", \"layers\": %lld, \"embd\": %lld, \"block\": %lld, \"batch\": %lld, "
+                "\"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"peak_allocated_bytes\": %zu, \"loss_first\": %.4f, "
+                "\"loss_last\": %.4f}\n",
+                (long long)cfg.layers, (long long)cfg.embd, (long long)T, (long long)B, med,
+                double(B * T) / (med / 1e3), peak, loss_first, loss_last);
+  else
+    std::printf("cuda_gpt: %.2f ms/step, %.0f tokens/s, peak %s, loss %.4f -> %.4f\n", med,
+                double(B * T) / (med / 1e3), memory::format_bytes(peak).c_str(), loss_first, loss_last);
+  cuda::set_allow_tf32(false);
+  return 0;
+}
+
+}  // namespace snug::bench

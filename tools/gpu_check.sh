@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# The GPU check of issue 8, in one run on the device machine (one H200; nvcc
+# 13, CMake, ninja, Python with PyTorch + pip cuDNN; no Debian packages, no
+# network): build with CUDA, run every test, run the GPU benchmarks beside
+# PyTorch, and write one JSON file, all within a time budget (default 450 s).
+#
+#   tools/gpu_check.sh [--out DIR] [--third-party DIR] [--build-dir DIR] [--budget SECONDS]
+#                      [--jobs N] [--skip-build] [--no-bench] [--no-torch] [--quick]
+#   tools/gpu_check.sh --pack DIR    (here: copy Eigen, doctest and zlib headers into DIR,
+#                                     the folder to put beside the tree on the GPU machine)
+#
+# --out defaults to $OUT; the JSON is $OUT/gpu_check.json, logs beside it.
+# --third-party defaults to $SNUG_THIRD_PARTY_DIR, else ../third_party beside
+# the tree when it exists (else the system's packages are used).
+# Every stage runs under `timeout` with what is left of the budget, and the
+# JSON is written even when a stage fails or is cut short (it says which).
+# Exit status: 0 when the build and every test passed, 1 otherwise.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${OUT:-}"
+third_party="${SNUG_THIRD_PARTY_DIR:-}"
+build_dir=""
+budget=450
+jobs="$(nproc 2>/dev/null || echo 4)"
+skip_build=0 bench=1 torch_peer=1 quick=0 pack=""
+
+die() { echo "gpu_check: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="${2:?--out needs a directory}"; shift 2 ;;
+    --third-party) third_party="${2:?--third-party needs a directory}"; shift 2 ;;
+    --build-dir) build_dir="${2:?--build-dir needs a directory}"; shift 2 ;;
+    --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
+    --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
+    --skip-build) skip_build=1; shift ;;
+    --no-bench) bench=0; shift ;;
+    --no-torch) torch_peer=0; shift ;;
+    --quick) quick=1; shift ;;
+    --pack) pack="${2:?--pack needs a directory}"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+done
+case "$budget" in ''|*[!0-9]*) die "--budget must be a whole number of seconds, got '$budget'" ;; esac
+case "$jobs" in ''|*[!0-9]*) die "--jobs must be a number, got '$jobs'" ;; esac
+
+# ---- --pack: build the third-party folder on a machine that has the packages ----
+if [ -n "$pack" ]; then
+  eigen_src="$(dirname "$(find /usr/include /usr/local/include -maxdepth 3 -path '*/Eigen/Core' 2>/dev/null | head -1)")"
+  doctest_src="$(find /usr/include /usr/local/include -maxdepth 2 -name doctest.h -path '*doctest/doctest.h' 2>/dev/null | head -1)"
+  [ -n "$eigen_src" ] && [ -d "$eigen_src" ] || die "--pack: Eigen headers not found under /usr/include"
+  [ -n "$doctest_src" ] || die "--pack: doctest/doctest.h not found under /usr/include"
+  mkdir -p "$pack/eigen3" "$pack/doctest/doctest" "$pack/zlib/include" "$pack/zlib/lib"
+  cp -r "$eigen_src" "$pack/eigen3/" && cp -r "$(dirname "$eigen_src")/unsupported" "$pack/eigen3/" 2>/dev/null
+  cp "$(dirname "$doctest_src")"/*.h "$pack/doctest/doctest/"
+  for h in zlib.h zconf.h; do [ -f "/usr/include/$h" ] && cp "/usr/include/$h" "$pack/zlib/include/"; done
+  cp -P /usr/lib/x86_64-linux-gnu/libz.so* "$pack/zlib/lib/" 2>/dev/null
+  echo "gpu_check: packed $(du -sh "$pack" | cut -f1) into $pack (eigen3/, doctest/, zlib/)"
+  exit 0
+fi
+
+[ -n "$out" ] || die "no output folder: pass --out DIR or set \$OUT"
+mkdir -p "$out" || die "cannot create $out"
+out="$(cd "$out" && pwd)"
+if [ -z "$third_party" ] && [ -d "$ROOT/../third_party" ]; then third_party="$(cd "$ROOT/../third_party" && pwd)"; fi
+[ -z "$build_dir" ] && build_dir="$ROOT/build/gpucheck"
+start=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - start) )); }
+log() { echo "[gpu_check $(( $(date +%s) - start ))s] $*"; }
+results="$out/gpu_check.results"  # key<TAB>json-or-text lines, turned into JSON at the end
+: > "$results"
+put() { printf '%s\t%s\n' "$1" "$2" >> "$results"; }
+
+# run_stage NAME SECONDS_CAP CMD...: runs under timeout (capped by the budget), log in $out/NAME.log.
+run_stage() {
+  local name="$1" cap="$2"; shift 2
+  local t=$(( $(left) < cap ? $(left) : cap ))
+  if [ "$t" -lt 5 ]; then put "skipped.$name" "\"out of time\""; log "$name: skipped (out of time)"; return 124; fi
+  local s0=$(date +%s)
+  timeout --kill-after=5 "$t" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  put "seconds.$name" "$(( $(date +%s) - s0 ))"
+  put "rc.$name" "$rc"
+  log "$name: rc $rc in $(( $(date +%s) - s0 ))s (limit ${t}s)"
+  return $rc
+}
+
+# ---- toolchain: nvcc, cuDNN from the pip wheel, PyTorch ---------------------------
+py="$(command -v python3 || command -v python || true)"
+nvcc="$(command -v nvcc || true)"
+[ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+cudnn_root=""
+if [ -n "$py" ]; then
+  # pip's cuDNN: site-packages/nvidia/cudnn/{include,lib}; search every nvidia/ folder on sys.path.
+  cudnn_root="$("$py" - <<'PY' 2>/dev/null
+import glob, os, sys
+for p in sys.path:
+    for h in glob.glob(os.path.join(p, "nvidia", "**", "include", "cudnn.h"), recursive=True):
+        print(os.path.dirname(os.path.dirname(h))); sys.exit(0)
+PY
+)"
+fi
+put "toolchain.nvcc" "\"${nvcc:-none}\""
+put "toolchain.cudnn_root" "\"${cudnn_root:-none}\""
+put "toolchain.third_party" "\"${third_party:-system packages}\""
+if [ -n "$cudnn_root" ]; then export LD_LIBRARY_PATH="$cudnn_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
+put "machine.gpu" "\"${gpu:-none visible}\""
+put "machine.cores" "$(nproc 2>/dev/null || echo 0)"
+log "nvcc: ${nvcc:-none}; cuDNN: ${cudnn_root:-toolkit/system}; third party: ${third_party:-system}; GPU: ${gpu:-none}"
+
+# ---- build -------------------------------------------------------------------------
+build_ok=0
+if [ "$skip_build" = 0 ]; then
+  cfg=(-S "$ROOT" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSNUG_CUDA=AUTO -DSNUG_CUDA_ARCHITECTURES=90
+       -DSNUG_TESTS=ON -DSNUG_BENCH=ON -DSNUG_EXAMPLES=ON)
+  [ -n "$nvcc" ] && cfg+=(-DCMAKE_CUDA_COMPILER="$nvcc")
+  [ -n "$cudnn_root" ] && cfg+=(-DSNUG_CUDNN_ROOT="$cudnn_root")
+  [ -n "$third_party" ] && cfg+=(-DSNUG_THIRD_PARTY_DIR="$third_party")
+  if run_stage configure 120 cmake "${cfg[@]}" && run_stage build 300 cmake --build "$build_dir" -j"$jobs"; then
+    build_ok=1
+  fi
+else
+  [ -f "$build_dir/CMakeCache.txt" ] && build_ok=1
+fi
+cuda_on="$(sed -n 's/^SNUG_CUDA_ENABLED:INTERNAL=//p' "$build_dir/CMakeCache.txt" 2>/dev/null)"
+put "build.ok" "$([ $build_ok = 1 ] && echo true || echo false)"
+put "build.cuda" "\"${cuda_on:-unknown}\""
+
+# ---- tests ---------------------------------------------------------------------------
+tests_ok=0
+if [ $build_ok = 1 ]; then
+  run_stage tests 150 ctest --test-dir "$build_dir" -j"$jobs" --output-on-failure --timeout 120 && tests_ok=1
+  summary="$(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1)"
+  put "tests.summary" "\"$summary\""
+  put "tests.failed" "\"$(sed -n 's/^ *[0-9]* - \([^ ]*\) .*/\1/p' "$out/tests.log" | tr '\n' ' ')\""
+  # Were the CUDA tests run or skipped? (doctest prints the skip message.)
+  for t in test_cuda test_cuda_parity; do
+    if [ -x "$build_dir/tests/$t" ]; then
+      "$build_dir/tests/$t" > "$out/$t.log" 2>&1
+      put "tests.$t" "\"rc $? ; $(grep -c 'skipped: no CUDA GPU' "$out/$t.log") skipped cases; $(grep -E 'test cases' "$out/$t.log" | tail -1 | tr -s ' ')\""
+    fi
+  done
+fi
+put "tests.ok" "$([ $tests_ok = 1 ] && echo true || echo false)"
+
+# ---- benchmarks: snug beside PyTorch ---------------------------------------------------
+sb="$build_dir/bench/snug-bench"
+peer="$ROOT/bench/peers/gpu_torch.py"
+bench_pair() {  # KEY CAP SNUG_ARGS... -- TORCH_ARGS...
+  local key="$1" cap="$2"; shift 2
+  local sargs=() targs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do sargs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  targs=("$@")
+  if [ -x "$sb" ] && [ ${#sargs[@]} -gt 0 ]; then
+    run_stage "snug_$key" "$cap" "$sb" "${sargs[@]}" --json
+    put "bench.$key.snug" "$(tail -1 "$out/snug_$key.log" | grep '^{' || echo '"no JSON (see log)"')"
+  fi
+  if [ "$torch_peer" = 1 ] && [ -n "$py" ] && [ ${#targs[@]} -gt 0 ]; then
+    run_stage "torch_$key" "$cap" "$py" "$peer" "${targs[@]}"
+    put "bench.$key.torch" "$(tail -1 "$out/torch_$key.log" | grep '^{' || echo '"no JSON (see log)"')"
+  fi
+}
+if [ "$bench" = 1 ] && [ $build_ok = 1 ]; then
+  n=8192 steps=10 big_steps=5
+  [ "$quick" = 1 ] && n=2048 steps=3 big_steps=2
+  bench_pair gemm_f32 60 cuda_gemm --n $n --dtype f32 -- gemm --n $n --dtype f32
+  bench_pair gemm_bf16 60 cuda_gemm --n $n --dtype bf16 -- gemm --n $n --dtype bf16
+  bench_pair alloc 30 cuda_alloc --bytes 1048576 --reps 2000 --
+  bench_pair charlm 60 cuda_gpt --steps $steps -- gpt --steps $steps
+  # The larger GPT: PyTorch with --amp bf16 as the issue asks; snug's --amp needs
+  # issue 7, so snug runs it in f32 (and PyTorch f32 too, for a like-for-like ratio).
+  big=(--layers 12 --embd 768 --heads 12 --block 1024 --batch 8 --steps $big_steps --warmup 2)
+  bench_pair gpt_large 120 cuda_gpt "${big[@]}" -- gpt "${big[@]}" --amp bf16
+  bench_pair gpt_large_f32 120 -- gpt "${big[@]}"
+fi
+
+# ---- the JSON ----------------------------------------------------------------------
+put "elapsed_seconds" "$(( $(date +%s) - start ))"
+put "budget_seconds" "$budget"
+put "commit" "\"$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)\""
+json="$out/gpu_check.json"
+if [ -n "$py" ]; then
+  "$py" - "$results" "$json" <<'PY'
+import json, sys
+res, path = {}, sys.argv[2]
+for line in open(sys.argv[1]):
+    key, _, val = line.rstrip("\n").partition("\t")
+    try:
+        v = json.loads(val)
+    except ValueError:
+        v = val
+    d = res
+    parts = key.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+    d[parts[-1]] = v
+def get(*ks):
+    d = res
+    for k in ks:
+        if not isinstance(d, dict) or k not in d: return None
+        d = d[k]
+    return d
+def ratio(a, b, field):
+    if isinstance(a, dict) and isinstance(b, dict) and a.get(field) and b.get(field):
+        return a[field] / b[field]
+    return None
+t = {}
+r = ratio(get("bench", "gemm_bf16", "snug"), get("bench", "gemm_bf16", "torch"), "tflops")
+t["gemm_bf16_vs_torch"] = {"ratio": r, "target": 0.7, "met": None if r is None else r >= 0.7}
+a = get("bench", "alloc", "snug")
+s = a.get("speedup") if isinstance(a, dict) else None
+t["alloc_speedup"] = {"ratio": s, "target": 100, "met": None if s is None else s >= 100}
+sg, tg = get("bench", "gpt_large", "snug"), get("bench", "gpt_large", "torch")
+r = ratio(sg, tg, "tokens_per_s")
+lower = None
+if isinstance(sg, dict) and isinstance(tg, dict) and "peak_allocated_bytes" in sg and "peak_allocated_bytes" in tg:
+    lower = sg["peak_allocated_bytes"] < tg["peak_allocated_bytes"]
+t["gpt_large_vs_torch_amp"] = {"ratio": r, "target": 0.8, "lower_peak": lower,
+                               "met": None if r is None else (r >= 0.8 and bool(lower)),
+                               "note": "snug runs f32 until issue 7 (autocast) lands; PyTorch runs --amp bf16"}
+t["parity_tests_pass"] = get("tests", "ok")
+res["targets"] = t
+json.dump(res, open(path, "w"), indent=2, sort_keys=True)
+PY
+else
+  # No Python: key/value lines as a JSON object of strings.
+  { echo "{"; sed 's/\\/\\\\/g; s/"/\\"/g; s/^\([^\t]*\)\t\(.*\)$/  "\1": "\2",/' "$results"; echo '  "_": null'; echo "}"; } > "$json"
+fi
+log "wrote $json"
+[ $build_ok = 1 ] && [ $tests_ok = 1 ]
