@@ -15,7 +15,7 @@ if(NOT SNUG_CUDA STREQUAL "OFF")
     # SNUG_CUDNN_ROOT: a cuDNN outside the toolkit, e.g. the pip wheel's
     # site-packages/nvidia/cudnn (whose library is only libcudnn.so.9).
     set(SNUG_CUDNN_ROOT "" CACHE PATH "cuDNN root with include/cudnn.h and lib/libcudnn.so* (e.g. pip's nvidia/cudnn)")
-    find_library(SNUG_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9
+    find_library(SNUG_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR
                  HINTS "${SNUG_CUDNN_ROOT}/lib" "${SNUG_CUDNN_ROOT}/lib64" "${_cuda_bin}/../lib64" "${_cuda_bin}/../lib"
                        /usr/lib/x86_64-linux-gnu)
     find_path(SNUG_CUDNN_INCLUDE cudnn.h HINTS "${SNUG_CUDNN_ROOT}/include" "${_cuda_bin}/../include" /usr/include)
