@@ -251,6 +251,44 @@ void CudaBackend::causal_softmax(const Tensor& x, double scale, const Tensor& ou
   kernels::causal_softmax(x.dtype(), rows, Tq, Tk, scale, x.data_ptr(), out.data_ptr(), kStream);
 }
 
+// ---- pooling: the windows of core/cpu_conv.cpp, kernels in pool.cu ------------------
+
+namespace {
+PoolGeometry pool_geometry(const Pool2dParams& p, int64_t planes, int64_t H, int64_t W, int64_t Ho,
+                                    int64_t Wo) {
+  PoolGeometry g;
+  g.kind = p.kind == PoolKind::max ? 0 : (p.kind == PoolKind::avg ? 1 : 2);
+  g.planes = planes;
+  g.H = H, g.W = W, g.Ho = Ho, g.Wo = Wo;
+  for (int d = 0; d < 2; ++d) {
+    g.kernel[d] = p.kernel[d];
+    g.stride[d] = p.stride[d];
+    g.padding[d] = p.padding[d];
+  }
+  return g;
+}
+}  // namespace
+
+// x (N, C, H, W) -> out (N, C, Ho, Wo), indices (max only); contiguous.
+void CudaBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
+  DeviceGuard g(dev(out));
+  SNUG_CHECK(p.kind != PoolKind::max || indices.defined(), ValueError, "pool2d: max pooling needs an indices tensor");
+  kernels::pool2d(x.dtype(), pool_geometry(p, x.size(0) * x.size(1), x.size(2), x.size(3), out.size(2), out.size(3)),
+                  x.data_ptr(), out.data_ptr(), indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr,
+                  kStream);
+}
+
+void CudaBackend::pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
+                                  const Tensor& grad_x) {
+  DeviceGuard g(dev(grad_x));
+  kernels::pool2d_backward(
+      grad_x.dtype(),
+      pool_geometry(p, grad_x.size(0) * grad_x.size(1), grad_x.size(2), grad_x.size(3), grad_out.size(2),
+                    grad_out.size(3)),
+      grad_out.data_ptr(), indices.defined() ? static_cast<const int64_t*>(indices.data_ptr()) : nullptr,
+      grad_x.data_ptr(), kStream);
+}
+
 // ---- copies between devices ----------------------------------------------------------
 // src and dst are contiguous with the same dtype and shape (raw::to_device).
 // Host <-> device copies wait for the default stream, so a device-to-host

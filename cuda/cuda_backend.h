@@ -1,7 +1,8 @@
 // CudaBackend: core/backend.h for "cuda:N". Internal to cuda/ (it is reached
 // through backend_for(DeviceType::CUDA) once cuda/register.cpp has run).
 // Methods are spread by family: cuda_backend.cpp (elementwise, reductions,
-// softmax, norms, index, random, copies), blas.cpp (matmul via cuBLAS).
+// softmax, norms, index, random, copies), blas.cpp (matmul via cuBLAS),
+// conv.cpp (convolution via cuDNN), pool.cu (pooling kernels).
 // Every kernel is queued on the device's default stream; copies to the host
 // wait for it.
 #pragma once
@@ -34,6 +35,13 @@ struct CudaBackend final : Backend {
                            const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
                            const Tensor& grad_bias) override;
   void causal_softmax(const Tensor& x, double scale, const Tensor& out) override;
+  void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+              const Tensor& out) override;  // conv.cpp (cuDNN)
+  void conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                       const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) override;  // conv.cpp
+  void pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;  // pool.cu
+  void pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
+                       const Tensor& grad_x) override;  // pool.cu
   void copy_across(const Tensor& src, const Tensor& dst) override;
   void synchronize(Device d) override;
 };

@@ -12,6 +12,7 @@
 #include "core/functors.h"
 #include "core/philox.h"
 #include "cuda/geometry.h"
+#include "cuda/pool_window.h"
 
 namespace snug::cuda::kernels {
 
@@ -65,5 +66,14 @@ void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const 
 // gx (R, C) or null; gw, gb (C) or null.
 void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w,
                          const float* mean, const float* rstd, void* gx, void* gw, void* gb, StreamHandle s);
+
+// ---- pool.cu --------------------------------------------------------------------
+// Windows over (H, W) as core/cpu_conv.cpp defines them (cuda/pool_window.h).
+// x (planes, H, W), out/indices (planes, Ho, Wo), contiguous; indices only for max.
+void pool2d(DType t, const PoolGeometry& g, const void* x, void* out, int64_t* indices, StreamHandle s);
+// grad_x written whole; one thread per input element gathers the outputs whose
+// windows hold it, in output order (the CPU's order of accumulation).
+void pool2d_backward(DType t, const PoolGeometry& g, const void* grad_out, const int64_t* indices, void* grad_x,
+                     StreamHandle s);
 
 }  // namespace snug::cuda::kernels

@@ -14,6 +14,8 @@
 #include "core/raw_ops.h"
 #include "cuda/gemm_plan.h"
 #include "cuda/geometry.h"
+#include "cuda/pool_window.h"
+#include "core/backend.h"
 
 using namespace snug;
 
@@ -169,4 +171,59 @@ TEST_CASE("cuda gemm plan: every operand layout matmul meets gives the CPU resul
     check_same(gemm_via_plan(a, col), raw::matmul(a, col));
     check_same(gemm_via_plan(row, col), raw::matmul(row, col));
   }
+}
+
+TEST_CASE("cuda pooling: the kernels' per-element work equals the CPU pooling, forward and backward") {
+  std::mt19937 rng(11);
+  Backend& cpu = backend_for(kCPU);
+  int cases = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    auto pick = [&](int lo, int hi) { return int64_t(std::uniform_int_distribution<int>(lo, hi)(rng)); };
+    Pool2dParams p;
+    p.kind = PoolKind(pick(0, 2));
+    const int64_t N = pick(1, 2), C = pick(1, 3), H = pick(1, 8), W = pick(1, 8);
+    int64_t Ho, Wo;
+    if (p.kind == PoolKind::adaptive_avg) {
+      Ho = pick(1, 9);
+      Wo = pick(1, 9);
+    } else {
+      for (int d = 0; d < 2; ++d) {
+        p.kernel[d] = pick(1, 3);
+        p.stride[d] = pick(1, 3);
+        p.padding[d] = pick(0, int(p.kernel[d] / 2));
+      }
+      Ho = (H + 2 * p.padding[0] - p.kernel[0]) / p.stride[0] + 1;
+      Wo = (W + 2 * p.padding[1] - p.kernel[1]) / p.stride[1] + 1;
+      if (Ho < 1 || Wo < 1) continue;
+    }
+    const DType dt = trial % 2 ? kFloat64 : kFloat32;
+    CAPTURE(trial);
+    const Tensor x = randn({N, C, H, W}, TensorOptions(dt));
+    const Tensor out = empty({N, C, Ho, Wo}, TensorOptions(dt));
+    const Tensor idx = p.kind == PoolKind::max ? empty({N, C, Ho, Wo}, TensorOptions(kInt64)) : Tensor();
+    cpu.pool2d(x, p, out, idx);
+    const Tensor gout = randn({N, C, Ho, Wo}, TensorOptions(dt));
+    const Tensor gx = empty({N, C, H, W}, TensorOptions(dt));
+    cpu.pool2d_backward(gout, p, idx, gx);
+
+    cuda::PoolGeometry g;
+    g.kind = p.kind == PoolKind::max ? 0 : (p.kind == PoolKind::avg ? 1 : 2);
+    g.planes = N * C, g.H = H, g.W = W, g.Ho = Ho, g.Wo = Wo;
+    for (int d = 0; d < 2; ++d) g.kernel[d] = p.kernel[d], g.stride[d] = p.stride[d], g.padding[d] = p.padding[d];
+    const Tensor out2 = empty(out.shape(), TensorOptions(dt)), gx2 = empty(gx.shape(), TensorOptions(dt));
+    const Tensor idx2 = empty({N, C, Ho, Wo}, TensorOptions(kInt64));
+    dispatch_floating(dt, "test", [&]<class T>() {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        for (int64_t e = 0; e < out.numel(); ++e)
+          cuda::pool_forward_at(g, x.data<T>(), out2.data<T>(), idx2.data<int64_t>(), e);
+        const int64_t* ip = p.kind == PoolKind::max ? idx2.data<int64_t>() : nullptr;
+        for (int64_t e = 0; e < gx.numel(); ++e) cuda::pool_backward_at(g, gout.data<T>(), ip, gx2.data<T>(), e);
+      }
+    });
+    CHECK(out2.to_vector<double>() == out.to_vector<double>());
+    if (p.kind == PoolKind::max) CHECK(idx2.to_vector<int64_t>() == idx.to_vector<int64_t>());
+    CHECK(gx2.to_vector<double>() == gx.to_vector<double>());
+    ++cases;
+  }
+  CHECK(cases > 100);
 }

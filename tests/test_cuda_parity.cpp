@@ -238,6 +238,45 @@ TEST_CASE("cuda parity: matmul through cuBLAS") {
   cuda::set_allow_tf32(false);
 }
 
+TEST_CASE("cuda parity: conv2d through cuDNN and pooling, forward and backward") {
+  if (skip_without_gpu()) return;
+  namespace F = nn::functional;
+  manual_seed(8);
+  for (DType dt : {kFloat32, kFloat64, kFloat16}) {
+    CAPTURE(dtype_name(dt));
+    const double tol = dt == kFloat64 ? 1e-10 : (dt == kFloat32 ? 1e-4 : 2e-2);
+    const Tensor x = randn({2, 4, 9, 11}).to(dt), w = randn({6, 2, 3, 3}).to(dt), b = randn({6}).to(dt);
+    parity("conv2d grouped, strided, padded, dilated", {x, w, b}, [&](const std::vector<Tensor>& v) {
+      return F::conv2d(v[0], v[1], v[2], {2, 1}, {1, 2}, {1, 2}, 2);
+    }, tol);
+    if (dt != kFloat16) {
+      auto grads = [&](const std::vector<Tensor>& v) {
+        Tensor xs = v[0].detach(), ws = v[1].detach(), bs = v[2].detach();
+        xs.requires_grad_();
+        ws.requires_grad_();
+        bs.requires_grad_();
+        Tensor y = F::conv2d(xs, ws, bs, {1, 1}, {1, 1}, {1, 1}, 2);
+        sum(mul(y, y)).backward();
+        return cat({xs.grad().flatten(), ws.grad().flatten(), bs.grad()});
+      };
+      parity("conv2d backward", {x, w, b}, grads, dt == kFloat32 ? 1e-3 : 1e-9);
+    }
+    parity("max_pool2d", {x}, [&](const std::vector<Tensor>& v) { return F::max_pool2d(v[0], {3, 2}, {2, 2}, {1, 1}); }, 0);
+    parity("avg_pool2d", {x}, [&](const std::vector<Tensor>& v) { return F::avg_pool2d(v[0], {3, 3}, {2, 1}, {1, 0}); }, tol);
+    parity("adaptive_avg_pool2d", {x}, [&](const std::vector<Tensor>& v) { return F::adaptive_avg_pool2d(v[0], {4, 5}); }, tol);
+    if (dt != kFloat16) {
+      auto pool_grads = [&](const std::vector<Tensor>& v) {
+        Tensor xs = v[0].detach();
+        xs.requires_grad_();
+        Tensor y = add(F::max_pool2d(xs, {2, 2}).sum(), F::adaptive_avg_pool2d(xs, {3, 3}).sum());
+        y.backward();
+        return xs.grad();
+      };
+      parity("pooling backward", {x}, pool_grads, tol);
+    }
+  }
+}
+
 TEST_CASE("cuda: caching allocator on device memory, stream-aware reuse, pinned staging") {
   if (skip_without_gpu()) return;
   cuda::ensure_registered();
