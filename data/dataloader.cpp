@@ -1,5 +1,10 @@
 #include "data/dataloader.h"
 
+#include <cstring>
+
+#include "core/raw_ops.h"
+#include "cuda/cuda_api.h"  // plain C++: is_available, pinned_allocate
+
 #include <omp.h>
 
 #include <atomic>
@@ -12,6 +17,16 @@
 #include "memory/allocator.h"
 
 namespace snug::data {
+
+namespace {
+// A copy of t (on the host) in pinned memory, freed back to the pinned pool.
+Tensor pin(const Tensor& t) {
+  const Tensor c = raw::contiguous(raw::to_device(t, kCPU));
+  void* p = cuda::pinned_allocate(c.nbytes());
+  if (c.nbytes()) std::memcpy(p, c.data_ptr(), c.nbytes());
+  return from_blob(p, c.shape(), c.dtype(), [](void* q) { cuda::pinned_free(q); });
+}
+}  // namespace
 
 namespace {
 
@@ -102,6 +117,18 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   SNUG_CHECK(opt_.prefetch_factor >= 1, ValueError, "DataLoader: prefetch_factor must be >= 1, got ",
              opt_.prefetch_factor);
   if (!opt_.collate) opt_.collate = stack_collate;
+  if (opt_.pin_memory && cuda::is_available()) {
+    // Each batch's tensors are copied into the pinned pool once collated, on
+    // the worker, so the copy to the GPU can start from page-locked memory.
+    pinned_ = true;
+    opt_.collate = [inner = opt_.collate](std::vector<Sample> samples) {
+      Batch b = inner(std::move(samples));
+      for (Tensor& t : b.fields) t = pin(t);
+      if (b.lengths.defined()) b.lengths = pin(b.lengths);
+      if (b.mask.defined()) b.mask = pin(b.mask);
+      return b;
+    };
+  }
   if (opt_.batch_sampler) {
     batches_ = opt_.batch_sampler;
   } else {

@@ -46,9 +46,9 @@ struct DataLoaderOptions {
   int prefetch_factor = 2;  // batches in flight per worker (NOTE [ DataLoader bounded prefetch ])
   bool drop_last = false;   // drop a final batch smaller than batch_size
   bool persistent_workers = false;  // keep the threads between epochs
-  // Stage batches in pinned (page-locked) host memory for fast, asynchronous
-  // copies to a GPU. Accepted everywhere; a no-op until a pinned host
-  // allocator is registered (none is yet; pin_memory_active() says so).
+  // Stage batches in pinned (page-locked) host memory (cuda::pinned_allocate)
+  // for fast copies to a GPU. Accepted everywhere; a no-op without a GPU
+  // (pin_memory_active() says which).
   bool pin_memory = false;
   CollateFn collate;  // empty: stack_collate
   // Optional: replaces shuffle (the sampler decides the order)...
@@ -115,12 +115,13 @@ class DataLoader {
   // The epoch the next begin() runs (starts at 0, +1 per begin()).
   void set_epoch(int64_t epoch);
   int64_t next_epoch() const { return next_epoch_; }
-  // Whether batches really are in pinned memory (false: see pin_memory above).
-  bool pin_memory_active() const { return false; }
+  // Whether batches really are in pinned memory (pin_memory and a GPU present).
+  bool pin_memory_active() const { return pinned_; }
   // Worker threads alive now (0 between epochs unless persistent_workers).
   int live_workers() const;
 
  private:
+  bool pinned_ = false;
   struct State;
   // Puts batch `next` of epoch generation `gen` in out; false at the end.
   bool next_batch(int64_t gen, Batch& out);
