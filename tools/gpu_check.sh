@@ -10,8 +10,9 @@
 #                                     the folder to put beside the tree on the GPU machine)
 #
 # --out defaults to $OUT; the JSON is $OUT/gpu_check.json, logs beside it.
-# --third-party defaults to $SNUG_THIRD_PARTY_DIR, else ../third_party beside
-# the tree when it exists (else the system's packages are used).
+# --third-party defaults to $SNUG_THIRD_PARTY_DIR, else the first of
+# ../third_party, third_party/, shared/third_party/ that exists (else the
+# system's packages are used).
 # Every stage runs under `timeout` with what is left of the budget, and the
 # JSON is written even when a stage fails or is cut short (it says which).
 # Exit status: 0 when the build and every test passed, 1 otherwise.
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --no-torch) torch_peer=0; shift ;;
     --quick) quick=1; shift ;;
     --pack) pack="${2:?--pack needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
@@ -65,7 +66,11 @@ fi
 [ -n "$out" ] || die "no output folder: pass --out DIR or set \$OUT"
 mkdir -p "$out" || die "cannot create $out"
 out="$(cd "$out" && pwd)"
-if [ -z "$third_party" ] && [ -d "$ROOT/../third_party" ]; then third_party="$(cd "$ROOT/../third_party" && pwd)"; fi
+if [ -z "$third_party" ]; then
+  for d in "$ROOT/../third_party" "$ROOT/third_party" "$ROOT/shared/third_party"; do
+    if [ -d "$d" ]; then third_party="$(cd "$d" && pwd)"; break; fi
+  done
+fi
 [ -z "$build_dir" ] && build_dir="$ROOT/build/gpucheck"
 start=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - start) )); }
