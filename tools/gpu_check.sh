@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
     --no-torch) torch_peer=0; shift ;;
     --quick) quick=1; shift ;;
     --pack) pack="${2:?--pack needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set /p' "$0" | grep '^#'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
