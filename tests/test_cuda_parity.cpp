@@ -20,6 +20,7 @@
 #include "cuda/cuda_api.h"
 #include "memory/allocator.h"
 #include "nn/functional.h"
+#include "nn/models/gpt.h"
 
 using namespace snug;
 
@@ -275,6 +276,26 @@ TEST_CASE("cuda parity: conv2d through cuDNN and pooling, forward and backward")
       parity("pooling backward", {x}, pool_grads, tol);
     }
   }
+}
+
+TEST_CASE("cuda parity: a GPT training step (cross-entropy, embedding, attention, layer norm) gives the CPU's loss and gradients") {
+  if (skip_without_gpu()) return;
+  nn::models::GPTConfig cfg;
+  cfg.vocab = 11, cfg.block = 8, cfg.layers = 2, cfg.heads = 2, cfg.embd = 16;
+  manual_seed(9);
+  nn::models::GPT cpu_net(cfg);
+  manual_seed(9);
+  nn::models::GPT gpu_net(cfg);
+  gpu_net.to(kGpu);
+  const Tensor seq = randint(0, cfg.vocab, Shape{3, cfg.block + 1});
+  const Tensor x = seq.narrow(1, 0, cfg.block).contiguous(), y = seq.narrow(1, 1, cfg.block).contiguous();
+  Tensor lc = cpu_net.loss(x, y), lg = gpu_net.loss(x.to(kGpu), y.to(kGpu));
+  check_close(lg, lc, 1e-5, "loss");
+  lc.backward();
+  lg.backward();
+  const auto pc = cpu_net.parameters(), pg = gpu_net.parameters();
+  REQUIRE(pc.size() == pg.size());
+  for (size_t i = 0; i < pc.size(); ++i) check_close(pg[i].grad(), pc[i].grad(), 1e-4, str("grad of parameter ", i));
 }
 
 TEST_CASE("cuda: caching allocator on device memory, stream-aware reuse, pinned staging") {
