@@ -15,6 +15,7 @@
 #include "cuda/check.h"
 #include "cuda/geometry.h"
 #include "cuda/kernels.h"
+#include "cuda/plan.h"
 
 namespace snug::cuda {
 
@@ -121,99 +122,69 @@ void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, co
 // x any shape and strides; out has x's shape with the reduced dims set to 1.
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
   DeviceGuard g(dev(out));
-  Shape kept_shape = x.shape(), red_shape = x.shape();
-  for (int64_t i = 0; i < x.dim(); ++i) {
-    const bool red = std::find(dims.begin(), dims.end(), i) != dims.end();
-    (red ? kept_shape : red_shape)[i] = 1;
-  }
-  const Geometry<2> kept = make_geometry<2>(kept_shape, {x.strides(), out.strides()});
-  const Geometry<1> red = make_geometry<1>(red_shape, {x.strides()});
-  kernels::reduce(op, x.dtype(), out.dtype(), kept, red, x.data_ptr(), out.data_ptr(), kStream);
+  const ReducePlan p = plan_reduce(x.shape(), x.strides(), out.strides(), dims);
+  kernels::reduce(op, x.dtype(), out.dtype(), p.kept, p.red, x.data_ptr(), out.data_ptr(), kStream);
 }
 
 // out (i64) has x's shape with `dim` set to 1.
 void CudaBackend::arg_reduce(bool is_max, const Tensor& x, int64_t dim, const Tensor& out) {
-  DeviceGuard g(dev(out));
-  Shape kept_shape = x.shape();
-  kept_shape[dim] = 1;
   if (out.numel() == 0) return;
-  const Geometry<2> kept = make_geometry<2>(kept_shape, {x.strides(), out.strides()});
-  kernels::arg_reduce(is_max, x.dtype(), kept, x.shape()[dim], x.strides()[dim], x.data_ptr(),
-                      static_cast<int64_t*>(out.data_ptr()), kStream);
+  DeviceGuard g(dev(out));
+  const RowPlan<2> p = plan_rows<2>(x.shape(), {x.strides(), out.strides()}, dim);
+  kernels::arg_reduce(is_max, x.dtype(), p.rows, p.len, p.step[0], x.data_ptr(), static_cast<int64_t*>(out.data_ptr()),
+                      kStream);
 }
 
 void CudaBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
   DeviceGuard g(dev(out));
-  Shape rows = x.shape();
-  rows[dim] = 1;
-  kernels::softmax(x.dtype(), log, make_geometry<2>(rows, {x.strides(), out.strides()}), x.shape()[dim],
-                   x.strides()[dim], out.strides()[dim], x.data_ptr(), out.data_ptr(), kStream);
+  const RowPlan<2> p = plan_rows<2>(x.shape(), {x.strides(), out.strides()}, dim);
+  kernels::softmax(x.dtype(), log, p.rows, p.len, p.step[0], p.step[1], x.data_ptr(), out.data_ptr(), kStream);
 }
 
 void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
                                    const Tensor& grad_in) {
   DeviceGuard g(dev(grad_in));
-  Shape rows = y.shape();
-  rows[dim] = 1;
-  kernels::softmax_backward(y.dtype(), log,
-                            make_geometry<3>(rows, {over(grad_out, y.shape()), y.strides(), grad_in.strides()}),
-                            y.shape()[dim], over(grad_out, y.shape())[dim], y.strides()[dim], grad_in.strides()[dim],
-                            grad_out.data_ptr(), y.data_ptr(), grad_in.data_ptr(), kStream);
+  const RowPlan<3> p = plan_rows<3>(y.shape(), {over(grad_out, y.shape()), y.strides(), grad_in.strides()}, dim);
+  kernels::softmax_backward(y.dtype(), log, p.rows, p.len, p.step[0], p.step[1], p.step[2], grad_out.data_ptr(),
+                            y.data_ptr(), grad_in.data_ptr(), kStream);
 }
 
-// ---- index ops: the geometry of core/cpu_index.cpp ---------------------------------
-
-namespace {
-
-// out (index's shape) = x gathered along dim.
-void gather_impl(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
-  Strides xs = x.strides();
-  xs[dim] = 0;  // x seen with index's shape and no step along dim: the index supplies it
-  const Tensor xv = raw::as_strided(x, index.shape(), xs, x.offset());
-  kernels::gather(x.element_size(), geometry<3>(out.shape(), {&out, &index, &xv}), x.strides()[dim], out.data_ptr(),
-                  static_cast<const int64_t*>(index.data_ptr()), x.data_ptr(), kStream);
-}
-
-// out[.., index[p], ..] += src[p] along dim, for p over index's shape.
-void scatter_add_impl(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
-  const int64_t len = index.shape()[dim];
-  if (len == 0 || index.numel() == 0) return;
-  Shape outer = index.shape();
-  outer[dim] = 1;
-  const Geometry<3> g = make_geometry<3>(outer, {out.strides(), index.strides(), src.strides()});
-  kernels::scatter_add(out.dtype(), g, len, out.strides()[dim], index.strides()[dim], src.strides()[dim],
-                       out.data_ptr(), static_cast<const int64_t*>(index.data_ptr()), src.data_ptr(), kStream);
-}
-
-Tensor broadcast_index(const Tensor& index, const Shape& shape, int64_t dim) {
-  Strides st(shape.size(), 0);
-  st[dim] = index.dim() == 0 ? 0 : index.strides()[0];
-  return raw::as_strided(index, shape, st, index.offset());
-}
-
-}  // namespace
+// ---- index ops: the geometry of core/cpu_index.cpp (cuda/plan.h) -------------------
 
 void CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   if (out.numel() == 0) return;
   DeviceGuard g(dev(out));
-  gather_impl(x, dim, broadcast_index(index, out.shape(), dim), out);
+  const int64_t is = index.dim() == 0 ? 0 : index.strides()[0];
+  const GatherPlan p = plan_gather(out.shape(), out.strides(), index_strides_along(out.shape(), dim, is),
+                                   x.strides(), dim);
+  kernels::gather(x.element_size(), p.g, p.jump, out.data_ptr(), static_cast<const int64_t*>(index.data_ptr()),
+                  x.data_ptr(), kStream);
 }
 
 void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   if (src.numel() == 0) return;
   DeviceGuard g(dev(out));
-  scatter_add_impl(out, dim, broadcast_index(index, src.shape(), dim), src);
+  const int64_t is = index.dim() == 0 ? 0 : index.strides()[0];
+  const ScatterPlan p = plan_scatter(src.shape(), out.strides(), index_strides_along(src.shape(), dim, is),
+                                     src.strides(), dim);
+  kernels::scatter_add(out.dtype(), p.outer, p.len, p.ostep, p.istep, p.sstep, out.data_ptr(),
+                       static_cast<const int64_t*>(index.data_ptr()), src.data_ptr(), kStream);
 }
 
 void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   if (out.numel() == 0) return;
   DeviceGuard g(dev(out));
-  gather_impl(x, dim, index, out);
+  const GatherPlan p = plan_gather(out.shape(), out.strides(), index.strides(), x.strides(), dim);
+  kernels::gather(x.element_size(), p.g, p.jump, out.data_ptr(), static_cast<const int64_t*>(index.data_ptr()),
+                  x.data_ptr(), kStream);
 }
 
 void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (index.numel() == 0) return;
   DeviceGuard g(dev(out));
-  scatter_add_impl(out, dim, index, src);
+  const ScatterPlan p = plan_scatter(index.shape(), out.strides(), index.strides(), src.strides(), dim);
+  kernels::scatter_add(out.dtype(), p.outer, p.len, p.ostep, p.istep, p.sstep, out.data_ptr(),
+                       static_cast<const int64_t*>(index.data_ptr()), src.data_ptr(), kStream);
 }
 
 void CudaBackend::random(RandomKind kind, PhiloxState st, double a, double b, const Tensor& out) {

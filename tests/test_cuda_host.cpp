@@ -14,6 +14,7 @@
 #include "core/raw_ops.h"
 #include "cuda/gemm_plan.h"
 #include "cuda/geometry.h"
+#include "cuda/plan.h"
 #include "cuda/pool_window.h"
 #include "core/backend.h"
 
@@ -226,4 +227,140 @@ TEST_CASE("cuda pooling: the kernels' per-element work equals the CPU pooling, f
     ++cases;
   }
   CHECK(cases > 100);
+}
+
+// The plans of cuda/plan.h drive host loops that do what the kernels do
+// (reduce.cu, softmax.cu, index.cu: one walk per kept position or row); the
+// results must equal the CPU backend's on strided, transposed and sliced f64 tensors.
+TEST_CASE("cuda plans: reductions, arg reductions, softmax rows, gather and scatter equal the CPU backend") {
+  Backend& cpu = backend_for(kCPU);
+  manual_seed(21);
+  const TensorOptions f64(kFloat64);
+  // x (4, 5, 6) seen through a permutation and a slice, so no dim is dense.
+  const Tensor base = randn({6, 10, 4}, f64);
+  const Tensor x = base.permute({2, 0, 1}).slice(2, 1, 10, 2).contiguous().transpose(0, 2);  // (5, 6, 4) strided
+  REQUIRE_FALSE(x.is_contiguous());
+  const Shape xs = x.shape();
+
+  SUBCASE("reduce: sum and max over every set of dims, into a strided out") {
+    for (std::vector<int64_t> dims : {std::vector<int64_t>{0}, {1}, {2}, {0, 2}, {0, 1, 2}}) {
+      CAPTURE(dims.size());
+      Shape os = xs;
+      for (int64_t d : dims) os[d] = 1;
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+        const Tensor want = empty(os, f64);
+        cpu.reduce(op, x, dims, want);
+        const Tensor got = empty({os[2], os[1], os[0]}, f64).permute({2, 1, 0});  // a strided out
+        const cuda::ReducePlan p = cuda::plan_reduce(xs, x.strides(), got.strides(), dims);
+        for (int64_t k = 0; k < p.kept.numel; ++k) {
+          int64_t ko[2];
+          p.kept.offsets(k, ko);
+          double acc = op == ReduceOp::sum ? 0.0 : -INFINITY;
+          for (int64_t j = 0; j < p.red.numel; ++j) {
+            int64_t ro[1];
+            p.red.offsets(j, ro);
+            const double v = x.data<double>()[ko[0] + ro[0]];
+            acc = op == ReduceOp::sum ? acc + v : std::max(acc, v);
+          }
+          got.data<double>()[ko[1]] = acc;
+        }
+        const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+        for (size_t i = 0; i < g.size(); ++i) CHECK(std::fabs(g[i] - w[i]) < 1e-12);
+      }
+    }
+  }
+  SUBCASE("arg_reduce and softmax rows along every dim") {
+    for (int64_t dim = 0; dim < 3; ++dim) {
+      CAPTURE(dim);
+      Shape os = xs;
+      os[dim] = 1;
+      const Tensor want = empty(os, TensorOptions(kInt64)), got = empty(os, TensorOptions(kInt64));
+      cpu.arg_reduce(true, x, dim, want);
+      const cuda::RowPlan<2> p = cuda::plan_rows<2>(xs, {x.strides(), got.strides()}, dim);
+      for (int64_t r = 0; r < p.rows.numel; ++r) {
+        int64_t o[2];
+        p.rows.offsets(r, o);
+        const double* row = x.data<double>() + o[0];
+        int64_t bi = 0;
+        for (int64_t i = 1; i < p.len; ++i)
+          if (row[i * p.step[0]] > row[bi * p.step[0]]) bi = i;
+        got.data<int64_t>()[o[1]] = bi;
+      }
+      CHECK(got.to_vector<int64_t>() == want.to_vector<int64_t>());
+
+      const Tensor sw = empty(xs, f64), sg = empty(xs, f64);
+      cpu.softmax(x, dim, false, sw);
+      const cuda::RowPlan<2> q = cuda::plan_rows<2>(xs, {x.strides(), sg.strides()}, dim);
+      for (int64_t r = 0; r < q.rows.numel; ++r) {
+        int64_t o[2];
+        q.rows.offsets(r, o);
+        const double* xr = x.data<double>() + o[0];
+        double* yr = sg.data<double>() + o[1];
+        double m = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < q.len; ++i) m = std::max(m, xr[i * q.step[0]]);
+        for (int64_t i = 0; i < q.len; ++i) sum += std::exp(xr[i * q.step[0]] - m);
+        for (int64_t i = 0; i < q.len; ++i) yr[i * q.step[1]] = std::exp(xr[i * q.step[0]] - m) / sum;
+      }
+      const auto g = sg.to_vector<double>(), w = sw.to_vector<double>();
+      for (size_t i = 0; i < g.size(); ++i) CHECK(std::fabs(g[i] - w[i]) < 1e-12);
+    }
+  }
+  SUBCASE("gather, index_select, scatter_add, index_add") {
+    const Tensor idx1 = from_vector<int64_t>({3, 0, 3, 1}, {4}, TensorOptions(kInt64));
+    for (int64_t dim = 0; dim < 3; ++dim) {
+      CAPTURE(dim);
+      // index_select: gather with the 1-D index broadcast along dim.
+      Shape os = xs;
+      os[dim] = 4;
+      const Tensor want = empty(os, f64), got = empty(os, f64);
+      cpu.index_select(x, dim, idx1, want);
+      const cuda::GatherPlan gp =
+          cuda::plan_gather(os, got.strides(), cuda::index_strides_along(os, dim, idx1.strides()[0]), x.strides(), dim);
+      for (int64_t e = 0; e < gp.g.numel; ++e) {
+        int64_t o[3];
+        gp.g.offsets(e, o);
+        got.data<double>()[o[0]] = x.data<double>()[o[2] + idx1.data<int64_t>()[o[1]] * gp.jump];
+      }
+      CHECK(got.to_vector<double>() == want.to_vector<double>());
+      // index_add: out (xs) += src (os) at rows idx1 along dim, repeated rows add in order.
+      const Tensor src = randn(os, f64);
+      const Tensor aw = x.contiguous().clone(), ag = x.contiguous().clone();
+      cpu.index_add(aw, dim, idx1, src);
+      const cuda::ScatterPlan sp = cuda::plan_scatter(
+          os, ag.strides(), cuda::index_strides_along(os, dim, idx1.strides()[0]), src.strides(), dim);
+      for (int64_t e = 0; e < sp.outer.numel; ++e) {
+        int64_t o[3];
+        sp.outer.offsets(e, o);
+        for (int64_t j = 0; j < sp.len; ++j) {
+          const int64_t k = idx1.data<int64_t>()[o[1] + j * sp.istep];
+          ag.data<double>()[o[0] + k * sp.ostep] += src.data<double>()[o[2] + j * sp.sstep];
+        }
+      }
+      CHECK(ag.to_vector<double>() == aw.to_vector<double>());
+    }
+    // gather / scatter_add with a full index along dim 1 of a transposed x.
+    const Tensor gi = from_vector<int64_t>({0, 2, 1, 1, 0, 2, 2, 2}, {2, 4}, TensorOptions(kInt64));
+    const Tensor xt = randn({3, 2}, f64).t();  // (2, 3) transposed
+    const Tensor gw = empty({2, 4}, f64), gg = empty({2, 4}, f64);
+    cpu.gather(xt, 1, gi, gw);
+    const cuda::GatherPlan gp = cuda::plan_gather({2, 4}, gg.strides(), gi.strides(), xt.strides(), 1);
+    for (int64_t e = 0; e < gp.g.numel; ++e) {
+      int64_t o[3];
+      gp.g.offsets(e, o);
+      gg.data<double>()[o[0]] = xt.data<double>()[o[2] + gi.data<int64_t>()[o[1]] * gp.jump];
+    }
+    CHECK(gg.to_vector<double>() == gw.to_vector<double>());
+    const Tensor sw = zeros({2, 3}, f64), sg = zeros({2, 3}, f64), src = randn({2, 4}, f64);
+    cpu.scatter_add(sw, 1, gi, src);
+    const cuda::ScatterPlan sp = cuda::plan_scatter({2, 4}, sg.strides(), gi.strides(), src.strides(), 1);
+    for (int64_t e = 0; e < sp.outer.numel; ++e) {
+      int64_t o[3];
+      sp.outer.offsets(e, o);
+      for (int64_t j = 0; j < sp.len; ++j) {
+        const int64_t k = gi.data<int64_t>()[o[1] + j * sp.istep];
+        sg.data<double>()[o[0] + k * sp.ostep] += src.data<double>()[o[2] + j * sp.sstep];
+      }
+    }
+    CHECK(sg.to_vector<double>() == sw.to_vector<double>());
+  }
 }
