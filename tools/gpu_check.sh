@@ -141,7 +141,7 @@ if [ $build_ok = 1 ]; then
   run_stage tests "$tests_cap" ctest --test-dir "$build_dir" -j"$jobs" --output-on-failure --timeout 120 && tests_ok=1
   summary="$(grep -E 'tests passed|tests failed' "$out/tests.log" | tail -1)"
   put "tests.summary" "\"$summary\""
-  put "tests.failed" "\"$(sed -n 's/^ *[0-9]* - \([^ ]*\) .*/\1/p' "$out/tests.log" | tr '\n' ' ')\""
+  put "tests.failed" "\"$(sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\) .*/\1/p' "$out/tests.log" | tr '\n' ' ')\""
   # Were the CUDA tests run or skipped? (doctest prints the skip message.)
   for t in test_cuda test_cuda_parity; do
     if [ -x "$build_dir/tests/$t" ]; then
