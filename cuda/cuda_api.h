@@ -47,6 +47,23 @@ void copy_to_device(void* dst, const void* src, std::size_t bytes);    // blocki
 void copy_to_host(void* dst, const void* src, std::size_t bytes);      // blocking
 void synchronize();  // waits for all work on the current device
 
+// ---- streams and events (on the current device) --------------------------------
+// Handles are the cudaStream_t / cudaEvent_t values as integers; stream 0 is
+// the default stream, on which snug's kernels run. A StreamHandle is what
+// memory::record_stream takes as a StreamId.
+using StreamHandle = std::uintptr_t;
+using EventHandle = std::uintptr_t;
+StreamHandle create_stream();  // an ordinary stream (it orders with the legacy default stream)
+void destroy_stream(StreamHandle s);
+void synchronize_stream(StreamHandle s);
+// Makes `waiter` wait (on the device) for the work queued on `s` so far.
+void stream_wait(StreamHandle waiter, StreamHandle s);
+EventHandle record_event(StreamHandle s);  // with timing, for elapsed_ms
+bool event_done(EventHandle e);
+void synchronize_event(EventHandle e);
+double elapsed_ms(EventHandle start, EventHandle end);
+void destroy_event(EventHandle e);
+
 // Registers the CUDA backend (core/backend.h) and the device-memory factory
 // (memory/allocator.h) once, if a GPU is present; a no-op otherwise and in
 // builds without CUDA. core/backend.cpp calls it on the first request for the

@@ -28,6 +28,19 @@ void device_free(void* ptr) {
 void copy_to_device(void*, const void*, std::size_t) { no_cuda("copy_to_device"); }
 void copy_to_host(void*, const void*, std::size_t) { no_cuda("copy_to_host"); }
 void synchronize() { no_cuda("synchronize"); }
+StreamHandle create_stream() { no_cuda("create_stream"); }
+void destroy_stream(StreamHandle s) {
+  if (s) no_cuda("destroy_stream");
+}
+void synchronize_stream(StreamHandle) { no_cuda("synchronize_stream"); }
+void stream_wait(StreamHandle, StreamHandle) { no_cuda("stream_wait"); }
+EventHandle record_event(StreamHandle) { no_cuda("record_event"); }
+bool event_done(EventHandle) { no_cuda("event_done"); }
+void synchronize_event(EventHandle) { no_cuda("synchronize_event"); }
+double elapsed_ms(EventHandle, EventHandle) { no_cuda("elapsed_ms"); }
+void destroy_event(EventHandle e) {
+  if (e) no_cuda("destroy_event");
+}
 void ensure_registered() {}
 namespace {
 bool g_tf32 = false;  // kept so the setting round-trips in every build

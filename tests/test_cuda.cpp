@@ -173,6 +173,8 @@ TEST_CASE("cuda: without a GPU, cuda tensors fail with a clear DeviceError") {
   }
   CHECK_THROWS_AS(ones({2}).to(Device("cuda:0")), DeviceError);
   CHECK_THROWS_AS(cuda::pinned_allocate(64), DeviceError);
+  CHECK_THROWS_AS(cuda::create_stream(), DeviceError);
+  CHECK_THROWS_AS(cuda::record_event(0), DeviceError);
   cuda::ensure_registered();  // a no-op without a GPU, and safe to repeat
   CHECK_FALSE(has_backend(DeviceType::CUDA));
   // The TF32 switch round-trips in every build.

@@ -309,13 +309,26 @@ TEST_CASE("cuda: caching allocator on device memory, stream-aware reuse, pinned 
   void* q = memory::allocate(kGpu, 1 << 20);
   CHECK(memory::reserved(kGpu) == reserved);  // served from the cache, no cudaMalloc
   // Used on a second stream: not reused until that stream's event completes.
-  // Stream 0x2 is cudaStreamPerThread, a valid stream handle on every device.
-  memory::record_stream(kGpu, q, memory::StreamId(0x2));
+  const cuda::StreamHandle side = cuda::create_stream();
+  const Tensor big = randn({2048, 2048}, TensorOptions(kFloat32, kGpu));
+  cuda::stream_wait(side, 0);  // side waits for big, then the default stream keeps the GEMMs queued
+  memory::record_stream(kGpu, q, side);
   memory::deallocate(kGpu, q);
+  for (int i = 0; i < 4; ++i) (void)matmul(big, big);  // keep the device busy while the event is pending
+  cuda::synchronize_stream(side);
   cuda::synchronize();
+  const cuda::EventHandle e0 = cuda::record_event(0);
+  (void)matmul(big, big);
+  const cuda::EventHandle e1 = cuda::record_event(0);
+  cuda::synchronize_event(e1);
+  CHECK(cuda::event_done(e1));
+  CHECK(cuda::elapsed_ms(e0, e1) > 0.0);
+  cuda::destroy_event(e0);
+  cuda::destroy_event(e1);
   void* r = memory::allocate(kGpu, 1 << 20);  // processes the (now complete) event first
   CHECK(memory::reserved(kGpu) == reserved);    // the recorded block came back to the pool
   memory::deallocate(kGpu, r);
+  cuda::destroy_stream(side);
   memory::empty_cache(kGpu);  // waits for events, returns segments with cudaFree
   CHECK(memory::reserved(kGpu) <= reserved);
   void* h = cuda::pinned_allocate(4096);
