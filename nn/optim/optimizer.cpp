@@ -1,6 +1,7 @@
 #include "nn/optim/optimizer.h"
 
 #include <cmath>
+#include <mutex>
 
 #include "autograd/grad_mode.h"
 #include "core/profiler.h"
@@ -129,14 +130,65 @@ void Optimizer::load_state_dict(const NamedTensors& sd) {
     SNUG_CHECK(gi < groups_.size() && pi < groups_[gi].params.size(), ValueError, name(),
                ".load_state_dict: key \"", k, "\" refers to a parameter that does not exist");
     const Tensor& p = groups_[gi].params[pi];
-    SNUG_CHECK(v.shape() == p.shape(), ValueError, name(), ".load_state_dict: \"", k, "\" has shape ",
-               shape_str(v.shape()), " but the parameter has ", shape_str(p.shape()));
+    const Shape want = state_shape(p, k.substr(b + 1));
+    SNUG_CHECK(v.shape() == want, ValueError, name(), ".load_state_dict: \"", k, "\" has shape ",
+               shape_str(v.shape()), " but the parameter's state needs ", shape_str(want));
     memory::TagScope tag(memory::Tag::optimizer_state);
     new_state[gi][pi][k.substr(b + 1)] = raw::clone(raw::to_device(v, p.device()));
   }
   step_count_ = new_step;
   groups_ = std::move(new_groups);
   state_ = std::move(new_state);
+}
+
+std::size_t Optimizer::state_bytes() const {
+  std::size_t n = 0;
+  for (auto& g : state_)
+    for (auto& p : g)
+      for (auto& [k, t] : p) n += t.nbytes();
+  return n;
+}
+
+void Optimizer::select_param_state(const Tensor& param, int64_t dim, const Tensor& index, const Shape& old_shape) {
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
+      if (!groups_[gi].params[pi].is_same(param)) continue;
+      for (auto& [k, t] : state_[gi][pi]) {
+        if (t.shape() != old_shape) continue;
+        memory::TagScope tag(memory::Tag::optimizer_state);
+        t = raw::contiguous(raw::index_select(t, dim, index));
+      }
+    }
+}
+
+namespace {
+std::mutex g_hooks_mu;
+std::vector<std::pair<int64_t, Optimizer::StepHook>>& global_hooks() {
+  static std::vector<std::pair<int64_t, Optimizer::StepHook>> h;
+  return h;
+}
+int64_t g_next_hook = 1;
+}  // namespace
+
+int64_t register_optimizer_step_post_hook(Optimizer::StepHook hook) {
+  std::lock_guard<std::mutex> lk(g_hooks_mu);
+  global_hooks().emplace_back(g_next_hook, std::move(hook));
+  return g_next_hook++;
+}
+void remove_optimizer_step_post_hook(int64_t id) {
+  std::lock_guard<std::mutex> lk(g_hooks_mu);
+  auto& h = global_hooks();
+  std::erase_if(h, [&](auto& e) { return e.first == id; });
+}
+
+void Optimizer::run_step_post_hooks() {
+  for (auto& h : post_hooks_) h(*this);
+  std::vector<StepHook> global;
+  {
+    std::lock_guard<std::mutex> lk(g_hooks_mu);
+    for (auto& [id, h] : global_hooks()) global.push_back(h);
+  }
+  for (auto& h : global) h(*this);
 }
 
 // ---- SGD --------------------------------------------------------------------------------
@@ -176,6 +228,7 @@ void SGD::step() {
     }
   }
   ++step_count_;
+  run_step_post_hooks();
 }
 
 // ---- Adam / AdamW -------------------------------------------------------------------------
@@ -220,6 +273,7 @@ void Adam::step() {
       p.add_(raw::binary(BinaryOp::div, m, denom), -g.lr / bc1);
     }
   }
+  run_step_post_hooks();
 }
 
 // ---- schedulers ------------------------------------------------------------------------------

@@ -5,6 +5,8 @@
 // Tensor handles held by modules stay valid. Optimizer state tensors are
 // allocated under memory::Tag::optimizer_state.
 #pragma once
+#include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,14 +45,40 @@ class Optimizer {
   // Strict: the layout must match (same groups and parameter shapes).
   void load_state_dict(const NamedTensors& state);
 
+  // Bytes held by the optimizer's per-parameter state (what the
+  // optimizer_state tag counts for this optimizer).
+  std::size_t state_bytes() const;
+
+  // Step hooks: run after every step() (PyTorch's register_step_post_hook).
+  // Pruning uses the global one (register_optimizer_step_post_hook) to re-mask
+  // weights after every step of every optimizer.
+  using StepHook = std::function<void(Optimizer&)>;
+  void register_step_post_hook(StepHook hook) { post_hooks_.push_back(std::move(hook)); }
+
+  // Compaction (prune/compact.h): `param` has just been shrunk to
+  // index_select(old, dim, index); shrink its state the same way. The base
+  // version selects every state tensor shaped like the old parameter.
+  virtual void select_param_state(const Tensor& param, int64_t dim, const Tensor& index, const Shape& old_shape);
+
  protected:
+  // The shape a state tensor `name` of parameter p must have on load.
+  virtual Shape state_shape(const Tensor& p, const std::string& name) const { return p.shape(); }
+  // Every step() ends with this: instance hooks, then the global ones.
+  void run_step_post_hooks();
   double opt(const ParamGroup& g, const std::string& key, double def) const;
   // Per-parameter state, created on first use, indexed [group][param].
   Tensor& state(size_t group, size_t param, const std::string& name, const Tensor& like);
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<std::map<std::string, Tensor>>> state_;
   int64_t step_count_ = 0;
+
+ private:
+  std::vector<StepHook> post_hooks_;
 };
+
+// A hook run after every step() of every optimizer; returns an id for removal.
+int64_t register_optimizer_step_post_hook(Optimizer::StepHook hook);
+void remove_optimizer_step_post_hook(int64_t id);
 
 struct SGDOptions {
   double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;

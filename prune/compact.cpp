@@ -1,0 +1,212 @@
+#include "prune/compact.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "core/raw_ops.h"
+#include "nn/conv.h"
+#include "nn/layers.h"
+#include "prune/prune.h"
+
+namespace snug::prune {
+
+namespace detail {
+void set_mask(const Tensor& param, const Tensor& m);  // prune/prune.cpp
+}
+
+namespace {
+
+struct Leaf {
+  std::string path;
+  nn::Module* mod;
+};
+
+// Sequentials are transparent; every other module is one step of the chain.
+void leaves(nn::Module& m, const std::string& prefix, std::vector<Leaf>& out) {
+  if (dynamic_cast<nn::Sequential*>(&m) != nullptr) {
+    for (auto& [n, c] : m.named_children()) leaves(*c, prefix.empty() ? n : prefix + "." + n, out);
+    return;
+  }
+  out.push_back({prefix, &m});
+}
+
+bool is_producer(nn::Module* m) {
+  if (dynamic_cast<nn::Linear*>(m)) return true;
+  auto* c = dynamic_cast<nn::Conv2d*>(m);
+  return c && c->groups == 1;
+}
+
+// Modules that keep channels apart (a channel's output depends only on that channel).
+bool is_passthrough(nn::Module* m) {
+  return dynamic_cast<nn::ReLU*>(m) || dynamic_cast<nn::GELU*>(m) || dynamic_cast<nn::SiLU*>(m) ||
+         dynamic_cast<nn::Dropout*>(m) || dynamic_cast<nn::MaxPool2d*>(m) || dynamic_cast<nn::AvgPool2d*>(m) ||
+         dynamic_cast<nn::AdaptiveAvgPool2d*>(m) || dynamic_cast<nn::BatchNorm2d*>(m) ||
+         (dynamic_cast<nn::Flatten*>(m) && dynamic_cast<nn::Flatten*>(m)->start_dim == 1);
+}
+
+Tensor& weight_of(nn::Module* m) {
+  if (auto* l = dynamic_cast<nn::Linear*>(m)) return l->weight;
+  return dynamic_cast<nn::Conv2d*>(m)->weight;
+}
+Tensor& bias_of(nn::Module* m) {
+  if (auto* l = dynamic_cast<nn::Linear*>(m)) return l->bias;
+  return dynamic_cast<nn::Conv2d*>(m)->bias;
+}
+
+Tensor index_tensor(const std::vector<int64_t>& idx) {
+  return from_vector(idx, {int64_t(idx.size())}, DType::i64);
+}
+
+// What each producer channel carries after the modules between producer and
+// consumer when its weights are zero: its bias (or 0) through activations,
+// pooling and eval-mode BatchNorm. A constant map in, so read the centre.
+std::vector<float> dropped_values(nn::Module* producer, const std::vector<nn::Module*>& between, int64_t C) {
+  const bool conv = dynamic_cast<nn::Conv2d*>(producer) != nullptr;
+  const int64_t S = 32;
+  Tensor b = bias_of(producer);
+  Tensor x = b.defined() ? raw::to_dtype(raw::contiguous(b.detach()), DType::f32) : zeros({C});
+  x = conv ? raw::contiguous(raw::expand(raw::view(x, {1, C, 1, 1}), {1, C, S, S})) : raw::view(x, {1, C});
+  NoGradGuard ng;
+  for (nn::Module* m : between) {
+    if (dynamic_cast<nn::Flatten*>(m)) continue;  // shape only
+    const bool was = m->is_training();
+    m->eval();
+    try {
+      x = m->forward(x);
+    } catch (...) {
+      m->train(was);
+      throw;
+    }
+    m->train(was);
+  }
+  if (conv) x = raw::select(raw::select(x, 3, x.size(3) / 2), 2, x.size(2) / 2);  // (1, C)
+  return raw::contiguous(x).to_vector<float>();
+}
+
+}  // namespace
+
+void select_in_place(const Tensor& t, int64_t dim, const Tensor& index, nn::optim::Optimizer* optimizer) {
+  NoGradGuard ng;
+  const Shape old = t.shape();
+  Tensor fresh = raw::contiguous(raw::index_select(t, dim, index));
+  Tensor grad = t.grad();
+  TensorImpl* impl = t.impl();
+  impl->storage = fresh.storage();
+  impl->shape = fresh.shape();
+  impl->strides = fresh.strides();
+  impl->offset = fresh.offset();
+  if (grad.defined()) t.set_grad(raw::contiguous(raw::index_select(grad, dim, index)));
+  Tensor m = mask(t);
+  if (m.defined()) detail::set_mask(t, raw::contiguous(raw::index_select(m, dim, index)));
+  if (optimizer) optimizer->select_param_state(t, dim, index, old);
+}
+
+std::size_t parameter_bytes(const nn::Module& model) {
+  std::size_t n = 0;
+  for (auto& [k, p] : model.named_parameters()) n += p.nbytes();
+  return n;
+}
+std::size_t buffer_bytes(const nn::Module& model) {
+  std::size_t n = 0;
+  for (auto& [k, b] : model.named_buffers()) n += b.nbytes();
+  return n;
+}
+
+CompactReport compact(nn::Module& model, nn::optim::Optimizer* optimizer) {
+  CompactReport rep;
+  rep.param_bytes_before = parameter_bytes(model);
+  std::vector<Leaf> chain;
+  leaves(model, "", chain);
+  NoGradGuard ng;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    nn::Module* prod = chain[i].mod;
+    if (!is_producer(prod)) continue;
+    // The next consumer, with only channel-preserving modules in between.
+    std::vector<nn::Module*> between;
+    nn::Module* cons = nullptr;
+    bool flattened = false;
+    for (size_t j = i + 1; j < chain.size(); ++j) {
+      nn::Module* m = chain[j].mod;
+      if (is_producer(m)) {
+        cons = m;
+        break;
+      }
+      if (!is_passthrough(m)) break;
+      flattened = flattened || dynamic_cast<nn::Flatten*>(m) != nullptr;
+      between.push_back(m);
+    }
+    if (cons == nullptr) continue;
+    const bool prod_conv = dynamic_cast<nn::Conv2d*>(prod) != nullptr;
+    const bool cons_conv = dynamic_cast<nn::Conv2d*>(cons) != nullptr;
+    if (cons_conv && (!prod_conv || flattened)) continue;  // shapes do not line up channel for channel
+    if (!cons_conv && prod_conv && !flattened) continue;
+
+    Tensor& W = weight_of(prod);
+    const int64_t C = W.size(0), rest = W.numel() / C;
+    Tensor& Wc = weight_of(cons);
+    const int64_t cons_in = Wc.size(1);
+    if (cons_in % C != 0) continue;
+    const int64_t block = cons_in / C;  // input columns per channel (> 1 after a Flatten)
+    if (cons_conv && block != 1) continue;
+
+    std::vector<float> w = raw::contiguous(raw::to_dtype(W, DType::f32)).to_vector<float>();
+    std::vector<int64_t> keep, drop;
+    for (int64_t c = 0; c < C; ++c) {
+      bool zero = true;
+      for (int64_t j = 0; j < rest && zero; ++j) zero = w[size_t(c * rest + j)] == 0.0f;
+      (zero ? drop : keep).push_back(c);
+    }
+    if (drop.empty()) continue;
+    if (keep.empty()) {  // keep one channel: zero-size tensors help nobody
+      keep.push_back(drop.front());
+      drop.erase(drop.begin());
+    }
+
+    // Fold what the dropped channels still emit into the consumer's bias.
+    const std::vector<float> v = dropped_values(prod, between, C);
+    std::vector<float> wc = raw::contiguous(raw::to_dtype(Wc, DType::f32)).to_vector<float>();
+    const int64_t O = Wc.size(0), k_area = Wc.numel() / (O * cons_in);  // kh*kw for a conv, 1 for a Linear
+    std::vector<float> delta(size_t(O), 0.0f);
+    bool any = false;
+    for (int64_t c : drop) {
+      if (v[size_t(c)] == 0.0f) continue;
+      any = true;
+      for (int64_t o = 0; o < O; ++o) {
+        double s = 0;
+        for (int64_t j = c * block * k_area; j < (c + 1) * block * k_area; ++j) s += wc[size_t(o * cons_in * k_area + j)];
+        delta[size_t(o)] += float(s * v[size_t(c)]);
+      }
+    }
+    if (any) {
+      Tensor& bc = bias_of(cons);
+      SNUG_CHECK(bc.defined(), ValueError, "prune::compact: the pruned channels of \"", chain[i].path,
+                 "\" still emit a nonzero constant (their bias) and \"", "the next layer has no bias to fold it into; "
+                 "mask the bias too (prune::output_channels)");
+      bc.add_(raw::to_dtype(from_vector(delta, {O}), bc.dtype()));
+    }
+
+    const Tensor idx = index_tensor(keep);
+    select_in_place(W, 0, idx, optimizer);
+    if (bias_of(prod).defined()) select_in_place(bias_of(prod), 0, idx, optimizer);
+    for (nn::Module* m : between)
+      if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m)) {
+        for (Tensor* t : {&bn->weight, &bn->bias, &bn->running_mean, &bn->running_var})
+          if (t->defined()) select_in_place(*t, 0, idx, optimizer);
+        bn->num_features = int64_t(keep.size());
+      }
+    std::vector<int64_t> cols;
+    for (int64_t c : keep)
+      for (int64_t j = 0; j < block; ++j) cols.push_back(c * block + j);
+    select_in_place(Wc, 1, index_tensor(cols), optimizer);
+
+    if (auto* l = dynamic_cast<nn::Linear*>(prod)) l->out_features = int64_t(keep.size());
+    if (auto* cv = dynamic_cast<nn::Conv2d*>(prod)) cv->out_channels = int64_t(keep.size());
+    if (auto* l = dynamic_cast<nn::Linear*>(cons)) l->in_features = int64_t(cols.size());
+    if (auto* cv = dynamic_cast<nn::Conv2d*>(cons)) cv->in_channels = int64_t(cols.size());
+    rep.layers.push_back({chain[i].path, C, int64_t(keep.size())});
+  }
+  rep.param_bytes_after = parameter_bytes(model);
+  return rep;
+}
+
+}  // namespace snug::prune
