@@ -4,6 +4,7 @@
 //   snug-bench gemm --n 1024 --threads 2 --json
 //   snug-bench gemm --m 2048 --n 384 --k 128 --ta 0 --tb 1 --json   (any shape)
 //   snug-bench gemm --m 128 --n 128 --k 32 --tb 1 --batch 64 --json  (gemm_f32_batched)
+//   snug-bench gemm --dtype int8 --n 1024 --json  (u8 x s8 -> i32 against f32, same shape)
 //
 // GFLOP/s = 2 M N K / seconds, median over --samples timed samples after
 // warm-up; a sample repeats the call until it lasts ~20 ms so that small
@@ -19,6 +20,7 @@
 
 #include "bench/bench.h"
 #include "core/gemm.h"
+#include "quant/gemm_int8.h"
 
 namespace {
 
@@ -45,9 +47,51 @@ Rate time_gflops(Fn fn, double flops, int samples) {
   return {snug::bench::median(g), *std::max_element(g.begin(), g.end())};
 }
 
+// --dtype int8: C (M x N, i32) = A (M x K, u8) * B^T (B: N x K, s8), the
+// layout of a quantized Linear, against snug's f32 GEMM on the same shape in
+// the same run. "gops" counts 2 M N K integer operations per call, like
+// GFLOP/s. The main figure packs B on every call (as gemm_f32 packs its
+// operands); "gops_prepacked" is the quantized layer's case (weights packed once).
+int bench_int8(const snug::bench::Args& args, int64_t M, int64_t N, int64_t K, int threads, int samples) {
+  snug::kernels::set_num_threads(threads);
+  std::vector<uint8_t> A(size_t(M * K));
+  std::vector<int8_t> B(size_t(N * K));
+  std::vector<int32_t> C(size_t(M * N)), C2(size_t(M * N));
+  std::vector<float> Af(size_t(M * K)), Bf(size_t(N * K)), Cf(size_t(M * N));
+  std::mt19937 rng(1337);
+  for (size_t i = 0; i < A.size(); ++i) Af[i] = float(A[i] = uint8_t(rng() & 0xFF));
+  for (size_t i = 0; i < B.size(); ++i) Bf[i] = float(B[i] = int8_t(int(rng() & 0xFF) - 128));
+  const double ops = 2.0 * double(M) * double(N) * double(K);
+  Rate g8 = time_gflops([&] { snug::kernels::gemm_u8s8s32(M, N, K, A.data(), K, B.data(), K, C.data(), N); }, ops,
+                        samples);
+  snug::kernels::PackedInt8B packed = snug::kernels::pack_int8_b(N, K, B.data(), K);
+  Rate g8p = time_gflops([&] { snug::kernels::gemm_u8s8s32_packed(M, A.data(), K, packed, C2.data(), N); }, ops,
+                         samples);
+  Rate g32 = time_gflops(
+      [&] { snug::kernels::gemm_f32(false, true, M, N, K, 1.0f, Af.data(), K, Bf.data(), K, 0.0f, Cf.data(), N); },
+      ops, samples);
+  // Small integers: the f32 result is exact too, so the two must agree.
+  double max_diff = 0;
+  for (size_t i = 0; i < C.size(); ++i)
+    max_diff = std::max({max_diff, std::abs(double(C[i]) - double(Cf[i])), std::abs(double(C2[i]) - double(C[i]))});
+  if (args.json())
+    std::printf("{\"bench\":\"gemm\",\"dtype\":\"int8\",\"n\":%lld,\"m\":%lld,\"k\":%lld,\"threads\":%d,"
+                "\"gops\":%.1f,\"gops_prepacked\":%.1f,\"f32_gflops\":%.1f,\"ratio_to_f32\":%.3f,"
+                "\"ratio_prepacked_to_f32\":%.3f,\"gops_best\":%.1f,\"f32_gflops_best\":%.1f,\"backend\":\"%s\","
+                "\"samples\":%d,\"max_abs_diff_vs_f32\":%.3g}\n",
+                (long long)N, (long long)M, (long long)K, threads, g8.median, g8p.median, g32.median,
+                g32.median > 0 ? g8.median / g32.median : 0.0, g32.median > 0 ? g8p.median / g32.median : 0.0,
+                g8.best, g32.best, snug::kernels::gemm_int8_backend(), samples, max_diff);
+  else
+    std::printf("gemm int8 %lldx%lldx%lld threads=%d: %.1f GOP/s (%.1f prepacked), f32 %.1f GFLOP/s, %.2fx\n",
+                (long long)M, (long long)N, (long long)K, threads, g8.median, g8p.median, g32.median,
+                g32.median > 0 ? g8.median / g32.median : 0.0);
+  return max_diff == 0 ? 0 : 1;
+}
+
 }  // namespace
 
-SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0|1 --tb 0|1] --threads T)") {
+SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0|1 --tb 0|1] --threads T); --dtype int8: u8 x s8 vs f32") {
   const int64_t N = args.get_int("n", 1024);
   const int64_t M = args.get_int("m", N), K = args.get_int("k", N);
   const bool ta = args.get_int("ta", 0) != 0, tb = args.get_int("tb", 0) != 0;
@@ -55,6 +99,12 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
   const int samples = int(args.get_int("samples", 15));
   const bool eigen = args.get_int("eigen", 1) != 0;
   const int64_t batch = args.get_int("batch", 1);
+  const std::string dtype = args.get("dtype", "f32");
+  if (dtype == "int8") return bench_int8(args, M, N, K, threads, samples);
+  if (dtype != "f32") {
+    std::fprintf(stderr, "snug-bench gemm: --dtype takes f32 or int8, got %s\n", dtype.c_str());
+    return 2;
+  }
 
   snug::kernels::set_num_threads(threads);
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;

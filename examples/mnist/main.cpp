@@ -20,7 +20,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +35,14 @@
 #include "nn/functional.h"
 #include "nn/models/cnn.h"
 #include "nn/models/vit.h"
+#include "nn/conv.h"
+#include "nn/layers.h"
 #include "nn/optim/optimizer.h"
+#include "core/safetensors.h"
+#include "prune/compact.h"
+#include "quant/convert.h"
+#include "quant/gemm_int8.h"
+#include "prune/prune.h"
 
 using namespace snug;
 namespace fs = std::filesystem;
@@ -54,13 +63,25 @@ struct Args {
   int threads = 2;
   int every = 100;
   bool json = false;
+  // Compression (docs/compression.md).
+  std::string prune;        // "l1:0.9", "random:0.5", "global:0.9", "structured:0.5", "2:4"
+  bool compact = false;     // after structured pruning: physically remove the pruned channels
+  int finetune_epochs = -1;  // after pruning or for QAT; -1: 1 when pruning or with qat, else 0
+  double finetune_lr = 0;    // 0: a third of the model's lr
+  std::string quantize;      // dynamic | static | qat
+  std::string observer;      // static: minmax (default) | moving_average | percentile; qat: moving_average
+  int64_t calib = 2000;      // static: calibration images (the first of the training set)
+  std::string save_dir;      // keep the f32 and int8 files there (default: a temporary file, removed)
 };
 
 [[noreturn]] void usage(const char* argv0, const std::string& why = "") {
   if (!why.empty()) std::fprintf(stderr, "mnist: %s\n", why.c_str());
   std::fprintf(stderr,
                "usage: %s [--model cnn|mlp|mobilenet|vit] [--epochs N] [--batch B] [--lr X] [--decay linear|none]\n"
-               "          [--workers W] [--data DIR] [--seed S] [--limit N] [--threads T] [--every K] [--json]\n",
+               "          [--workers W] [--data DIR] [--seed S] [--limit N] [--threads T] [--every K] [--json]\n"
+               "          [--prune l1:F|random:F|global:F|structured:F|2:4 [--compact]] [--finetune-epochs N]\n"
+               "          [--finetune-lr X] [--quantize dynamic|static|qat [--observer minmax|moving_average|percentile]\n"
+               "          [--calib N] [--save-dir DIR]]\n",
                argv0);
   std::exit(2);
 }
@@ -88,9 +109,22 @@ Args parse(int argc, char** argv) {
     else if (k == "--threads") a.threads = std::atoi(value().c_str());
     else if (k == "--every") a.every = std::atoi(value().c_str());
     else if (k == "--json") a.json = true;
+    else if (k == "--prune") a.prune = value();
+    else if (k == "--compact") a.compact = true;
+    else if (k == "--finetune-epochs") a.finetune_epochs = std::atoi(value().c_str());
+    else if (k == "--finetune-lr") a.finetune_lr = std::atof(value().c_str());
+    else if (k == "--quantize") {
+      a.quantize = value();
+      if (a.quantize != "dynamic" && a.quantize != "static" && a.quantize != "qat")
+        usage(argv[0], "--quantize takes dynamic, static or qat, got " + a.quantize);
+    } else if (k == "--observer") a.observer = value();
+    else if (k == "--calib") a.calib = std::atoll(value().c_str());
+    else if (k == "--save-dir") a.save_dir = value();
     else if (k == "--help" || k == "-h") usage(argv[0]);
     else usage(argv[0], "unknown flag " + k);
   }
+  if (a.compact && a.prune.rfind("structured:", 0) != 0) usage(argv[0], "--compact needs --prune structured:F");
+  if (a.finetune_epochs < -1 || a.finetune_lr < 0) usage(argv[0], "--finetune-epochs and --finetune-lr must not be negative");
   if (a.epochs < 1 || a.batch < 1 || a.threads < 1 || a.every < 1 || a.limit < 0 || a.lr < 0 || a.workers < 0)
     usage(argv[0], "--epochs, --batch, --threads and --every must be positive; --limit, --lr and --workers not negative");
   return a;
@@ -127,6 +161,7 @@ std::string find_data_dir(const std::string& given) {
 struct Model {
   std::shared_ptr<nn::Module> net;
   std::unique_ptr<nn::optim::Optimizer> opt;
+  double base_lr = 0;  // the lr training started from
 };
 
 Model make_model(const Args& a) {
@@ -173,6 +208,169 @@ double accuracy(nn::Module& net, const data::MnistSplit& split) {
   return double(correct) / double(N);
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// What --prune / --quantize did, for the JSON line.
+struct Compressed {
+  bool done = false;
+  double accuracy = 0;
+  std::size_t model_bytes = 0;
+  std::string json;  // extra ", \"key\": value" fields
+};
+using Finetune = std::function<std::vector<double>(nn::Module& model, int epochs, double lr0, const char* label)>;
+
+// The Linear and Conv2d layers of the model in order (the last is the output layer).
+std::vector<std::pair<std::string, nn::Module*>> weight_layers(nn::Module& net) {
+  std::vector<std::pair<std::string, nn::Module*>> out;
+  for (auto& [name, mod] : net.named_modules())
+    if (dynamic_cast<nn::Linear*>(mod.get()) || dynamic_cast<nn::Conv2d*>(mod.get())) out.emplace_back(name, mod.get());
+  return out;
+}
+
+void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Finetune& finetune, Compressed& c) {
+  nn::Module& net = *m.net;
+  const size_t colon = a.prune.find(':');
+  const std::string method = a.prune.substr(0, colon);
+  const double amount = colon == std::string::npos ? -1 : std::atof(a.prune.c_str() + colon + 1);
+  auto layers = weight_layers(net);
+  const std::size_t param_bytes_before = prune::parameter_bytes(net);
+  if (method == "2") {
+    SNUG_CHECK(a.prune == "2:4", ValueError, "mnist: --prune takes 2:4 for N:M, got ", a.prune);
+    for (auto& [name, l] : layers) {
+      Tensor w = l->named_parameters(false).front().second;
+      if ((w.numel() / w.size(0)) % 4 == 0) prune::n_m_unstructured(*l, "weight", 2, 4);
+    }
+  } else {
+    SNUG_CHECK(amount >= 0 && amount <= 1, ValueError, "mnist: --prune ", a.prune, ": expected METHOD:FRACTION");
+    if (method == "l1") {
+      for (auto& [name, l] : layers) prune::l1_unstructured(*l, "weight", amount);
+    } else if (method == "random") {
+      for (auto& [name, l] : layers) prune::random_unstructured(*l, "weight", amount);
+    } else if (method == "global") {
+      std::vector<prune::ParamRef> refs;
+      for (auto& [name, l] : layers) refs.emplace_back(l, "weight");
+      prune::global_unstructured(refs, amount);
+    } else if (method == "structured") {
+      // Output channels of every layer but the output layer (its rows are the classes).
+      for (size_t i = 0; i + 1 < layers.size(); ++i) prune::output_channels(*layers[i].second, amount);
+    } else {
+      throw ValueError(str("mnist: --prune ", a.prune, ": unknown method ", method,
+                           " (expected l1, random, global, structured or 2:4)"));
+    }
+  }
+  const double acc_pruned = accuracy(net, test);
+  std::printf("pruned (%s): test accuracy %.2f%% before fine-tuning\n", a.prune.c_str(), 100 * acc_pruned);
+  if (a.compact) {
+    auto rep = prune::compact(net, m.opt.get());
+    for (auto& l : rep.layers)
+      std::printf("compact: layer %s: %lld -> %lld channels\n", l.name.c_str(), (long long)l.channels_before,
+                  (long long)l.channels_after);
+    std::printf("compact: parameter bytes %zu -> %zu (%.3fx); test accuracy %.2f%%\n", rep.param_bytes_before,
+                rep.param_bytes_after, double(rep.param_bytes_after) / double(rep.param_bytes_before),
+                100 * accuracy(net, test));
+  }
+  const int ft_epochs = a.finetune_epochs < 0 ? 1 : a.finetune_epochs;
+  const double ft_lr = a.finetune_lr > 0 ? a.finetune_lr : m.base_lr / 3;
+  std::vector<double> ms = ft_epochs > 0 ? finetune(net, ft_epochs, ft_lr, "finetune") : std::vector<double>{};
+  std::printf("%s", prune::format_sparsity_report(prune::sparsity_report(net)).c_str());
+  prune::remove_all(net);
+  int64_t zeros = 0, numel = 0;
+  for (auto& r : prune::sparsity_report(net)) {
+    zeros += r.zeros;
+    numel += r.numel;
+  }
+  c.done = true;
+  c.accuracy = accuracy(net, test);
+  c.model_bytes = prune::parameter_bytes(net) + prune::buffer_bytes(net);
+  c.json += str(", \"prune\": \"", a.prune, "\", \"compact\": ", a.compact ? "true" : "false",
+                ", \"test_accuracy_pruned\": ", acc_pruned, ", \"finetune_epochs\": ", ft_epochs,
+                ", \"finetune_lr\": ", ft_lr, ", \"finetune_ms_per_step\": ", median(ms),
+                ", \"param_bytes_before\": ", param_bytes_before, ", \"param_bytes\": ", prune::parameter_bytes(net),
+                ", \"sparsity\": ", numel ? double(zeros) / double(numel) : 0.0);
+}
+
+// The same quantization procedure on `net` (which must be m.net or a fresh
+// model of the same architecture); calibration uses the first training images.
+std::shared_ptr<nn::Module> quantize_model(const Args& a, Model& m, const std::shared_ptr<nn::Module>& net,
+                                           const data::MnistSplit& train, const data::MnistSplit& test,
+                                           const Finetune& finetune, std::vector<double>* qat_ms) {
+  auto calibrate = [&](nn::Module& p) {
+    p.eval();
+    NoGradGuard ng;
+    const int64_t n = std::min<int64_t>(a.calib, train.images.size(0));
+    for (int64_t s = 0; s < n; s += 500) p.forward(train.images.slice(0, s, std::min(n, s + 500)));
+  };
+  if (a.quantize == "dynamic") return quant::quantize_dynamic(net);
+  if (a.quantize == "static") {
+    auto p = quant::prepare_static(net, a.observer.empty() ? "minmax" : a.observer);
+    calibrate(*p);
+    return quant::convert(p);
+  }
+  auto p = quant::prepare_qat(net, a.observer.empty() ? "moving_average" : a.observer);
+  if (qat_ms) {
+    const int ft_epochs = a.finetune_epochs < 0 ? 1 : a.finetune_epochs;
+    const double ft_lr = a.finetune_lr > 0 ? a.finetune_lr : m.base_lr / 3;
+    if (ft_epochs > 0) *qat_ms = finetune(*p, ft_epochs, ft_lr, "qat");
+  } else {
+    calibrate(*p);  // a skeleton: its values are replaced by the loaded file
+  }
+  return quant::convert(p);
+}
+
+void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& train, const data::MnistSplit& test,
+                             const Finetune& finetune, Compressed& c) {
+  const double acc_float = accuracy(*m.net, test);
+  std::vector<double> qat_ms;
+  auto q = quantize_model(a, m, m.net, train, test, finetune, &qat_ms);
+  const double acc_q = accuracy(*q, test);
+  std::printf("quantized (%s): test accuracy %.2f%% (float %.2f%%)\n%s\n", a.quantize.c_str(), 100 * acc_q,
+              100 * acc_float, q->pretty().c_str());
+  // Files: the float model's state_dict and the int8 model's, both safetensors.
+  const bool keep = !a.save_dir.empty();
+  const fs::path dir = keep ? fs::path(a.save_dir) : fs::temp_directory_path();
+  const std::string tag = keep ? std::string("mnist_") + a.model : str("snug_mnist_", ::getpid());
+  const fs::path f32_path = dir / (tag + "_f32.safetensors"), q_path = dir / (tag + "_int8.safetensors");
+  {
+    TensorMap t;
+    for (auto& [k, v] : m.net->state_dict()) t.emplace_back(k, v);
+    save_safetensors(f32_path.string(), t);
+  }
+  quant::save_quantized(q_path.string(), *q);
+  const auto f32_bytes = fs::file_size(f32_path), q_bytes = fs::file_size(q_path);
+  // Load into a model quantized the same way from fresh float weights.
+  Model fresh = make_model(a);
+  fresh.base_lr = m.base_lr;
+  auto skeleton = quantize_model(a, fresh, fresh.net, train, test, finetune, nullptr);
+  quant::load_quantized(q_path.string(), *skeleton);
+  const double acc_reload = accuracy(*skeleton, test);
+  std::printf("saved: float %ju bytes, int8 %ju bytes (%.3fx); reloaded int8 model: test accuracy %.2f%%\n",
+              (uintmax_t)f32_bytes, (uintmax_t)q_bytes, double(q_bytes) / double(f32_bytes), 100 * acc_reload);
+  if (!keep) {
+    fs::remove(f32_path);
+    fs::remove(q_path);
+  }
+  c.done = true;
+  c.accuracy = acc_q;
+  c.model_bytes = quant::model_bytes(*q);
+  c.json += str(", \"quantize\": \"", a.quantize, "\", \"test_accuracy_float\": ", acc_float,
+                ", \"file_bytes_f32\": ", f32_bytes, ", \"file_bytes_int8\": ", q_bytes,
+                ", \"file_ratio\": ", double(q_bytes) / double(f32_bytes), ", \"reload_test_accuracy\": ", acc_reload,
+                ", \"int8_gemm\": \"", kernels::gemm_int8_backend(), "\"");
+  if (!qat_ms.empty()) c.json += str(", \"qat_ms_per_step\": ", median(qat_ms));
+}
+
+Compressed compress(const Args& a, Model& m, const data::MnistSplit& train, const data::MnistSplit& test,
+                    const Finetune& finetune) {
+  Compressed c;
+  if (!a.prune.empty()) prune_model(a, m, test, finetune, c);
+  if (!a.quantize.empty()) quantize_model_and_save(a, m, train, test, finetune, c);
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -208,71 +406,88 @@ int main(int argc, char** argv) {
   auto dataset = std::make_shared<data::TensorDataset>(std::vector<Tensor>{train.images, train.labels});
   data::DataLoader loader(dataset, {.batch_size = args.batch, .shuffle = true, .seed = args.seed,
                                     .num_workers = args.workers, .persistent_workers = true});
-  const int64_t steps_per_epoch = (n_train + args.batch - 1) / args.batch;
-  const int64_t total_steps = steps_per_epoch * args.epochs;
   const double base_lr = m.opt->lr();
-  std::vector<double> step_ms;
-  double loss_sum = 0, last_epoch_loss = 0, loss_first = -1;
-  int64_t loss_count = 0, step = 0;
+  m.base_lr = base_lr;
   std::size_t train_peak = 0;  // bytes: the datasets plus training
   const auto t_start = std::chrono::steady_clock::now();
   memory::reset_peak(kCPU);
-  for (int epoch = 0; epoch < args.epochs; ++epoch) {
-    double epoch_loss = 0;
-    int64_t epoch_batches = 0, seen = 0;
-    auto t_window = std::chrono::steady_clock::now();
-    int64_t window_samples = 0;
-    for (data::Batch& batch : loader) {
-      const Tensor& x = batch[0];  // (B, 1, 28, 28)
-      const Tensor& y = batch[1];  // (B)
-      seen += batch.size();
-      if (args.decay) m.opt->set_lr(base_lr * (1.0 - double(step) / double(total_steps)));
-      const auto t0 = std::chrono::steady_clock::now();
-      m.opt->zero_grad();
-      Tensor loss = F::cross_entropy(net.forward(x), y);
-      loss.backward();
-      m.opt->step();
-      const double l = loss.item();
-      step_ms.push_back(seconds_since(t0) * 1e3);
 
-      if (loss_first < 0) loss_first = l;
-      loss_sum += l;
-      epoch_loss += l;
-      ++loss_count;
-      ++epoch_batches;
-      ++step;
-      window_samples += batch.size();
-      if (step % args.every == 0) {
-        const double sps = double(window_samples) / seconds_since(t_window);
-        std::printf("epoch %d step %lld (%lld/%lld): loss %.4f, %.0f samples/s, peak allocated %s\n", epoch + 1,
-                    (long long)step, (long long)seen, (long long)n_train, loss_sum / double(loss_count), sps,
-                    memory::format_bytes(memory::peak_allocated(kCPU)).c_str());
-        std::fflush(stdout);
-        loss_sum = 0;
-        loss_count = 0;
-        t_window = std::chrono::steady_clock::now();
-        window_samples = 0;
+  // `epochs` epochs over the loader with m.opt, the lr falling linearly from
+  // lr0 to 0 (unless --decay none); each step's time goes into step_ms.
+  struct Phase {
+    std::vector<double> step_ms;
+    double last_epoch_loss = 0, loss_first = -1, accuracy = 0;
+    int64_t steps = 0;
+  };
+  auto run_epochs = [&](nn::Module& model, int epochs, double lr0, const char* label) {
+    Phase ph;
+    const int64_t total_steps = ((n_train + args.batch - 1) / args.batch) * epochs;
+    double loss_sum = 0;
+    int64_t loss_count = 0;
+    for (int epoch = 0; epoch < epochs; ++epoch) {
+      double epoch_loss = 0;
+      int64_t epoch_batches = 0, seen = 0;
+      auto t_window = std::chrono::steady_clock::now();
+      int64_t window_samples = 0;
+      for (data::Batch& batch : loader) {
+        const Tensor& x = batch[0];  // (B, 1, 28, 28)
+        const Tensor& y = batch[1];  // (B)
+        seen += batch.size();
+        m.opt->set_lr(args.decay ? lr0 * (1.0 - double(ph.steps) / double(total_steps)) : lr0);
+        const auto t0 = std::chrono::steady_clock::now();
+        m.opt->zero_grad();
+        Tensor loss = F::cross_entropy(model.forward(x), y);
+        loss.backward();
+        m.opt->step();
+        const double l = loss.item();
+        ph.step_ms.push_back(seconds_since(t0) * 1e3);
+
+        if (ph.loss_first < 0) ph.loss_first = l;
+        loss_sum += l;
+        epoch_loss += l;
+        ++loss_count;
+        ++epoch_batches;
+        ++ph.steps;
+        window_samples += batch.size();
+        if (ph.steps % args.every == 0) {
+          const double sps = double(window_samples) / seconds_since(t_window);
+          std::printf("%s epoch %d step %lld (%lld/%lld): loss %.4f, %.0f samples/s, peak allocated %s\n", label,
+                      epoch + 1, (long long)ph.steps, (long long)seen, (long long)n_train, loss_sum / double(loss_count),
+                      sps, memory::format_bytes(memory::peak_allocated(kCPU)).c_str());
+          std::fflush(stdout);
+          loss_sum = 0;
+          loss_count = 0;
+          t_window = std::chrono::steady_clock::now();
+          window_samples = 0;
+        }
       }
+      ph.last_epoch_loss = epoch_loss / double(std::max<int64_t>(epoch_batches, 1));
+      train_peak = std::max(train_peak, memory::peak_allocated(kCPU));  // the evaluation below is not counted
+      ph.accuracy = accuracy(model, test);
+      std::printf("%s epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s so far\n", label, epoch + 1,
+                  ph.last_epoch_loss, 100 * ph.accuracy, seconds_since(t_start));
+      std::fflush(stdout);
     }
-    last_epoch_loss = epoch_loss / double(std::max<int64_t>(epoch_batches, 1));
-    train_peak = std::max(train_peak, memory::peak_allocated(kCPU));  // the evaluation below is not counted
-    const double acc = accuracy(net, test);
-    std::printf("epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s so far\n", epoch + 1, last_epoch_loss,
-                100 * acc, seconds_since(t_start));
-    std::fflush(stdout);
-    if (epoch + 1 == args.epochs) {
-      std::vector<double> sorted = step_ms;
-      std::sort(sorted.begin(), sorted.end());
-      const double median_ms = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-      const double total_s = seconds_since(t_start);
-      if (args.json)
-        std::printf("{\"model\": \"%s\", \"epochs\": %d, \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
-                    "\"test_accuracy\": %.4f, \"train_loss\": %.4f, \"loss_first\": %.4f, \"ms_per_step\": %.3f, "
-                    "\"samples_per_s\": %.1f, \"params\": %lld, \"peak_allocated_bytes\": %zu, \"seconds\": %.1f}\n",
-                    args.model.c_str(), args.epochs, (long long)step, (long long)args.batch, args.threads, acc,
-                    last_epoch_loss, loss_first, median_ms, median_ms > 0 ? 1e3 * double(args.batch) / median_ms : 0,
-                    (long long)params, train_peak, total_s);
-    }
+    return ph;
+  };
+
+  const Phase main_phase = run_epochs(net, args.epochs, base_lr, "train");
+  const std::size_t model_bytes_before = prune::parameter_bytes(net) + prune::buffer_bytes(net);
+  Compressed c = compress(args, m, train, test, [&](nn::Module& model, int epochs, double lr0, const char* label) {
+    return run_epochs(model, epochs, lr0, label).step_ms;
+  });
+  const double acc = c.done ? c.accuracy : main_phase.accuracy;
+  const double median_ms = median(main_phase.step_ms);
+  const double total_s = seconds_since(t_start);
+  if (args.json) {
+    std::printf("{\"model\": \"%s\", \"epochs\": %d, \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
+                "\"test_accuracy\": %.4f, \"train_loss\": %.4f, \"loss_first\": %.4f, \"ms_per_step\": %.3f, "
+                "\"samples_per_s\": %.1f, \"params\": %lld, \"peak_allocated_bytes\": %zu, \"seconds\": %.1f, "
+                "\"test_accuracy_before\": %.4f, \"model_bytes\": %zu, \"model_bytes_before\": %zu%s}\n",
+                args.model.c_str(), args.epochs, (long long)main_phase.steps, (long long)args.batch, args.threads, acc,
+                main_phase.last_epoch_loss, main_phase.loss_first, median_ms,
+                median_ms > 0 ? 1e3 * double(args.batch) / median_ms : 0, (long long)params, train_peak, total_s,
+                main_phase.accuracy, c.done ? c.model_bytes : model_bytes_before, model_bytes_before, c.json.c_str());
   }
   return 0;
 }

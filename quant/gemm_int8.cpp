@@ -1,0 +1,195 @@
+#include "quant/gemm_int8.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace snug::kernels {
+
+// ---- portable -----------------------------------------------------------------------------
+
+void gemm_u8s8s32_portable(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
+                           int64_t ldb, int32_t* C, int64_t ldc) {
+#pragma omp parallel for schedule(static) if (M * N * K > (1 << 20))
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* a = A + m * lda;
+      const int8_t* b = B + n * ldb;
+      int32_t s = 0;
+      for (int64_t k = 0; k < K; ++k) s += int32_t(a[k]) * int32_t(b[k]);
+      C[m * ldc + n] = s;
+    }
+}
+
+bool cpu_has_vnni() {
+  static const bool has = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+const char* gemm_int8_backend() { return cpu_has_vnni() ? "avx512_vnni" : "portable"; }
+
+// ---- VNNI -----------------------------------------------------------------------------------
+//
+// NOTE [ int8 GEMM blocking ]: B is packed in panels of 16 columns (one zmm of
+// i32 lanes); the micro-kernel keeps MR x NV accumulators (6 rows x 4 panels
+// = 64 columns, 24 of the 32 zmm registers), and per group of 4 k loads NV
+// panels of B and broadcasts 4 bytes of each of the MR rows of A. K is cut in
+// blocks of KC so a 64-column block of packed B (64 x KC bytes = 32 KiB)
+// stays in L1 while every row strip of A passes over it. Threads take
+// 64-column blocks of C.
+
+namespace {
+constexpr int kMR = 6, kNV = 4, kNB = 16 * kNV;
+constexpr int64_t kKC = 512;  // k per block (a multiple of 4)
+
+int64_t round4(int64_t k) { return (k + 3) / 4 * 4; }
+
+// Packs B (N x K) into VNNI panels: out[(p * Kp/4 + g) * 64 + j * 4 + t] = B[16p + j, 4g + t].
+void pack_panels(int64_t N, int64_t K, const int8_t* B, int64_t ldb, int8_t* out) {
+  const int64_t Kp = round4(K), P = (N + 15) / 16;
+  std::memset(out, 0, size_t(P * 16 * Kp));
+  for (int64_t n = 0; n < N; ++n) {
+    int8_t* panel = out + (n / 16) * 16 * Kp;
+    const int64_t j = n % 16;
+    for (int64_t k = 0; k < K; ++k) panel[(k / 4) * 64 + j * 4 + (k % 4)] = B[n * ldb + k];
+  }
+}
+
+template <int MR, int NV>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void micro(int64_t groups, const uint8_t* A, int64_t lda,
+                                                                   const int8_t* Bp, int64_t panel_stride,
+                                                                   int32_t* C, int64_t ldc, bool accumulate,
+                                                                   int64_t ncols) {
+  __m512i acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_si512(Bp + v * panel_stride + g * 64);
+    for (int r = 0; r < MR; ++r) {
+      int32_t four;
+      std::memcpy(&four, A + r * lda + g * 4, 4);
+      const __m512i a = _mm512_set1_epi32(four);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], a, b[v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) {
+      const int64_t valid = std::min<int64_t>(16, ncols - v * 16);
+      if (valid <= 0) break;
+      const __mmask16 mask = valid == 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
+      int32_t* c = C + r * ldc + v * 16;
+      __m512i out = acc[r][v];
+      if (accumulate) out = _mm512_add_epi32(out, _mm512_maskz_loadu_epi32(mask, c));
+      _mm512_mask_storeu_epi32(c, mask, out);
+    }
+}
+
+using Micro = void (*)(int64_t, const uint8_t*, int64_t, const int8_t*, int64_t, int32_t*, int64_t, bool, int64_t);
+template <int MR>
+Micro pick_nv(int nv) {
+  switch (nv) {
+    case 1: return micro<MR, 1>;
+    case 2: return micro<MR, 2>;
+    case 3: return micro<MR, 3>;
+    default: return micro<MR, 4>;
+  }
+}
+Micro pick(int mr, int nv) {
+  switch (mr) {
+    case 1: return pick_nv<1>(nv);
+    case 2: return pick_nv<2>(nv);
+    case 3: return pick_nv<3>(nv);
+    case 4: return pick_nv<4>(nv);
+    case 5: return pick_nv<5>(nv);
+    default: return pick_nv<6>(nv);
+  }
+}
+
+// A must have K padded to Kp (4-byte groups readable) here.
+void vnni_packed(int64_t M, const uint8_t* A, int64_t lda, int64_t N, int64_t Kp, const int8_t* Bp, int32_t* C,
+                 int64_t ldc) {
+  const int64_t panel_stride = 16 * Kp;
+  const int64_t nblocks = (N + kNB - 1) / kNB;
+#pragma omp parallel for schedule(static) if (M * N * Kp > (1 << 18))
+  for (int64_t nb = 0; nb < nblocks; ++nb) {
+    const int64_t n0 = nb * kNB, ncols = std::min<int64_t>(kNB, N - n0);
+    const int nv = int((ncols + 15) / 16);
+    const int8_t* Bblock = Bp + (n0 / 16) * panel_stride;
+    for (int64_t k0 = 0; k0 < Kp; k0 += kKC) {
+      const int64_t groups = std::min<int64_t>(kKC, Kp - k0) / 4;
+      for (int64_t m0 = 0; m0 < M; m0 += kMR) {
+        const int mr = int(std::min<int64_t>(kMR, M - m0));
+        pick(mr, nv)(groups, A + m0 * lda + k0, lda, Bblock + k0 * 16, panel_stride, C + m0 * ldc + n0, ldc, k0 > 0,
+                     ncols);
+      }
+    }
+  }
+}
+
+// Runs fn(A', lda') with A' = A when K is a multiple of 4, else a zero-padded copy.
+template <class Fn>
+void with_padded_a(int64_t M, int64_t K, const uint8_t* A, int64_t lda, Fn fn) {
+  const int64_t Kp = round4(K);
+  if (Kp == K) return fn(A, lda);
+  std::vector<uint8_t> pad(size_t(M * Kp), 0);
+  for (int64_t m = 0; m < M; ++m) std::memcpy(pad.data() + m * Kp, A + m * lda, size_t(K));
+  fn(pad.data(), Kp);
+}
+
+void check_args(const char* fn, int64_t M, int64_t N, int64_t K) {
+  SNUG_CHECK(M >= 0 && N >= 0 && K >= 0, ValueError, fn, ": negative size M=", M, " N=", N, " K=", K);
+  SNUG_CHECK(K < 65793, ValueError, fn, ": K=", K, " could overflow the i32 accumulators (K must be < 65793)");
+}
+}  // namespace
+
+void gemm_u8s8s32_vnni(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
+                       int32_t* C, int64_t ldc) {
+  check_args("gemm_u8s8s32_vnni", M, N, K);
+  SNUG_CHECK(cpu_has_vnni(), DeviceError, "gemm_u8s8s32_vnni: this CPU has no AVX-512 VNNI");
+  if (M == 0 || N == 0) return;
+  PackedInt8B p = pack_int8_b(N, K, B, ldb);
+  gemm_u8s8s32_packed(M, A, lda, p, C, ldc);
+}
+
+void gemm_u8s8s32(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
+                  int32_t* C, int64_t ldc) {
+  if (cpu_has_vnni()) return gemm_u8s8s32_vnni(M, N, K, A, lda, B, ldb, C, ldc);
+  check_args("gemm_u8s8s32", M, N, K);
+  gemm_u8s8s32_portable(M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+PackedInt8B pack_int8_b(int64_t N, int64_t K, const int8_t* B, int64_t ldb) {
+  check_args("pack_int8_b", 1, N, K);
+  PackedInt8B p;
+  p.N = N;
+  p.K = K;
+  p.vnni = cpu_has_vnni();
+  if (p.vnni) {
+    p.Kp = round4(K);
+    p.data = empty({std::max<int64_t>(1, (N + 15) / 16 * 16 * p.Kp)}, DType::i8);
+    pack_panels(N, K, B, ldb, p.data.data<int8_t>());
+  } else {
+    p.Kp = K;
+    p.data = empty({std::max<int64_t>(1, N * K)}, DType::i8);
+    for (int64_t n = 0; n < N; ++n) std::memcpy(p.data.data<int8_t>() + n * K, B + n * ldb, size_t(K));
+  }
+  return p;
+}
+
+void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedInt8B& B, int32_t* C, int64_t ldc) {
+  if (M == 0 || B.N == 0) return;
+  if (B.K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + B.N, 0);
+    return;
+  }
+  if (!B.vnni) return gemm_u8s8s32_portable(M, B.N, B.K, A, lda, B.data.data<int8_t>(), B.K, C, ldc);
+  with_padded_a(M, B.K, A, lda, [&](const uint8_t* a, int64_t la) {
+    vnni_packed(M, a, la, B.N, B.Kp, B.data.data<int8_t>(), C, ldc);
+  });
+}
+
+}  // namespace snug::kernels
