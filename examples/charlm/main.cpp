@@ -7,7 +7,7 @@
 //          [--generate N] [--profile FILE [--profile-steps N]] [--json]
 //          [--checkpoint none|sqrt|auto|stage] [--memory-budget BYTES] [--accum K]
 //          [--devices cpu:1,cpu:2 [--micro-batches M] [--schedule gpipe|1f1b]
-//           [--placement memory|time] [--capacity BYTES]]
+//           [--placement memory|time] [--capacity BYTES]] [--optim adamw|adamw8bit]
 //
 // Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
 // weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
@@ -54,6 +54,7 @@
 #include "nn/checkpoint.h"
 #include "nn/functional.h"
 #include "nn/models/gpt.h"
+#include "nn/optim/adamw8bit.h"
 #include "nn/optim/optimizer.h"
 #include "nn/planner.h"
 #include "parallel/layer_stack.h"
@@ -94,7 +95,7 @@ Flags parse(int argc, char** argv) {
                                               "seed", "eval-every", "eval-batches", "save", "save-every", "resume",
                                               "threads", "generate", "profile", "profile-steps", "json", "help",
                                               "checkpoint", "memory-budget", "accum", "devices", "micro-batches",
-                                              "schedule", "placement", "capacity"};
+                                              "schedule", "placement", "capacity", "optim"};
   static const std::set<std::string> boolean = {"json", "help"};
   Flags f;
   for (int a = 1; a < argc; ++a) {
@@ -334,7 +335,18 @@ int run(int argc, char** argv) {
   for (auto& [name, p] : model.named_parameters()) (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
   decay.lr = no_decay.lr = lr;
   decay.weight_decay = 0.1;
-  nn::optim::AdamW opt(std::vector<nn::optim::ParamGroup>{decay, no_decay}, {lr, 0.9, 0.99, 1e-8, 0.1});
+  // --optim adamw8bit keeps the moments of tensors >= 4096 elements in 8 bits (nn/optim/adamw8bit.h).
+  const std::string optim_name = fl.get("optim", "adamw");
+  SNUG_CHECK(optim_name == "adamw" || optim_name == "adamw8bit", ValueError,
+             "charlm: --optim takes adamw or adamw8bit, got \"", optim_name, "\"");
+  std::unique_ptr<nn::optim::Optimizer> opt_holder;
+  if (optim_name == "adamw8bit")
+    opt_holder = std::make_unique<nn::optim::AdamW8bit>(std::vector<nn::optim::ParamGroup>{decay, no_decay},
+                                                        nn::optim::AdamW8bitOptions{lr, 0.9, 0.99, 1e-8, 0.1});
+  else
+    opt_holder = std::make_unique<nn::optim::AdamW>(std::vector<nn::optim::ParamGroup>{decay, no_decay},
+                                                    nn::optim::AdamOptions{lr, 0.9, 0.99, 1e-8, 0.1});
+  nn::optim::Optimizer& opt = *opt_holder;
   nn::optim::WarmupCosine sched(opt, std::min<int64_t>(100, steps), steps, 0.1);
   // Training batches: step s is epoch s of this loader (see TrainWindows).
   auto windows = std::make_shared<TrainWindows>(corpus.train, T, B);
@@ -486,14 +498,16 @@ int run(int argc, char** argv) {
       "\"activation_bytes_at_peak\": %lld, \"recompute_ms_per_step\": %.3f, \"predicted_peak_bytes\": %lld, "
       "\"predicted_recompute_ms\": %.3f, \"minimum_budget_bytes\": %lld, \"checkpointed_segments\": %lld, "
       "\"checkpointed_layers\": %lld, \"devices\": %lld, \"micro_batches\": %lld, \"schedule\": \"%s\", "
-      "\"peak_allocated_bytes_per_device\": %s, \"predicted_peak_bytes_per_device\": %s}\n",
+      "\"peak_allocated_bytes_per_device\": %s, \"predicted_peak_bytes_per_device\": %s, \"optim\": \"%s\", "
+      "\"optimizer_state_bytes\": %zu}\n",
       val_loss, train_loss, med, med > 0 ? double(B * T) / (med / 1000.0) : 0.0, (long long)model.num_parameters(),
       memory::peak_allocated(kCPU), static_cast<size_t>(ds.reserved_bytes.peak), (long long)steps, get_num_threads(),
       ckpt_mode.c_str(), (long long)accum, (long long)budget, (long long)ds.tag_bytes[act].peak,
       (long long)ds.tag_at_peak[act], median(recompute_ms), (long long)predicted_peak, predicted_recompute_ms,
       (long long)minimum_budget, (long long)model.checkpointing.num_checkpointed(), (long long)ckpt_layers,
       (long long)std::max<size_t>(devices.size(), 1), (long long)(placed ? micro_batches : accum),
-      placed ? parallel::schedule_name(schedule) : "none", per_device(false).c_str(), per_device(true).c_str());
+      placed ? parallel::schedule_name(schedule) : "none", per_device(false).c_str(), per_device(true).c_str(),
+      optim_name.c_str(), opt.state_bytes());
   return 0;
 }
 
