@@ -5,7 +5,7 @@ namespace snug::nn {
 namespace F = functional;
 
 MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, bool c, double d, bool bias)
-    : Module("MultiheadAttention"), embd(e), heads(h), causal(c), dropout_p(d) {
+    : Module("MultiheadAttention"), embd(e), heads(h), head_dim(h > 0 ? e / h : 0), causal(c), dropout_p(d) {
   SNUG_CHECK(e > 0 && h > 0 && e % h == 0, ValueError, "MultiheadAttention: embd (", e,
              ") must be a positive multiple of heads (", h, ")");
   qkv = register_module("qkv", std::make_shared<Linear>(e, 3 * e, bias));
@@ -17,12 +17,12 @@ Tensor MultiheadAttention::forward(const Tensor& x) { return forward(x, Tensor()
 Tensor MultiheadAttention::forward(const Tensor& x, const Tensor& mask) {
   SNUG_CHECK(x.dim() == 3 && x.size(2) == embd, ShapeError, "MultiheadAttention: expected input (B, T, ", embd,
              "), got ", shape_str(x.shape()));
-  const int64_t B = x.size(0), T = x.size(1), D = embd / heads;
+  const int64_t B = x.size(0), T = x.size(1), D = head_dim;
   Tensor qkv_out = qkv->forward(x);                                   // (B, T, 3C)
   Tensor split = qkv_out.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
   Tensor q = split.select(0, 0), k = split.select(0, 1), v = split.select(0, 2);
   Tensor y = F::scaled_dot_product_attention(q, k, v, causal, mask, dropout_p, is_training());  // (B, H, T, D)
-  y = y.transpose(1, 2).reshape({B, T, embd});                       // (B, T, C)
+  y = y.transpose(1, 2).reshape({B, T, heads * D});                  // (B, T, H D), = (B, T, C) unless heads were pruned
   return proj->forward(y);
 }
 

@@ -16,7 +16,10 @@ class MultiheadAttention : public Module {
   Tensor forward(const Tensor& x, const Tensor& mask);
   std::string repr() const override;
   std::shared_ptr<Linear> qkv, proj;
-  int64_t embd, heads;
+  // head_dim is embd / heads at construction. prune::compact can remove
+  // heads; then heads * head_dim < embd (qkv: (3 heads head_dim, embd), proj:
+  // (embd, heads head_dim)).
+  int64_t embd, heads, head_dim;
   bool causal;
   double dropout_p;
 };

@@ -206,6 +206,46 @@ void output_channels(nn::Module& layer, double amount, double n) {
   }
 }
 
+void attention_heads(nn::MultiheadAttention& a, double amount) {
+  check_amount("attention_heads", amount);
+  const int64_t H = a.heads, D = a.head_dim, inner = H * D;
+  const Tensor& wq = a.qkv->weight;  // (3 inner, E)
+  const Tensor& wp = a.proj->weight;  // (E, inner)
+  const int64_t E = wq.size(1), O = wp.size(0);
+  std::vector<float> w = values_of(wq), p = values_of(wp), alive = alive_of(wq);
+  std::vector<float> score(size_t(H), -1.0f);
+  int64_t n_alive = 0;
+  for (int64_t h = 0; h < H; ++h) {
+    double acc = 0;
+    bool any = false;
+    for (int64_t part = 0; part < 3; ++part)
+      for (int64_t r = part * inner + h * D; r < part * inner + (h + 1) * D; ++r)
+        for (int64_t e = 0; e < E; ++e) {
+          any = any || alive[size_t(r * E + e)] != 0;
+          acc += double(w[size_t(r * E + e)]) * w[size_t(r * E + e)];
+        }
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t d = h * D; d < (h + 1) * D; ++d) acc += double(p[size_t(o * inner + d)]) * p[size_t(o * inner + d)];
+    if (!any) continue;
+    ++n_alive;
+    score[size_t(h)] = float(std::sqrt(acc));
+  }
+  const std::vector<float> head_mask = mask_lowest(score, (H - n_alive) + std::llround(amount * double(n_alive)));
+  auto head_of_row = [&](int64_t r) { return (r % inner) / D; };
+  std::vector<float> mq(w.size()), mp(p.size());
+  for (int64_t r = 0; r < 3 * inner; ++r)
+    for (int64_t e = 0; e < E; ++e) mq[size_t(r * E + e)] = head_mask[size_t(head_of_row(r))];
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t d = 0; d < inner; ++d) mp[size_t(o * inner + d)] = head_mask[size_t(d / D)];
+  install(wq, mq);
+  install(wp, mp);
+  if (a.qkv->bias.defined()) {
+    std::vector<float> mb(size_t(3 * inner));
+    for (int64_t r = 0; r < 3 * inner; ++r) mb[size_t(r)] = head_mask[size_t(head_of_row(r))];
+    install(a.qkv->bias, mb);
+  }
+}
+
 void global_unstructured(const std::vector<ParamRef>& params, double amount) {
   check_amount("global_unstructured", amount);
   SNUG_CHECK(!params.empty(), ValueError, "prune::global_unstructured: no parameters given");

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "nn/attention.h"
 #include "nn/module.h"
 
 namespace snug::prune {
@@ -44,6 +45,12 @@ void ln_structured(nn::Module& m, const std::string& name, double amount, double
 // dim 0, and the same channels of "bias" (if any) masked too, so a pruned
 // channel outputs exactly zero and prune::compact can drop it.
 void output_channels(nn::Module& layer, double amount, double n = 2);
+
+// Whole attention heads: the round(amount * alive heads) heads with the
+// smallest L2 norm of their q, k, v rows and proj columns are masked (those
+// rows of qkv's weight and bias, those columns of proj's weight), so
+// prune::compact can remove them.
+void attention_heads(nn::MultiheadAttention& attn, double amount);
 
 // L1 over all the given parameters together: the smallest |w| across them
 // are pruned, so layers end up with different sparsities.

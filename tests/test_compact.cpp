@@ -9,6 +9,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "nn/attention.h"
 #include "nn/conv.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
@@ -128,4 +129,32 @@ TEST_CASE("a pruned channel with a live bias is folded into the next Linear exac
   prune::compact(*net);
   CHECK(fc1->weight.shape() == Shape{3, 4});
   CHECK(max_abs_diff(run_eval(*net, x), before) <= 1e-5);
+}
+
+TEST_CASE("attention heads: pruned heads are removed, outputs unchanged, proj takes the value bias") {
+  manual_seed(25);
+  auto block = std::make_shared<nn::TransformerBlock>(16, 4, /*causal=*/true);
+  Tensor x = randn({2, 5, 16});
+  prune::attention_heads(*block->attn, 0.5);
+  prune::output_channels(*block->fc, 0.25);
+  {
+    // A live value bias on the pruned heads: compaction must fold it, not lose it.
+    NoGradGuard ng;
+    prune::remove(*block->attn->qkv, "bias");
+    block->attn->qkv->bias.copy_(randn({48}));
+  }
+  const Tensor before = run_eval(*block, x);
+  nn::optim::AdamW opt(block->parameters(), {.lr = 1e-3});
+  auto rep = prune::compact(*block, &opt);
+  CHECK(block->attn->heads == 2);
+  CHECK(block->attn->qkv->weight.shape() == Shape{24, 16});
+  CHECK(block->attn->proj->weight.shape() == Shape{16, 8});
+  CHECK(block->fc->weight.shape() == Shape{48, 16});
+  CHECK(block->fc_proj->weight.shape() == Shape{16, 48});
+  CHECK(rep.layers.size() == 2);
+  CHECK(max_abs_diff(run_eval(*block, x), before) <= 1e-5);
+  Tensor loss = sum(square(block->forward(x)));
+  loss.backward();
+  opt.step();
+  CHECK(block->attn->qkv->weight.grad().shape() == Shape{24, 16});
 }
