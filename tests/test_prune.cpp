@@ -202,3 +202,20 @@ TEST_CASE("custom masks, the sparsity report and errors") {
         std::string::npos);
   CHECK(error_of([&] { prune::ln_structured(*fc, "weight", 0.5, 2, 3); }).find("out of range") != std::string::npos);
 }
+
+TEST_CASE("optimizer step post-hooks: per optimizer and global, removable") {
+  auto fc = seeded_linear(2, 2, 14);
+  nn::optim::SGD opt(fc->parameters(), {.lr = 0.1});
+  int local = 0, global = 0;
+  opt.register_step_post_hook([&](nn::optim::Optimizer& o) {
+    CHECK(&o == &opt);
+    ++local;
+  });
+  const int64_t id = nn::optim::register_optimizer_step_post_hook([&](nn::optim::Optimizer&) { ++global; });
+  opt.step();
+  opt.step();
+  nn::optim::remove_optimizer_step_post_hook(id);
+  opt.step();
+  CHECK(local == 3);
+  CHECK(global == 2);
+}
