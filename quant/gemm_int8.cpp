@@ -47,15 +47,25 @@ constexpr int64_t kKC = 512;  // k per block (a multiple of 4)
 
 int64_t round4(int64_t k) { return (k + 3) / 4 * 4; }
 
-// Packs B (N x K) into VNNI panels: out[(p * Kp/4 + g) * 64 + j * 4 + t] = B[16p + j, 4g + t].
+// Packs B (N x K) into VNNI panels: out[(p * Kp/4 + g) * 64 + j * 4 + t] = B[16p + j, 4g + t],
+// zero where n >= N or k >= K. Copies 4 bytes at a time.
 void pack_panels(int64_t N, int64_t K, const int8_t* B, int64_t ldb, int8_t* out) {
-  const int64_t Kp = round4(K), P = (N + 15) / 16;
-  std::memset(out, 0, size_t(P * 16 * Kp));
-  for (int64_t n = 0; n < N; ++n) {
-    int8_t* panel = out + (n / 16) * 16 * Kp;
-    const int64_t j = n % 16;
-    for (int64_t k = 0; k < K; ++k) panel[(k / 4) * 64 + j * 4 + (k % 4)] = B[n * ldb + k];
-  }
+  const int64_t Kp = round4(K), P = (N + 15) / 16, G = Kp / 4, full = K / 4;
+#pragma omp parallel for schedule(static) if (N * K > (1 << 20))
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t g = 0; g < G; ++g) {
+      int8_t* dst = out + (p * G + g) * 64;
+      for (int64_t j = 0; j < 16; ++j) {
+        const int64_t n = p * 16 + j;
+        if (n >= N) {
+          std::memset(dst + j * 4, 0, 4);
+        } else if (g < full) {
+          std::memcpy(dst + j * 4, B + n * ldb + g * 4, 4);
+        } else {
+          for (int64_t t = 0; t < 4; ++t) dst[j * 4 + t] = g * 4 + t < K ? B[n * ldb + g * 4 + t] : int8_t(0);
+        }
+      }
+    }
 }
 
 template <int MR, int NV>
