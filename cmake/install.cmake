@@ -15,7 +15,7 @@ set(SNUG_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/snug)
 install(TARGETS snug EXPORT snugTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir core autograd memory nn data parallel)
+foreach(dir core autograd memory nn data parallel prune quant)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/snug/${dir}
     FILES_MATCHING PATTERN "*.h")
 endforeach()

@@ -59,5 +59,13 @@
 #include "parallel/placement.h"
 #include "parallel/pipeline.h"
 
+// compression: pruning masks and compaction, int8 quantization, 8-bit AdamW
+#include "nn/optim/adamw8bit.h"
+#include "prune/compact.h"
+#include "prune/prune.h"
+#include "quant/convert.h"
+#include "quant/gemm_int8.h"
+#include "quant/modules.h"
+
 // cuda: device queries, in every build (no CUDA headers; 0 devices without CUDA)
 #include "cuda/cuda_api.h"

@@ -168,10 +168,10 @@ void AdamW8bit::step() {
         // Code of 0.0 in each map, absmax 0: the moments start at zero.
         const auto& sm = signed_map();
         const uint8_t zero_code = uint8_t(std::find(sm.begin(), sm.end(), 0.0f) - sm.begin());
-        st["exp_avg_q"] = full(p.shape(), double(zero_code), DType::u8);
-        st["exp_avg_sq_q"] = zeros(p.shape(), DType::u8);
-        st["exp_avg_absmax"] = zeros({nb}, DType::f32);
-        st["exp_avg_sq_absmax"] = zeros({nb}, DType::f32);
+        st["exp_avg_q"] = full(p.shape(), double(zero_code), TensorOptions(DType::u8, p.device()));
+        st["exp_avg_sq_q"] = zeros(p.shape(), TensorOptions(DType::u8, p.device()));
+        st["exp_avg_absmax"] = zeros({nb}, TensorOptions(DType::f32, p.device()));
+        st["exp_avg_sq_absmax"] = zeros({nb}, TensorOptions(DType::f32, p.device()));
       }
       uint8_t* mq = st["exp_avg_q"].data<uint8_t>();
       uint8_t* vq = st["exp_avg_sq_q"].data<uint8_t>();
