@@ -67,7 +67,7 @@ struct Args {
   std::string prune;        // "l1:0.9", "random:0.5", "global:0.9", "structured:0.5", "2:4"
   bool compact = false;     // after structured pruning: physically remove the pruned channels
   int finetune_epochs = -1;  // after pruning or for QAT; -1: 1 when pruning or with qat, else 0
-  double finetune_lr = 0;    // 0: a third of the model's lr
+  double finetune_lr = 0;    // 0: after pruning the model's lr (a short retraining), for QAT a third of it
   std::string quantize;      // dynamic | static | qat
   std::string observer;      // static: minmax (default) | moving_average | percentile; qat: moving_average
   int64_t calib = 2000;      // static: calibration images (the first of the training set)
@@ -274,7 +274,9 @@ void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Fi
                 100 * accuracy(net, test));
   }
   const int ft_epochs = a.finetune_epochs < 0 ? 1 : a.finetune_epochs;
-  const double ft_lr = a.finetune_lr > 0 ? a.finetune_lr : m.base_lr / 3;
+  // Retraining after heavy pruning wants the training lr: 90% L1 recovers to
+  // 98.46% with lr 0.03 but only 98.12% with 0.01 (docs/compression.md).
+  const double ft_lr = a.finetune_lr > 0 ? a.finetune_lr : m.base_lr;
   std::vector<double> ms = ft_epochs > 0 ? finetune(net, ft_epochs, ft_lr, "finetune") : std::vector<double>{};
   std::printf("%s", prune::format_sparsity_report(prune::sparsity_report(net)).c_str());
   prune::remove_all(net);
