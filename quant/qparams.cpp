@@ -22,6 +22,8 @@ void channel_geometry(const Shape& shape, int64_t axis, int64_t& C, int64_t& inn
 }
 
 void check(const QParams& qp, const Tensor& t, const char* fn) {
+  SNUG_CHECK(t.device().is_cpu(), DeviceError, fn, ": quantization runs on the CPU; got a tensor on ",
+             t.device().str(), " (move it with .to(kCPU))");
   SNUG_CHECK(qp.dtype == DType::u8 || qp.dtype == DType::i8, DTypeError, fn, ": quantized dtype must be u8 or i8, got ",
              dtype_name(qp.dtype));
   const int64_t C = qp.axis < 0 ? 1 : (qp.axis < t.dim() ? t.size(qp.axis) : -1);
@@ -76,6 +78,8 @@ QParams choose_qparams(const std::vector<float>& mins, const std::vector<float>&
 
 void min_max(const Tensor& x, int64_t axis, std::vector<float>& mins, std::vector<float>& maxs) {
   SNUG_CHECK(x.numel() > 0, ValueError, "quant::min_max: empty tensor of shape ", shape_str(x.shape()));
+  SNUG_CHECK(x.device().is_cpu(), DeviceError, "quant::min_max: quantization runs on the CPU; got a tensor on ",
+             x.device().str());
   SNUG_CHECK(axis < x.dim(), ValueError, "quant::min_max: axis ", axis, " out of range for shape ", shape_str(x.shape()));
   Tensor xc = raw::contiguous(raw::to_dtype(x, DType::f32));
   const float* p = xc.data<float>();
