@@ -1,6 +1,7 @@
 // Elementwise ops: forward and backward side by side. Backward closures use
 // raw ops (no double backward) and sum broadcast gradients back down with
 // raw::sum_to. Shapes: all ops broadcast NumPy-style; grads match inputs.
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/raw_ops.h"
@@ -88,7 +89,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor pow(const Tensor& a, const Tensor& b) {
+Tensor pow(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast::widen(a_in), b = autocast::widen(b_in);  // autocast: f32
   Tensor out = raw::binary(BinaryOp::pow, a, b);
   if (any_requires_grad({a, b})) {
     Shape sa = a.shape(), sb = b.shape();
@@ -110,7 +112,8 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor pow(const Tensor& a, double e) {
+Tensor pow(const Tensor& a_in, double e) {
+  const Tensor a = autocast::widen(a_in);  // autocast: f32
   Tensor out = raw::unary(UnaryOp::pow_scalar, a, e);
   if (any_requires_grad({a}))
     record("pow", {a}, {out}, {a}, [e](FunctionNode& self, const G& g) -> G {
@@ -154,7 +157,8 @@ Tensor neg(const Tensor& x) {
   return out;
 }
 
-Tensor exp(const Tensor& x) {
+Tensor exp(const Tensor& x_in) {
+  const Tensor x = autocast::widen(x_in);  // autocast: f32
   Tensor out = raw::unary(UnaryOp::exp, x);
   if (any_requires_grad({x}))  // d = exp(x) = out
     record("exp", {x}, {out}, {out}, [](FunctionNode& self, const G& g) -> G {
@@ -163,7 +167,8 @@ Tensor exp(const Tensor& x) {
   return out;
 }
 
-Tensor log(const Tensor& x) {
+Tensor log(const Tensor& x_in) {
+  const Tensor x = autocast::widen(x_in);  // autocast: f32
   Tensor out = raw::unary(UnaryOp::log, x);
   if (any_requires_grad({x}))  // d = 1/x
     record("log", {x}, {out}, {x}, [](FunctionNode& self, const G& g) -> G {

@@ -97,10 +97,16 @@ void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& seeds
     bool is_leaf_acc = dynamic_cast<AccumulateGrad*>(node) != nullptr;
     if (is_leaf_acc && captures) continue;  // autograd::grad leaves .grad alone
     // Outputs that got no gradient are zero for the node's math.
-    for (int k = 0; k < node->num_outputs; ++k)
-      if (!grads[k].defined() && k < static_cast<int>(node->output_shapes.size()) &&
-          is_floating(node->output_dtypes[k]))
+    // A gradient that arrives in another floating dtype than its output (a
+    // mixed-precision graph: an f32 and a half use of the same tensor) is
+    // converted to the output's dtype, as PyTorch's engine does.
+    for (int k = 0; k < node->num_outputs; ++k) {
+      if (k >= static_cast<int>(node->output_shapes.size()) || !is_floating(node->output_dtypes[k])) continue;
+      if (!grads[k].defined())
         grads[k] = zeros(node->output_shapes[k], TensorOptions(node->output_dtypes[k], node->output_devices[k]));
+      else if (grads[k].is_floating_point() && grads[k].dtype() != node->output_dtypes[k])
+        grads[k] = raw::to_dtype(grads[k], node->output_dtypes[k]);
+    }
     std::vector<Tensor> outs;
     {
       memory::OpScope op(node->name());

@@ -1,6 +1,7 @@
 // matmul: out = a @ b, torch.matmul semantics.
 //   a (..., M, K) @ b (..., K, N) -> (..., M, N), batch dims broadcast.
 //   backward: ga = g @ b^T, gb = a^T @ g, each summed over broadcast batch dims.
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -12,7 +13,9 @@ using autograd::any_requires_grad;
 using autograd::record;
 using G = std::vector<Tensor>;
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  // Autocast: low precision (autograd/autocast.h); identity outside a scope.
+  const Tensor a = autocast::lower(a_in), b = autocast::lower(b_in);
   // Check the contracted dim here, with the caller's shapes: the 1-D forms
   // below reach raw::matmul with unsqueezed shapes the caller never wrote.
   SNUG_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: both arguments need at least 1 dim, got shapes ",

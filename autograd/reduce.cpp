@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/raw_ops.h"
@@ -100,7 +101,8 @@ ValuesIndices extreme_dim(const char* name, bool is_max, const Tensor& x, int64_
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  const Tensor x = autocast::widen(x_in);  // autocast: f32
   Tensor out = raw::reduce(ReduceOp::sum, x, dims, keepdim);
   if (any_requires_grad({x})) {
     Shape in = x.shape();
@@ -113,7 +115,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return out;
 }
 
-Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  const Tensor x = autocast::widen(x_in);  // autocast: f32
   Tensor out = raw::reduce(ReduceOp::mean, x, dims, keepdim);
   if (any_requires_grad({x})) {
     Shape in = x.shape();
@@ -147,7 +150,8 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return raw::arg_redu
 // var = sum((x - mean)^2) / max(n - correction, 0)
 // d var / d x_i = 2 (x_i - mean) / (n - correction)   (the mean's own
 // derivative drops out because sum(x - mean) = 0)
-Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  const Tensor x = autocast::widen(x_in);  // autocast: f32
   SNUG_CHECK(x.is_floating_point(), DTypeError, "var: expected a floating dtype (f32, f16, bf16, f64), got ",
              dtype_name(x.dtype()), "; convert with .to(kFloat32)");
   Tensor m = raw::reduce(ReduceOp::mean, x, dims, true);
@@ -172,7 +176,8 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 // logsumexp = m + log(sum(exp(x - m))), m = max(x) (0 where m is +-inf, so a
 // row of -inf gives -inf rather than NaN).
 // d / d x_i = exp(x_i - logsumexp) = softmax(x)_i
-Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+Tensor logsumexp(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  const Tensor x = autocast::widen(x_in);  // autocast: f32
   SNUG_CHECK(x.is_floating_point(), DTypeError, "logsumexp: expected a floating dtype (f32, f16, bf16, f64), got ",
              dtype_name(x.dtype()), "; convert with .to(kFloat32)");
   Tensor m = raw::reduce(ReduceOp::max, x, dims, true);

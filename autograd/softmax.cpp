@@ -3,6 +3,7 @@
 // (the kernels are core/cpu_softmax.cpp):
 //   softmax:      dx = y * (g - sum(g * y))
 //   log_softmax:  dx = g - exp(y) * sum(g)
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "core/raw_ops.h"
@@ -25,7 +26,9 @@ Tensor softmax_impl(const char* name, const Tensor& x, int64_t dim, bool log) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl("softmax", x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl("log_softmax", x, dim, true); }
+// Under autocast log_softmax widens to f32 (its output feeds losses); softmax
+// computes in f32 and keeps the input's storage (autograd/autocast.h).
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl("log_softmax", autocast::widen(x), dim, true); }
 
 Tensor Tensor::softmax(int64_t dim) const { return snug::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return snug::log_softmax(*this, dim); }

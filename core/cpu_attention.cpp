@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/cpu_backend.h"
 #include "core/cpu_loop.h"
@@ -28,6 +29,18 @@ void CpuBackend::causal_softmax(const Tensor& x, double scale, const Tensor& out
       T* yr = yp + r * Tk;
       if constexpr (std::is_same_v<T, float>) {
         cpu::softmax_row_f32(xr, yr, visible, sc, false);
+      } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        // Widen the row, run the f32 row kernel, round once on the way out.
+        thread_local std::vector<float> buf;
+        buf.resize(size_t(2 * visible));
+        float *in = buf.data(), *o = buf.data() + visible;
+        const uint16_t* xb = reinterpret_cast<const uint16_t*>(xr);
+        uint16_t* yb = reinterpret_cast<uint16_t*>(yr);
+        if constexpr (std::is_same_v<T, Half>) half_to_float_array(xb, in, visible);
+        else bf16_to_float_array(xb, in, visible);
+        cpu::softmax_row_f32(in, o, visible, sc, false);
+        if constexpr (std::is_same_v<T, Half>) float_to_half_array(o, yb, visible);
+        else float_to_bf16_array(o, yb, visible);
       } else {
         A m = -std::numeric_limits<A>::infinity();
         for (int64_t j = 0; j < visible; ++j) m = std::max(m, sc * A(xr[j]));

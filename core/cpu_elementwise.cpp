@@ -1,5 +1,6 @@
 // CPU elementwise kernels: copy/convert, fill, unary, binary, compare, where.
 // The math is the shared functors of core/functors.h; the loop is cpu_loop.h.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -37,11 +38,37 @@ inline constexpr bool needs_round_odd_v =
     std::is_same_v<T, double> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
 }  // namespace
 
+// Contiguous f32 <-> f16/bf16: the bulk converters of core/half.cpp (AVX-512
+// or F16C, bit-identical to the scalar ones), in chunks across threads.
+// Mixed precision converts every matmul operand and result this way.
+static bool convert_half_fast(const Tensor& src, const Tensor& dst) {
+  const DType s = src.dtype(), d = dst.dtype();
+  void (*fn)(const void*, void*, int64_t) = nullptr;
+  if (s == DType::f16 && d == DType::f32)
+    fn = [](const void* a, void* b, int64_t n) { half_to_float_array(static_cast<const uint16_t*>(a), static_cast<float*>(b), n); };
+  else if (s == DType::bf16 && d == DType::f32)
+    fn = [](const void* a, void* b, int64_t n) { bf16_to_float_array(static_cast<const uint16_t*>(a), static_cast<float*>(b), n); };
+  else if (s == DType::f32 && d == DType::f16)
+    fn = [](const void* a, void* b, int64_t n) { float_to_half_array(static_cast<const float*>(a), static_cast<uint16_t*>(b), n); };
+  else if (s == DType::f32 && d == DType::bf16)
+    fn = [](const void* a, void* b, int64_t n) { float_to_bf16_array(static_cast<const float*>(a), static_cast<uint16_t*>(b), n); };
+  if (!fn || src.shape() != dst.shape() || !src.is_contiguous() || !dst.is_contiguous()) return false;
+  const int64_t n = dst.numel();
+  const char* a = static_cast<const char*>(src.data_ptr());
+  char* b = static_cast<char*>(dst.data_ptr());
+  const int64_t sa = int64_t(dtype_size(s)), sb = int64_t(dtype_size(d));
+  const int64_t chunk = cpu::kParallelGrain;
+#pragma omp parallel for if (n > 2 * chunk) schedule(static)
+  for (int64_t i = 0; i < n; i += chunk) fn(a + i * sa, b + i * sb, std::min(chunk, n - i));
+  return true;
+}
+
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   if (src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() && dst.is_contiguous()) {
     if (dst.nbytes()) std::memmove(dst.data_ptr(), src.data_ptr(), dst.nbytes());
     return;
   }
+  if (convert_half_fast(src, dst)) return;
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     dispatch_all(src.dtype(), "copy", [&]<class S>() {
       using C = std::conditional_t<std::is_same_v<compute_t<S>, double> || std::is_same_v<compute_t<D>, double>,

@@ -13,39 +13,63 @@
 
 namespace snug {
 
+namespace {
+// NOTE [ Half-precision layer norm ]: f16/bf16 rows are widened into f32
+// buffers with the bulk converters (one per thread) and the f32 code runs on
+// them; a row-wise scalar Half conversion would cost more than the math.
+// rowbuf<T>::get(src, buf, n) gives an A-typed view of src: src itself for
+// f32/f64, else buf filled with the widened row.
+template <class T, class A>
+const A* widen_row(const T* src, std::vector<float>& buf, int64_t n) {
+  if constexpr (cpu::is_half_storage_v<T>) {
+    buf.resize(size_t(n));
+    cpu::load_as_float(src, buf.data(), n);
+    return buf.data();
+  } else {
+    return src;
+  }
+}
+}  // namespace
+
 void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
                             const Tensor& mean, const Tensor& rstd) {
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
   dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    constexpr bool half = cpu::is_half_storage_v<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
-    const T* wp = weight.defined() ? static_cast<const T*>(weight.data_ptr()) : nullptr;
-    const T* bp = bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr;
+    std::vector<float> wbuf, bbuf;
+    const A* wp = weight.defined() ? widen_row<T, A>(static_cast<const T*>(weight.data_ptr()), wbuf, C) : nullptr;
+    const A* bp = bias.defined() ? widen_row<T, A>(static_cast<const T*>(bias.data_ptr()), bbuf, C) : nullptr;
     T* yp = static_cast<T*>(out.data_ptr());
     float* mp = static_cast<float*>(mean.data_ptr());
     float* rp = static_cast<float*>(rstd.data_ptr());
 #pragma omp parallel for if (R * C > cpu::kParallelGrain) schedule(static)
     for (int64_t r = 0; r < R; ++r) {
-      const T* xr = xp + r * C;
+      thread_local std::vector<float> xbuf, ybuf;
+      const A* xr = widen_row<T, A>(xp + r * C, xbuf, C);
       // Two passes (mean, then centred squares): stable without Welford.
       A s = 0;
-      for (int64_t c = 0; c < C; ++c) s += A(xr[c]);
+      for (int64_t c = 0; c < C; ++c) s += xr[c];
       A mu = s / A(C);
       A v = 0;
       for (int64_t c = 0; c < C; ++c) {
-        A d = A(xr[c]) - mu;
+        A d = xr[c] - mu;
         v += d * d;
       }
       A rs = A(1) / std::sqrt(v / A(C) + A(eps));
       mp[r] = float(mu);
       rp[r] = float(rs);
       T* yr = yp + r * C;
+      if constexpr (half) ybuf.resize(size_t(C));
       for (int64_t c = 0; c < C; ++c) {
-        A h = (A(xr[c]) - mu) * rs;
-        if (wp) h *= A(wp[c]);
-        if (bp) h += A(bp[c]);
-        yr[c] = T(h);
+        A h = (xr[c] - mu) * rs;
+        if (wp) h *= wp[c];
+        if (bp) h += bp[c];
+        if constexpr (half) ybuf[c] = h;
+        else yr[c] = T(h);
       }
+      if constexpr (half) cpu::store_from_float(ybuf.data(), yr, C);
     }
   });
 }
@@ -56,9 +80,11 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
   dispatch_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    constexpr bool half = cpu::is_half_storage_v<T>;
     const T* gp = static_cast<const T*>(grad_out.data_ptr());
     const T* xp = static_cast<const T*>(x.data_ptr());
-    const T* wp = weight.defined() ? static_cast<const T*>(weight.data_ptr()) : nullptr;
+    std::vector<float> wbuf;
+    const A* wp = weight.defined() ? widen_row<T, A>(static_cast<const T*>(weight.data_ptr()), wbuf, C) : nullptr;
     const float* mp = static_cast<const float*>(mean.data_ptr());
     const float* rp = static_cast<const float*>(rstd.data_ptr());
     T* gxp = grad_x.defined() ? static_cast<T*>(grad_x.data_ptr()) : nullptr;
@@ -73,15 +99,16 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
       int64_t r0 = R * t / T_, r1 = R * (t + 1) / T_;
       A* pw = want_wb ? part_w.data() + size_t(t) * C : nullptr;
       A* pb = want_wb ? part_b.data() + size_t(t) * C : nullptr;
+      std::vector<float> gbuf, xbuf, obuf(half ? size_t(C) : 0);
       for (int64_t r = r0; r < r1; ++r) {
-        const T* gr = gp + r * C;
-        const T* xr = xp + r * C;
+        const A* gr = widen_row<T, A>(gp + r * C, gbuf, C);
+        const A* xr = widen_row<T, A>(xp + r * C, xbuf, C);
         A mu = A(mp[r]), rs = A(rp[r]);
         A sum_gh = 0, sum_ghx = 0;
         for (int64_t c = 0; c < C; ++c) {
-          A xh = (A(xr[c]) - mu) * rs;
-          A g = A(gr[c]);
-          A gh = wp ? g * A(wp[c]) : g;
+          A xh = (xr[c] - mu) * rs;
+          A g = gr[c];
+          A gh = wp ? g * wp[c] : g;
           sum_gh += gh;
           sum_ghx += gh * xh;
           if (pw) {
@@ -93,10 +120,12 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
           A m1 = sum_gh / A(C), m2 = sum_ghx / A(C);
           T* gxr = gxp + r * C;
           for (int64_t c = 0; c < C; ++c) {
-            A xh = (A(xr[c]) - mu) * rs;
-            A gh = wp ? A(gr[c]) * A(wp[c]) : A(gr[c]);
-            gxr[c] = T(rs * (gh - m1 - xh * m2));
+            A xh = (xr[c] - mu) * rs;
+            A gh = wp ? gr[c] * wp[c] : gr[c];
+            if constexpr (half) obuf[c] = rs * (gh - m1 - xh * m2);
+            else gxr[c] = T(rs * (gh - m1 - xh * m2));
           }
+          if constexpr (half) cpu::store_from_float(obuf.data(), gxr, C);
         }
       }
     }

@@ -200,6 +200,15 @@ void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& o
           cpu::softmax_row_f32(xr, yr, L, 1.0f, log);
           continue;
         }
+      } else if constexpr (cpu::is_half_storage_v<T>) {
+        if (sx == 1 && so == 1) {  // widen the row, the f32 row kernel, round once
+          thread_local std::vector<float> buf;
+          buf.resize(size_t(2 * L));
+          cpu::load_as_float(xr, buf.data(), L);
+          cpu::softmax_row_f32(buf.data(), buf.data() + L, L, 1.0f, log);
+          cpu::store_from_float(buf.data() + L, yr, L);
+          continue;
+        }
       }
       // A NaN anywhere makes m NaN, and the whole row NaN, as in PyTorch.
       C m = -INFINITY;
@@ -255,6 +264,16 @@ void CpuBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64
       if constexpr (std::is_same_v<T, float>) {
         if (sg == 1 && sy == 1 && sd == 1) {
           softmax_backward_row_f32(g, yr, d, L, log);
+          continue;
+        }
+      } else if constexpr (cpu::is_half_storage_v<T>) {
+        if (sg == 1 && sy == 1 && sd == 1) {  // widen the rows, the f32 row kernel, round once
+          thread_local std::vector<float> buf;
+          buf.resize(size_t(3 * L));
+          cpu::load_as_float(g, buf.data(), L);
+          cpu::load_as_float(yr, buf.data() + L, L);
+          softmax_backward_row_f32(buf.data(), buf.data() + L, buf.data() + 2 * L, L, log);
+          cpu::store_from_float(buf.data() + 2 * L, d, L);
           continue;
         }
       }

@@ -44,7 +44,8 @@ Registry& registry() {
 
 const char* tag_name(Tag t) {
   static const char* names[kNumTags] = {"other", "parameter", "gradient", "optimizer_state",
-                                        "activation", "temporary", "data", "workspace"};
+                                        "activation", "temporary", "data", "workspace",
+                                        "master_weights"};
   int i = static_cast<int>(t);
   return i >= 0 && i < kNumTags ? names[i] : "?";
 }

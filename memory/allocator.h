@@ -26,8 +26,9 @@ enum class Tag : uint8_t {
   temporary,
   data,
   workspace,
+  master_weights,  // f32 master copies of half-precision parameters (nn/optim)
 };
-inline constexpr int kNumTags = 8;
+inline constexpr int kNumTags = 9;
 const char* tag_name(Tag t);
 
 // Allocates nbytes (may be 0) on device d; the pointer is 64-byte aligned at

@@ -1,5 +1,7 @@
 #include "nn/checkpoint.h"
 
+#include <optional>
+
 #include "core/safetensors.h"
 
 namespace snug::nn {
@@ -25,6 +27,8 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts, int6
   for (auto& [n, t] : parts.model->state_dict()) tensors.emplace_back("model." + n, t);
   if (parts.optimizer)
     for (auto& [n, t] : parts.optimizer->state_dict()) tensors.emplace_back("optim." + n, t);
+  if (parts.scaler)
+    for (auto& [n, t] : parts.scaler->state_dict()) tensors.emplace_back("scaler." + n, t);
   std::map<std::string, std::string> md = extra;
   md["format"] = kFormat;
   md["step"] = std::to_string(step);
@@ -45,11 +49,12 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts&
              " is not a snug checkpoint (metadata \"format\" is ",
              fmt == f.metadata.end() ? std::string("missing") : "\"" + fmt->second + "\"", ", expected \"", kFormat,
              "\")");
-  NamedTensors model_sd, optim_sd;
+  NamedTensors model_sd, optim_sd, scaler_sd;
   for (auto& [n, t] : f.tensors) {
     if (n.rfind("model.", 0) == 0) model_sd.emplace_back(n.substr(6), t);
     else if (n.rfind("optim.", 0) == 0) optim_sd.emplace_back(n.substr(6), t);
-    else throw IOError(str("load_checkpoint: ", path, ": unexpected tensor \"", n, "\" (expected model.* or optim.*)"));
+    else if (n.rfind("scaler.", 0) == 0) scaler_sd.emplace_back(n.substr(7), t);
+    else throw IOError(str("load_checkpoint: ", path, ": unexpected tensor \"", n, "\" (expected model.*, optim.* or scaler.*)"));
   }
   LoadedCheckpoint out;
   out.metadata = f.metadata;
@@ -60,6 +65,17 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts&
   for (auto& [name, g] : parts.generators)
     rng.push_back({parse_u64(f.metadata, "rng." + name + ".seed", path),
                    parse_u64(f.metadata, "rng." + name + ".offset", path)});
+  SNUG_CHECK(!parts.scaler || !scaler_sd.empty(), IOError, "load_checkpoint: ", path,
+             " holds no GradScaler state but a scaler was given");
+  std::optional<amp::GradScaler> scaler_new;
+  if (parts.scaler) {
+    scaler_new.emplace(*parts.scaler);
+    try {
+      scaler_new->load_state_dict(scaler_sd);
+    } catch (const Error& e) {
+      throw IOError(str("load_checkpoint: ", path, ": bad GradScaler state: ", e.what()));
+    }
+  }
   SNUG_CHECK(!parts.optimizer || !optim_sd.empty(), IOError, "load_checkpoint: ", path,
              " holds no optimizer state but an optimizer was given");
   // Fix: a checkpoint whose optimizer state did not fit the optimizer threw
@@ -80,6 +96,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts&
     }
   }
   if (parts.scheduler) parts.scheduler->set_last_step(static_cast<int64_t>(sched_step));
+  if (parts.scaler) *parts.scaler = *scaler_new;
   for (size_t i = 0; i < parts.generators.size(); ++i) parts.generators[i].second->set_state(rng[i]);
   return out;
 }

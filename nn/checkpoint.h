@@ -2,7 +2,8 @@
 // one safetensors file, with the rest as string metadata in its header.
 //
 // Keys: "model.<name>" (Module::state_dict), "optim.<key>"
-// (Optimizer::state_dict). Metadata: "format" = "snug.checkpoint.v1",
+// (Optimizer::state_dict), "scaler.<key>" (GradScaler::state_dict; a file
+// with scaler state loads without a scaler too, the state is then unused). Metadata: "format" = "snug.checkpoint.v1",
 // "step", "scheduler.step", "rng.<name>.seed" / "rng.<name>.offset" (decimal
 // u64), and the caller's extra entries. Written atomically (temporary file,
 // fsync, rename): a crash or error mid-save leaves the previous file intact.
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/generator.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 
@@ -25,6 +27,7 @@ struct CheckpointParts {
   optim::Optimizer* optimizer = nullptr;         // optional
   optim::LRScheduler* scheduler = nullptr;       // optional
   std::vector<std::pair<std::string, Generator*>> generators;  // e.g. {"default", &default_generator()}
+  amp::GradScaler* scaler = nullptr;             // optional (mixed precision)
 };
 
 void save_checkpoint(const std::string& path, const CheckpointParts& parts, int64_t step,

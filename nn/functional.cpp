@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/node.h"
 #include "core/backend.h"
@@ -19,7 +20,9 @@ using G = std::vector<Tensor>;
 // ---- linear ------------------------------------------------------------------------
 // x (..., in), weight (out, in), bias (out) -> (..., out)
 // backward: gx = g @ W, gW = g^T @ x, gb = sum over rows of g
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  // Autocast: low precision, weight casts cached (autograd/autocast.h).
+  const Tensor x = autocast::lower(x_in), weight = autocast::lower(weight_in), bias = autocast::lower(bias_in);
   SNUG_CHECK(weight.dim() == 2, ShapeError, "linear: weight must be (out, in), got ", shape_str(weight.shape()));
   SNUG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), ShapeError, "linear: input of shape ",
              shape_str(x.shape()), " does not match weight ", shape_str(weight.shape()), " (expected last dim ",
@@ -108,7 +111,10 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
       return {raw::index_add(zeros(ws, g2.options()), 0, self.saved_at(0), g2)};
     });
   }
-  return y;
+  // Autocast: the rows are looked up in the weight's dtype (so backward sums
+  // them there) and the output is lowered: it starts a residual stream that
+  // the low-precision ops consume (docs/mixed_precision.md).
+  return autocast::lower(y);
 }
 
 // ---- losses ------------------------------------------------------------------------
@@ -126,8 +132,9 @@ Tensor reduce_loss(const Tensor& per_row, Reduction r, const Tensor& count_valid
 // logits (N, C), target (N) -> scalar (or (N) with Reduction::none)
 // loss_i = (1 - eps) * (-logp[i, t_i]) + eps * mean_c(-logp[i, c]) for rows with t_i != ignore
 // d loss_i / d logits_i = softmax_i - (1 - eps) * onehot(t_i) - eps / C
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double eps,
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index, double eps,
                      Reduction reduction) {
+  const Tensor logits = autocast::widen(logits_in);  // autocast: losses in f32
   SNUG_CHECK(logits.dim() == 2, ShapeError, "cross_entropy: logits must be (N, C), got ", shape_str(logits.shape()),
              "; flatten extra dims first, e.g. logits.view({-1, C})");
   SNUG_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), ShapeError, "cross_entropy: target of shape ",
@@ -190,7 +197,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   return out;
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index, Reduction reduction) {
+Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, int64_t ignore_index, Reduction reduction) {
+  const Tensor log_probs = autocast::widen(log_probs_in);  // autocast: losses in f32
   SNUG_CHECK(log_probs.dim() == 2, ShapeError, "nll_loss: log_probs must be (N, C), got ",
              shape_str(log_probs.shape()));
   SNUG_CHECK(target.dim() == 1 && target.size(0) == log_probs.size(0), ShapeError, "nll_loss: target of shape ",
@@ -205,7 +213,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_in
   return reduce_loss(per_row, reduction, reduction == Reduction::mean ? sum(validf) : Tensor());
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
+  const Tensor input = autocast::widen(input_in), target = autocast::widen(target_in);  // autocast: f32
   SNUG_CHECK(input.shape() == target.shape(), ShapeError, "mse_loss: input ", shape_str(input.shape()),
              " and target ", shape_str(target.shape()), " must have the same shape");
   Tensor d = input - target;
@@ -213,7 +222,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 }
 
 // loss = max(x, 0) - x t + log(1 + exp(-|x|));  d/dx = sigmoid(x) - t
-Tensor binary_cross_entropy_with_logits(const Tensor& x, const Tensor& t, Reduction reduction) {
+Tensor binary_cross_entropy_with_logits(const Tensor& x_in, const Tensor& t_in, Reduction reduction) {
+  const Tensor x = autocast::widen(x_in), t = autocast::widen(t_in);  // autocast: losses in f32
   SNUG_CHECK(x.shape() == t.shape(), ShapeError, "binary_cross_entropy_with_logits: logits ", shape_str(x.shape()),
              " and target ", shape_str(t.shape()), " must have the same shape");
   Tensor tt = raw::to_dtype(t, x.dtype());

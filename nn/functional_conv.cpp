@@ -1,6 +1,7 @@
 // nn::functional::conv2d: checks, output shape, the backend call and the
 // backward beside it. The arithmetic (im2col + GEMM on the CPU) is in the
 // backend: core/cpu_conv.cpp.
+#include "autograd/autocast.h"
 #include <array>
 
 #include "autograd/node.h"
@@ -24,8 +25,10 @@ std::string pair_str(std::array<int64_t, 2> a) { return str("(", a[0], ", ", a[1
 // backward (the backend's conv2d_backward):
 //   gx = the transposed convolution of g by w;  gw[co, c, i, j] = sum_{n, oh, ow} g[n, co, oh, ow] x[n, c, ...];
 //   gb[co] = sum_{n, oh, ow} g[n, co, oh, ow]
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::array<int64_t, 2> stride,
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, std::array<int64_t, 2> stride,
               std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation, int64_t groups) {
+  // Autocast: low precision (autograd/autocast.h); identity outside a scope.
+  const Tensor x = autocast::lower(x_in), weight = autocast::lower(weight_in), bias = autocast::lower(bias_in);
   SNUG_CHECK(x.dim() == 4, ShapeError, "conv2d: expected input (N, C, H, W), got ", shape_str(x.shape()),
              x.dim() == 3 ? "; add a batch dim with unsqueeze(0)" : "");
   SNUG_CHECK(weight.dim() == 4, ShapeError, "conv2d: expected weight (Cout, Cin/groups, kH, kW), got ",

@@ -8,6 +8,7 @@
 //          [--checkpoint none|sqrt|auto|stage] [--memory-budget BYTES] [--accum K]
 //          [--devices cpu:1,cpu:2 [--micro-batches M] [--schedule gpipe|1f1b]
 //           [--placement memory|time] [--capacity BYTES]] [--optim adamw|adamw8bit]
+//          [--amp f16|bf16]
 //
 // Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
 // weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
@@ -25,6 +26,12 @@
 // checks that a step fits and stops with the minimum if it cannot. --accum K
 // splits each batch of --batch rows into K micro-batches (token-weighted
 // gradient accumulation): the same gradients at about 1/K of the activations.
+//
+// Mixed precision (docs/mixed_precision.md): --amp bf16|f16 runs forward
+// passes (training and evaluation) under an autocast scope; parameters, their
+// gradients and the optimizer stay f32. f16 adds a GradScaler (dynamic loss
+// scaling; its state goes into --save checkpoints); bf16 has f32's exponent
+// range and needs none. Not combined with --devices yet.
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +57,9 @@
 #include "data/dataloader.h"
 #include "memory/allocator.h"
 #include "memory/stats.h"
+#include "autograd/autocast.h"
 #include "nn/accumulate.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/checkpoint.h"
 #include "nn/functional.h"
 #include "nn/models/gpt.h"
@@ -95,7 +104,7 @@ Flags parse(int argc, char** argv) {
                                               "seed", "eval-every", "eval-batches", "save", "save-every", "resume",
                                               "threads", "generate", "profile", "profile-steps", "json", "help",
                                               "checkpoint", "memory-budget", "accum", "devices", "micro-batches",
-                                              "schedule", "placement", "capacity", "optim"};
+                                              "schedule", "placement", "capacity", "optim", "amp"};
   static const std::set<std::string> boolean = {"json", "help"};
   Flags f;
   for (int a = 1; a < argc; ++a) {
@@ -189,10 +198,13 @@ std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B,
 
 // tokens (B, T) -> logits (B, T, V), wherever the model's layers live.
 using LogitsFn = std::function<Tensor(const Tensor&)>;
+// amp: the autocast dtype, or nullopt for f32.
+using Amp = std::optional<DType>;
 
 double evaluate(nn::models::GPT& model, const LogitsFn& logits_of, const std::vector<int64_t>& data, int64_t B,
-                int64_t T, int64_t batches, uint64_t seed) {
+                int64_t T, int64_t batches, uint64_t seed, Amp amp) {
   NoGradGuard ng;
+  AutocastGuard ac(amp.value_or(DType::bf16), amp.has_value());
   model.eval();
   Generator gen(seed);  // the same batches at every evaluation
   double total = 0;
@@ -294,6 +306,15 @@ int run(int argc, char** argv) {
     for (const Device& d : placed ? devices : std::vector<Device>{kCPU}) memory::set_capacity(d, static_cast<std::size_t>(cap));
   }
   const int64_t budget = fl.has("memory-budget") ? nn::parse_bytes(fl.get("memory-budget", "")) : -1;
+  Amp amp;
+  if (fl.has("amp")) {
+    const std::string a = fl.get("amp", "");
+    SNUG_CHECK(a == "f16" || a == "bf16", ValueError, "charlm: --amp expects f16 or bf16, got \"", a, "\"");
+    SNUG_CHECK(!placed, ValueError, "charlm: --amp is not supported with --devices yet");
+    amp = a == "f16" ? DType::f16 : DType::bf16;
+  }
+  // f16 needs loss scaling; bf16 has f32's range (the scaler stays disabled).
+  nn::amp::GradScaler scaler({.enabled = amp == DType::f16});
   SNUG_CHECK(ckpt_mode != "auto" || budget > 0, ValueError, "charlm: --checkpoint auto needs --memory-budget BYTES");
 
   manual_seed(seed);
@@ -352,6 +373,9 @@ int run(int argc, char** argv) {
   auto windows = std::make_shared<TrainWindows>(corpus.train, T, B);
   data::DataLoader loader(windows, {.batch_size = B, .seed = seed + 1000});
   nn::CheckpointParts parts{&model, &opt, &sched, {{"default", &default_generator()}}};
+  if (scaler.is_enabled()) parts.scaler = &scaler;
+  scaler.name_parameters(model.named_parameters());
+  int64_t skipped_steps = 0;
 
   int64_t start = 0;
   if (fl.has("resume")) {
@@ -429,26 +453,35 @@ int run(int argc, char** argv) {
     // its share of the batch's tokens (nn/accumulate.h).
     nn::GradAccumulator acc(static_cast<double>(nn::count_tokens(y)));
     double pipe_loss = NAN;
+    const double loss_scale = scaler.get_scale();
     if (pipe) {
       pipe_loss = pipe->step(x, y);  // forward + backward of every micro-batch, over the devices
     } else {
       std::vector<Tensor> xs = nn::split_batch(x, accum), ys = nn::split_batch(y, accum);
+      // One autocast scope per step: the weights are cast once, even with --accum.
+      AutocastGuard ac(amp.value_or(DType::bf16), amp.has_value());
       for (int64_t k = 0; k < accum; ++k) {
         Tensor loss;
         {
           memory::TagScope tag(memory::Tag::activation);
           loss = model.loss(xs[k], ys[k]);
         }
-        acc.backward(loss, static_cast<double>(nn::count_tokens(ys[k])));
+        acc.backward(scaler.scale(loss), static_cast<double>(nn::count_tokens(ys[k])));
       }
     }
-    opt.step();
+    if (!scaler.step(opt)) {
+      ++skipped_steps;
+      if (!json)
+        std::fprintf(stderr, "%sstep %lld skipped: %s\n", tty ? "\n" : "", (long long)(step + 1),
+                     scaler.overflow_report().c_str());
+    }
+    scaler.update();
     sched.step();
     auto t1 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     step_ms.push_back(ms);
     recompute_ms.push_back(autograd::recompute_stats().ms);
-    train_loss = pipe ? pipe_loss : acc.loss();
+    train_loss = pipe ? pipe_loss : acc.loss() / loss_scale;
     for (size_t k = 0; k < devices.size(); ++k) step_peaks[k] = std::max(step_peaks[k], memory::peak_allocated(devices[k]));
     if (prof && (step + 1 == prof_to || step + 1 == steps)) finish_profile(step + 1 - prof_from);
     SNUG_CHECK(std::isfinite(train_loss), ValueError, "charlm: training loss became ", train_loss, " at step ", step);
@@ -456,7 +489,7 @@ int run(int argc, char** argv) {
     if (!json && (tty || (step + 1) % 50 == 0 || last))
       progress(step + 1, steps, train_loss, double(B * T) / (ms / 1000.0), memory::allocated(kCPU), tty);
     if ((eval_every > 0 && (step + 1) % eval_every == 0) || last) {
-      val_loss = evaluate(model, logits_of, corpus.val, B, T, eval_batches, seed + 2000);
+      val_loss = evaluate(model, logits_of, corpus.val, B, T, eval_batches, seed + 2000, amp);
       for (const Device& d : devices) memory::reset_peak(d);
       if (!json) std::fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\n" : "",
                               (long long)(step + 1), train_loss, val_loss);
@@ -467,7 +500,7 @@ int run(int argc, char** argv) {
                            {"gpt.block", std::to_string(cfg.block)}, {"gpt.layers", std::to_string(cfg.layers)},
                            {"gpt.heads", std::to_string(cfg.heads)}, {"gpt.embd", std::to_string(cfg.embd)}});
   }
-  if (std::isnan(val_loss)) val_loss = evaluate(model, logits_of, corpus.val, B, T, eval_batches, seed + 2000);
+  if (std::isnan(val_loss)) val_loss = evaluate(model, logits_of, corpus.val, B, T, eval_batches, seed + 2000, amp);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
@@ -499,7 +532,7 @@ int run(int argc, char** argv) {
       "\"predicted_recompute_ms\": %.3f, \"minimum_budget_bytes\": %lld, \"checkpointed_segments\": %lld, "
       "\"checkpointed_layers\": %lld, \"devices\": %lld, \"micro_batches\": %lld, \"schedule\": \"%s\", "
       "\"peak_allocated_bytes_per_device\": %s, \"predicted_peak_bytes_per_device\": %s, \"optim\": \"%s\", "
-      "\"optimizer_state_bytes\": %zu}\n",
+      "\"optimizer_state_bytes\": %zu, \"amp\": \"%s\", \"loss_scale\": %.1f, \"skipped_steps\": %lld}\n",
       val_loss, train_loss, med, med > 0 ? double(B * T) / (med / 1000.0) : 0.0, (long long)model.num_parameters(),
       memory::peak_allocated(kCPU), static_cast<size_t>(ds.reserved_bytes.peak), (long long)steps, get_num_threads(),
       ckpt_mode.c_str(), (long long)accum, (long long)budget, (long long)ds.tag_bytes[act].peak,
@@ -507,7 +540,8 @@ int run(int argc, char** argv) {
       (long long)minimum_budget, (long long)model.checkpointing.num_checkpointed(), (long long)ckpt_layers,
       (long long)std::max<size_t>(devices.size(), 1), (long long)(placed ? micro_batches : accum),
       placed ? parallel::schedule_name(schedule) : "none", per_device(false).c_str(), per_device(true).c_str(),
-      optim_name.c_str(), opt.state_bytes());
+      optim_name.c_str(), opt.state_bytes(), amp ? dtype_name(*amp) : "none", scaler.get_scale(),
+      (long long)skipped_steps);
   return 0;
 }
 

@@ -61,6 +61,37 @@ Tensor& Optimizer::state(size_t group, size_t param, const std::string& name, co
   return t;
 }
 
+// NOTE [ Master weights ]
+// A parameter stored in f16/bf16 is not updated in place: its f32 master
+// copy (state "master", created from the parameter at its first step and
+// tagged master_weights) takes the update, with the gradient converted to
+// f32 and all other state in f32, and the parameter then receives the master
+// rounded to its dtype. An update smaller than half an ulp of the parameter
+// would vanish if applied to the half value; in the master it accumulates
+// until the rounded value moves. The master is part of state_dict, so a
+// resumed run continues from the same f32 values.
+Tensor Optimizer::master(size_t group, size_t param, const Tensor& p) {
+  if (p.dtype() != DType::f16 && p.dtype() != DType::bf16) return p;
+  Tensor& m = state_[group][param]["master"];
+  if (!m.defined()) {
+    memory::TagScope tag(memory::Tag::master_weights);
+    m = raw::to_dtype(p, DType::f32);
+    if (m.is_same(p)) m = raw::clone(m);
+  }
+  return m;
+}
+
+Tensor Optimizer::grad_as(const Tensor& param, const Tensor& target) const {
+  Tensor gr = param.grad();
+  return gr.dtype() == target.dtype() ? gr : raw::to_dtype(gr, target.dtype());
+}
+
+void Optimizer::write_back(const Tensor& param, const Tensor& target) {
+  if (target.is_same(param)) return;
+  raw::copy_(param, target);  // rounds to nearest even
+  param.bump_version();
+}
+
 NamedTensors Optimizer::state_dict() const {
   NamedTensors out;
   auto scalar = [](double v) { return full({}, v, DType::f64); };
@@ -209,9 +240,10 @@ void SGD::step() {
     double mom = opt(g, "momentum", defaults.momentum), damp = opt(g, "dampening", defaults.dampening);
     bool nesterov = opt(g, "nesterov", defaults.nesterov ? 1 : 0) != 0;
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
-      Tensor p = g.params[pi];
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
+      const Tensor& param = g.params[pi];
+      if (!param.grad().defined()) continue;
+      Tensor p = master(gi, pi, param);  // NOTE [ Master weights ]
+      Tensor grad = grad_as(param, p);
       Tensor d = g.weight_decay != 0 ? raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, g.weight_decay)) : grad;
       if (mom != 0) {
         bool first = !state_[gi][pi].count("momentum_buffer");
@@ -225,6 +257,7 @@ void SGD::step() {
         d = nesterov ? raw::binary(BinaryOp::add, d, raw::binary_scalar(BinaryOp::mul, buf, mom)) : buf;
       }
       p.add_(d, -g.lr);
+      write_back(param, p);
     }
   }
   ++step_count_;
@@ -254,9 +287,10 @@ void Adam::step() {
     double b1 = opt(g, "beta1", defaults.beta1), b2 = opt(g, "beta2", defaults.beta2), eps = opt(g, "eps", defaults.eps);
     double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
-      Tensor p = g.params[pi];
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
+      const Tensor& param = g.params[pi];
+      if (!param.grad().defined()) continue;
+      Tensor p = master(gi, pi, param);  // NOTE [ Master weights ]
+      Tensor grad = grad_as(param, p);
       if (decoupled_) {
         if (g.weight_decay != 0) p.mul_(1 - g.lr * g.weight_decay);
       } else if (g.weight_decay != 0) {
@@ -271,6 +305,7 @@ void Adam::step() {
       // denom = sqrt(v) / sqrt(bc2) + eps;  p -= (lr / bc1) * m / denom
       Tensor denom = raw::unary(UnaryOp::affine, raw::unary(UnaryOp::sqrt, v), 1.0 / std::sqrt(bc2), eps);
       p.add_(raw::binary(BinaryOp::div, m, denom), -g.lr / bc1);
+      write_back(param, p);
     }
   }
   run_step_post_hooks();

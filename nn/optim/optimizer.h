@@ -4,6 +4,10 @@
 // Updates run under NoGradGuard and write parameters in place, so the
 // Tensor handles held by modules stay valid. Optimizer state tensors are
 // allocated under memory::Tag::optimizer_state.
+//
+// Parameters stored in f16 or bf16 get f32 master weights (state "master",
+// memory::Tag::master_weights) and f32 state: the update runs on the master
+// and the parameter receives it rounded (NOTE [ Master weights ]).
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -68,6 +72,13 @@ class Optimizer {
   double opt(const ParamGroup& g, const std::string& key, double def) const;
   // Per-parameter state, created on first use, indexed [group][param].
   Tensor& state(size_t group, size_t param, const std::string& name, const Tensor& like);
+  // NOTE [ Master weights ] (optimizer.cpp): the tensor an update is applied
+  // to (the f32 master of an f16/bf16 parameter, else the parameter itself),
+  // the parameter's gradient in that tensor's dtype, and the write-back of
+  // the updated master into the parameter (a no-op for f32 parameters).
+  Tensor master(size_t group, size_t param, const Tensor& p);
+  Tensor grad_as(const Tensor& param, const Tensor& target) const;
+  void write_back(const Tensor& param, const Tensor& target);
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<std::map<std::string, Tensor>>> state_;
   int64_t step_count_ = 0;

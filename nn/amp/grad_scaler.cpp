@@ -1,0 +1,151 @@
+#include "nn/amp/grad_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "core/raw_ops.h"
+#include "memory/allocator.h"
+
+namespace snug::nn::amp {
+
+GradScaler::GradScaler(GradScalerOptions o) : options(o), enabled_(o.enabled), scale_(o.init_scale) {
+  SNUG_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale), ValueError,
+             "GradScaler: init_scale must be positive and finite, got ", o.init_scale);
+  SNUG_CHECK(o.growth_factor > 1, ValueError, "GradScaler: growth_factor must be > 1, got ", o.growth_factor);
+  SNUG_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, ValueError,
+             "GradScaler: backoff_factor must be in (0, 1), got ", o.backoff_factor);
+  SNUG_CHECK(o.growth_interval >= 1, ValueError, "GradScaler: growth_interval must be >= 1, got ", o.growth_interval);
+  SNUG_CHECK(o.min_scale >= 0 && o.min_scale <= o.max_scale, ValueError, "GradScaler: need 0 <= min_scale <= max_scale, got ",
+             o.min_scale, " and ", o.max_scale);
+  scale_ = std::clamp(scale_, o.min_scale, o.max_scale);
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const {
+  if (!enabled_) return loss;
+  SNUG_CHECK(loss.is_floating_point(), DTypeError, "GradScaler::scale: expected a floating loss, got ",
+             dtype_name(loss.dtype()));
+  // In f32 whatever the loss's dtype: the scaled loss may not fit in f16.
+  return loss.to(loss.dtype() == DType::f64 ? DType::f64 : DType::f32) * scale_;
+}
+
+void GradScaler::name_parameters(const NamedTensors& named) {
+  for (const auto& [n, t] : named) names_[t.impl()] = n;
+}
+
+void GradScaler::unscale_(optim::Optimizer& opt) {
+  if (!enabled_) return;
+  PerOptimizer& st = per_opt_[&opt];
+  SNUG_CHECK(!st.unscaled, ValueError,
+             "GradScaler::unscale_: already called for this optimizer since the last update(); call it once per step");
+  NoGradGuard ng;
+  memory::TagScope tag(memory::Tag::gradient);
+  const double inv = 1.0 / scale_;
+  std::string report;
+  int bad = 0;
+  const auto& groups = opt.param_groups();
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (size_t pi = 0; pi < groups[gi].params.size(); ++pi) {
+      const Tensor& p = groups[gi].params[pi];
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      // Widen half gradients first: g / scale in f16 would flush small values to zero.
+      Tensor g32 = g.dtype() == DType::f64 ? g : raw::to_dtype(g, DType::f32);
+      if (g32.is_same(g)) {
+        g32.mul_(inv);
+      } else {
+        g32 = raw::binary_scalar(BinaryOp::mul, g32, inv);
+        p.set_grad(g32);
+      }
+      // sum(g * 0) is 0 for finite g and NaN as soon as one element is inf or NaN.
+      const double probe = raw::reduce(ReduceOp::sum, raw::binary_scalar(BinaryOp::mul, g32, 0.0), {}, false).item();
+      if (!std::isfinite(probe)) {
+        if (bad < 3) {
+          auto it = names_.find(p.impl());
+          std::string who = it != names_.end() ? it->second : (p.name().empty() ? std::string() : p.name());
+          report += str(bad ? ", " : "", who.empty() ? str("group ", gi, " parameter ", pi) : who, " ",
+                        shape_str(p.shape()));
+        }
+        ++bad;
+      }
+    }
+  st.unscaled = true;
+  st.found_inf = bad > 0;
+  if (bad > 0) {
+    if (bad > 3) report += str(" and ", bad - 3, " more");
+    overflow_ = str("inf/NaN gradient at scale ", scale_, " in ", report);
+  }
+}
+
+bool GradScaler::step(optim::Optimizer& opt) {
+  if (!enabled_) {
+    opt.step();
+    return true;
+  }
+  if (!per_opt_[&opt].unscaled) unscale_(opt);
+  if (per_opt_[&opt].found_inf) {
+    ++skipped_;
+    return false;
+  }
+  opt.step();
+  return true;
+}
+
+void GradScaler::update() {
+  if (!enabled_) return;
+  bool found = false;
+  for (auto& [o, st] : per_opt_) found = found || st.found_inf;
+  if (found) {
+    scale_ = std::max(scale_ * options.backoff_factor, options.min_scale);
+    growth_tracker_ = 0;
+  } else {
+    overflow_.clear();
+    if (++growth_tracker_ >= options.growth_interval) {
+      scale_ = std::min(scale_ * options.growth_factor, options.max_scale);
+      growth_tracker_ = 0;
+    }
+  }
+  per_opt_.clear();
+}
+
+NamedTensors GradScaler::state_dict() const {
+  auto scalar = [](double v) { return full({}, v, DType::f64); };
+  return {{"scale", scalar(scale_)},
+          {"growth_tracker", scalar(static_cast<double>(growth_tracker_))},
+          {"skipped_steps", scalar(static_cast<double>(skipped_))},
+          {"growth_factor", scalar(options.growth_factor)},
+          {"backoff_factor", scalar(options.backoff_factor)},
+          {"growth_interval", scalar(static_cast<double>(options.growth_interval))},
+          {"min_scale", scalar(options.min_scale)},
+          {"max_scale", scalar(options.max_scale)}};
+}
+
+void GradScaler::load_state_dict(const NamedTensors& sd) {
+  std::map<std::string, Tensor> m(sd.begin(), sd.end());
+  auto get = [&](const char* k) {
+    auto it = m.find(k);
+    SNUG_CHECK(it != m.end(), ValueError, "GradScaler::load_state_dict: missing key \"", k, "\"");
+    SNUG_CHECK(it->second.numel() == 1, ValueError, "GradScaler::load_state_dict: \"", k,
+               "\" must hold one value, got shape ", shape_str(it->second.shape()));
+    return it->second.item();
+  };
+  const double s = get("scale");
+  SNUG_CHECK(s > 0 && std::isfinite(s), ValueError, "GradScaler::load_state_dict: scale must be positive and finite, got ", s);
+  GradScalerOptions o = options;
+  o.growth_factor = get("growth_factor");
+  o.backoff_factor = get("backoff_factor");
+  o.growth_interval = static_cast<int64_t>(get("growth_interval"));
+  o.min_scale = get("min_scale");
+  o.max_scale = get("max_scale");
+  const int64_t tracker = static_cast<int64_t>(get("growth_tracker")), skipped = static_cast<int64_t>(get("skipped_steps"));
+  GradScaler check(o);  // validates the options before anything is replaced
+  options = o;
+  scale_ = s;
+  growth_tracker_ = tracker;
+  skipped_ = skipped;
+  per_opt_.clear();
+  overflow_.clear();
+}
+
+}  // namespace snug::nn::amp
