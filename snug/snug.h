@@ -24,6 +24,7 @@
 // autograd: differentiable ops, grad mode, backward, gradcheck
 #include "autograd/ops.h"
 #include "autograd/grad_mode.h"
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
@@ -38,6 +39,7 @@
 #include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/optim/optimizer.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/checkpoint.h"
 #include "nn/checkpoint_sequential.h"
 #include "nn/planner.h"

@@ -2,7 +2,7 @@
 //
 //   mnist [--model cnn|mlp|mobilenet|vit] [--epochs N] [--batch B] [--lr X]
 //         [--decay linear|none] [--workers W] [--data DIR] [--seed S] [--limit N]
-//         [--threads T] [--every K] [--json]
+//         [--threads T] [--every K] [--amp f16|bf16 [--half-params]] [--json]
 //
 // cnn is W-CNN and mlp is W-MLP from WORKLOADS.md with SGD, momentum 0.9, lr
 // 0.03; mobilenet is nn/models/cnn.h's depthwise-separable network (SGD lr
@@ -15,6 +15,11 @@
 // made by --workers threads (default 1) ahead of the step. The data directory defaults to ../shared/data/mnist next to
 // the repository, found from the executable's location or the working
 // directory. With --json the last line is one JSON object with the results.
+//
+// --amp f16|bf16 trains and evaluates under autocast (docs/mixed_precision.md);
+// f16 adds a GradScaler. --half-params also stores the parameters in that
+// dtype, with f32 master weights kept by the optimizer. (Not combined with
+// --prune or --quantize.)
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -63,6 +68,8 @@ struct Args {
   int threads = 2;
   int every = 100;
   bool json = false;
+  std::string amp;  // "", "f16" or "bf16"
+  bool half_params = false;
   // Compression (docs/compression.md).
   std::string prune;        // "l1:0.9", "random:0.5", "global:0.9", "structured:0.5", "2:4"
   bool compact = false;     // after structured pruning: physically remove the pruned channels
@@ -81,7 +88,7 @@ struct Args {
                "          [--workers W] [--data DIR] [--seed S] [--limit N] [--threads T] [--every K] [--json]\n"
                "          [--prune l1:F|random:F|global:F|structured:F|2:4 [--compact]] [--finetune-epochs N]\n"
                "          [--finetune-lr X] [--quantize dynamic|static|qat [--observer minmax|moving_average|percentile]\n"
-               "          [--calib N] [--save-dir DIR]]\n",
+               "          [--calib N] [--save-dir DIR]] [--amp f16|bf16 [--half-params]]\n",
                argv0);
   std::exit(2);
 }
@@ -109,6 +116,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--threads") a.threads = std::atoi(value().c_str());
     else if (k == "--every") a.every = std::atoi(value().c_str());
     else if (k == "--json") a.json = true;
+    else if (k == "--amp") {
+      a.amp = value();
+      if (a.amp != "f16" && a.amp != "bf16") usage(argv[0], "--amp takes f16 or bf16, got " + a.amp);
+    } else if (k == "--half-params") a.half_params = true;
     else if (k == "--prune") a.prune = value();
     else if (k == "--compact") a.compact = true;
     else if (k == "--finetune-epochs") a.finetune_epochs = std::atoi(value().c_str());
@@ -127,6 +138,9 @@ Args parse(int argc, char** argv) {
   if (a.finetune_epochs < -1 || a.finetune_lr < 0) usage(argv[0], "--finetune-epochs and --finetune-lr must not be negative");
   if (a.epochs < 1 || a.batch < 1 || a.threads < 1 || a.every < 1 || a.limit < 0 || a.lr < 0 || a.workers < 0)
     usage(argv[0], "--epochs, --batch, --threads and --every must be positive; --limit, --lr and --workers not negative");
+  if (a.half_params && a.amp.empty()) usage(argv[0], "--half-params needs --amp f16 or --amp bf16");
+  if (!a.amp.empty() && (!a.prune.empty() || !a.quantize.empty()))
+    usage(argv[0], "--amp does not combine with --prune or --quantize yet");
   return a;
 }
 
@@ -194,9 +208,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // Fraction of `split` classified correctly, in batches of 500, eval mode, no grad.
-double accuracy(nn::Module& net, const data::MnistSplit& split) {
+double accuracy(nn::Module& net, const data::MnistSplit& split, const std::string& amp = "") {
   net.eval();
   NoGradGuard ng;
+  AutocastGuard ac(amp == "f16" ? DType::f16 : DType::bf16, !amp.empty());
   const int64_t N = split.images.size(0);
   int64_t correct = 0;
   for (int64_t s = 0; s < N; s += 500) {
@@ -410,6 +425,12 @@ int main(int argc, char** argv) {
                                     .num_workers = args.workers, .persistent_workers = true});
   const double base_lr = m.opt->lr();
   m.base_lr = base_lr;
+  const DType amp_dtype = args.amp == "f16" ? DType::f16 : DType::bf16;
+  if (args.half_params) net.to(amp_dtype);  // in place: the optimizer keeps its handles and makes f32 masters
+  // f16 needs loss scaling; bf16 has f32's exponent range.
+  nn::amp::GradScaler scaler({.enabled = args.amp == "f16"});
+  scaler.name_parameters(net.named_parameters());
+  int64_t skipped = 0;
   std::size_t train_peak = 0;  // bytes: the datasets plus training
   const auto t_start = std::chrono::steady_clock::now();
   memory::reset_peak(kCPU);
@@ -438,9 +459,14 @@ int main(int argc, char** argv) {
         m.opt->set_lr(args.decay ? lr0 * (1.0 - double(ph.steps) / double(total_steps)) : lr0);
         const auto t0 = std::chrono::steady_clock::now();
         m.opt->zero_grad();
-        Tensor loss = F::cross_entropy(model.forward(x), y);
-        loss.backward();
-        m.opt->step();
+        Tensor loss;
+        {
+          AutocastGuard ac(amp_dtype, !args.amp.empty());
+          loss = F::cross_entropy(model.forward(x), y);
+        }
+        scaler.scale(loss).backward();
+        if (!scaler.step(*m.opt)) ++skipped;
+        scaler.update();
         const double l = loss.item();
         ph.step_ms.push_back(seconds_since(t0) * 1e3);
 
@@ -465,7 +491,7 @@ int main(int argc, char** argv) {
       }
       ph.last_epoch_loss = epoch_loss / double(std::max<int64_t>(epoch_batches, 1));
       train_peak = std::max(train_peak, memory::peak_allocated(kCPU));  // the evaluation below is not counted
-      ph.accuracy = accuracy(model, test);
+      ph.accuracy = accuracy(model, test, args.amp);
       std::printf("%s epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s so far\n", label, epoch + 1,
                   ph.last_epoch_loss, 100 * ph.accuracy, seconds_since(t_start));
       std::fflush(stdout);
@@ -485,11 +511,14 @@ int main(int argc, char** argv) {
     std::printf("{\"model\": \"%s\", \"epochs\": %d, \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
                 "\"test_accuracy\": %.4f, \"train_loss\": %.4f, \"loss_first\": %.4f, \"ms_per_step\": %.3f, "
                 "\"samples_per_s\": %.1f, \"params\": %lld, \"peak_allocated_bytes\": %zu, \"seconds\": %.1f, "
-                "\"test_accuracy_before\": %.4f, \"model_bytes\": %zu, \"model_bytes_before\": %zu%s}\n",
+                "\"test_accuracy_before\": %.4f, \"model_bytes\": %zu, \"model_bytes_before\": %zu, \"amp\": \"%s\", "
+                "\"half_params\": %s, \"loss_scale\": %.1f, \"skipped_steps\": %lld%s}\n",
                 args.model.c_str(), args.epochs, (long long)main_phase.steps, (long long)args.batch, args.threads, acc,
                 main_phase.last_epoch_loss, main_phase.loss_first, median_ms,
                 median_ms > 0 ? 1e3 * double(args.batch) / median_ms : 0, (long long)params, train_peak, total_s,
-                main_phase.accuracy, c.done ? c.model_bytes : model_bytes_before, model_bytes_before, c.json.c_str());
+                main_phase.accuracy, c.done ? c.model_bytes : model_bytes_before, model_bytes_before,
+                args.amp.empty() ? "none" : args.amp.c_str(), args.half_params ? "true" : "false", scaler.get_scale(),
+                (long long)skipped, c.json.c_str());
   }
   return 0;
 }
