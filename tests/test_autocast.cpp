@@ -204,7 +204,12 @@ TEST_CASE("autocast: single ops against f32 (matmul, conv2d, softmax, layer_norm
     Tensor s32 = softmax(s, 1), n32 = F::layer_norm(ln, Tensor(), Tensor());
     AutocastGuard ac(dt);
     CHECK(rel_err(matmul(a, b), m32) <= tol(dt));
-    CHECK(rel_err(matmul(a.transpose(1, 2).contiguous().transpose(1, 2), b.t().contiguous().t()), m32) <= tol(dt));
+    // Half operands stored transposed (as x.t() or a weight gradient's g^T) take the
+    // transposed path of NOTE [ Half-precision matmul ].
+    Tensor at = a.to(dt).transpose(1, 2).contiguous().transpose(1, 2), bt = b.to(dt).t().contiguous().t();
+    CHECK(at.stride(1) == 1);
+    CHECK(rel_err(matmul(at, bt), m32) <= tol(dt));
+    CHECK(rel_err(matmul(at, bt), matmul(a.to(dt), b.to(dt))) <= 1e-6);
     CHECK(rel_err(F::conv2d(xi, wc, Tensor(), {1, 1}, {1, 1}), c32) <= tol(dt));
     CHECK(rel_err(softmax(s.to(dt), 1), s32) <= tol(dt));
     CHECK(rel_err(F::layer_norm(ln.to(dt), Tensor(), Tensor()), n32) <= tol(dt));
