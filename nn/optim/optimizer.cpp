@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "autograd/grad_mode.h"
+#include "nn/optim/fused.h"
 #include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "memory/allocator.h"
@@ -84,6 +85,50 @@ Tensor Optimizer::master(size_t group, size_t param, const Tensor& p) {
 Tensor Optimizer::grad_as(const Tensor& param, const Tensor& target) const {
   Tensor gr = param.grad();
   return gr.dtype() == target.dtype() ? gr : raw::to_dtype(gr, target.dtype());
+}
+
+// NOTE [ Failure-atomic optimizer steps ]
+// A step first creates every state tensor it lacks (the f32 master of a half
+// parameter, moments, momentum buffers) into a staging list, and installs
+// them only once all exist: running out of memory there leaves the optimizer
+// exactly as it was. The update then runs the fused kernels
+// (nn/optim/fused.h), which allocate nothing, so it cannot stop halfway
+// through the parameters. tests/test_alloc_failure.cpp fails every
+// allocation of a training step in turn and checks that the next step equals
+// one that never failed. Tensors the fused kernels do not take (other
+// devices, strided) use the op-by-op path, which allocates temporaries and is
+// not failure-atomic.
+void Optimizer::stage_state(const std::vector<std::string>& names) {
+  struct Fresh {
+    size_t gi, pi;
+    std::string name;
+    Tensor t;
+  };
+  std::vector<Fresh> fresh;
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
+      const Tensor& param = groups_[gi].params[pi];
+      if (!param.grad().defined()) continue;
+      auto& st = state_[gi][pi];
+      Tensor target = param;
+      if (param.dtype() == DType::f16 || param.dtype() == DType::bf16) {
+        auto it = st.find("master");
+        if (it != st.end() && it->second.defined()) {
+          target = it->second;
+        } else {
+          memory::TagScope tag(memory::Tag::master_weights);
+          target = raw::clone(raw::to_dtype(param, DType::f32));
+          fresh.push_back({gi, pi, "master", target});
+        }
+      }
+      for (const std::string& n : names) {
+        auto it = st.find(n);
+        if (it != st.end() && it->second.defined()) continue;
+        memory::TagScope tag(memory::Tag::optimizer_state);
+        fresh.push_back({gi, pi, n, zeros(target.shape(), TensorOptions(target.dtype(), target.device()))});
+      }
+    }
+  for (auto& f : fresh) state_[f.gi][f.pi][f.name] = std::move(f.t);
 }
 
 void Optimizer::write_back(const Tensor& param, const Tensor& target) {
@@ -235,6 +280,16 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : defaults(o) {
 void SGD::step() {
   profiler::RecordRange range("optim:", "SGD.step");
   NoGradGuard ng;
+  // NOTE [ Failure-atomic optimizer steps ]: state first, then the update.
+  std::vector<std::vector<bool>> first(groups_.size());
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {
+      auto it = state_[gi][pi].find("momentum_buffer");
+      first[gi].push_back(it == state_[gi][pi].end() || !it->second.defined());
+    }
+  bool any_momentum = false;
+  for (auto& g : groups_) any_momentum = any_momentum || opt(g, "momentum", defaults.momentum) != 0;
+  stage_state(any_momentum ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{});
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
     double mom = opt(g, "momentum", defaults.momentum), damp = opt(g, "dampening", defaults.dampening);
@@ -243,12 +298,17 @@ void SGD::step() {
       const Tensor& param = g.params[pi];
       if (!param.grad().defined()) continue;
       Tensor p = master(gi, pi, param);  // NOTE [ Master weights ]
+      Tensor buf = mom != 0 ? state_[gi][pi]["momentum_buffer"] : Tensor();
+      if (fused::supported(p, param.grad(), buf)) {
+        fused::sgd(p, param.grad(), buf, {g.lr, mom, damp, g.weight_decay, nesterov, first[gi][pi]});
+        write_back(param, p);
+        continue;
+      }
+      // The reference path (and the definition the fused kernel follows).
       Tensor grad = grad_as(param, p);
       Tensor d = g.weight_decay != 0 ? raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, g.weight_decay)) : grad;
       if (mom != 0) {
-        bool first = !state_[gi][pi].count("momentum_buffer");
-        Tensor& buf = state(gi, pi, "momentum_buffer", p);
-        if (first) {
+        if (first[gi][pi]) {
           raw::copy_(buf, d);
         } else {
           buf.mul_(mom);
@@ -280,6 +340,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled) : defa
 void Adam::step() {
   profiler::RecordRange range("optim:", decoupled_ ? "AdamW.step" : "Adam.step");
   NoGradGuard ng;
+  stage_state({"exp_avg", "exp_avg_sq"});  // NOTE [ Failure-atomic optimizer steps ]
   ++step_count_;
   const double t = static_cast<double>(step_count_);
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -290,14 +351,20 @@ void Adam::step() {
       const Tensor& param = g.params[pi];
       if (!param.grad().defined()) continue;
       Tensor p = master(gi, pi, param);  // NOTE [ Master weights ]
+      Tensor& m = state(gi, pi, "exp_avg", p);
+      Tensor& v = state(gi, pi, "exp_avg_sq", p);
+      if (fused::supported(p, param.grad(), m, v)) {
+        fused::adam(p, param.grad(), m, v, {g.lr, b1, b2, eps, g.weight_decay, bc1, bc2, decoupled_});
+        write_back(param, p);
+        continue;
+      }
+      // The reference path (and the definition the fused kernel follows).
       Tensor grad = grad_as(param, p);
       if (decoupled_) {
         if (g.weight_decay != 0) p.mul_(1 - g.lr * g.weight_decay);
       } else if (g.weight_decay != 0) {
         grad = raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, g.weight_decay));
       }
-      Tensor& m = state(gi, pi, "exp_avg", p);
-      Tensor& v = state(gi, pi, "exp_avg_sq", p);
       m.mul_(b1);
       m.add_(grad, 1 - b1);
       v.mul_(b2);

@@ -79,6 +79,10 @@ class Optimizer {
   Tensor master(size_t group, size_t param, const Tensor& p);
   Tensor grad_as(const Tensor& param, const Tensor& target) const;
   void write_back(const Tensor& param, const Tensor& target);
+  // Creates, for every parameter with a gradient, the state tensors in
+  // `names` (zeros, f32 like its update target) and its f32 master if it is
+  // half, all or none (NOTE [ Failure-atomic optimizer steps ]).
+  void stage_state(const std::vector<std::string>& names);
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<std::map<std::string, Tensor>>> state_;
   int64_t step_count_ = 0;
