@@ -3,12 +3,18 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/fault_injection.h"
 #include "autograd/grad_mode.h"
 #include "core/generator.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/models/gpt.h"
+#include "nn/optim/optimizer.h"
 #include "test_util.h"
 
 using namespace snug;
@@ -66,4 +72,45 @@ TEST_CASE("fault injection: without anomaly mode the NaN reaches the loss; guard
   autograd::InjectNanGuard nan("gelu");
   NoGradGuard ng;
   CHECK(std::isfinite(gpt.loss(x, y).item()));
+}
+
+TEST_CASE("fault injection: the loss scaler skips a step whose gradients a NaN reached, touching nothing") {
+  auto gpt = tiny_gpt();
+  nn::optim::AdamW opt(gpt.parameters(), {.lr = 1e-2});
+  nn::amp::GradScaler scaler;
+  manual_seed(2);
+  Tensor x = randint(0, 65, Shape{2, 8}), y = randint(0, 65, Shape{2, 8});
+  auto step = [&](bool inject) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      autocast::AutocastGuard amp(DType::f16);
+      std::optional<autograd::InjectNanGuard> nan;
+      if (inject) nan.emplace("gelu");
+      loss = gpt.loss(x, y);
+    }
+    scaler.scale(loss).backward();
+    const bool stepped = scaler.step(opt);
+    scaler.update();
+    return stepped;
+  };
+  REQUIRE(step(false));  // optimizer state exists
+  auto snapshot = [&] {
+    std::vector<Tensor> out;
+    for (const Tensor& p : gpt.parameters()) out.push_back(p.detach().clone());
+    for (const auto& [k, t] : opt.state_dict()) out.push_back(t.detach().clone());
+    return out;
+  };
+  const auto before = snapshot();
+  const double scale = scaler.get_scale();
+  CHECK_FALSE(step(true));
+  CHECK(scaler.get_scale() == scale * 0.5);
+  CHECK_FALSE(scaler.overflow_report().empty());
+  const auto after = snapshot();
+  REQUIRE(after.size() == before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::memcmp(before[i].data_ptr(), after[i].data_ptr(), before[i].nbytes()) == 0);
+  }
+  CHECK(step(false));  // and training goes on
 }
