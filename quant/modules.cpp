@@ -122,7 +122,8 @@ Tensor QuantizedConv2d::forward(const Tensor& x) {
   SNUG_CHECK(x.dim() == 4 && x.size(1) == in_channels, ShapeError, repr(), ": input of shape ", shape_str(x.shape()),
              " (expected (N, ", in_channels, ", H, W))");
   const int64_t N = x.size(0), C = in_channels, H = x.size(2), W = x.size(3);
-  const auto [kh, kw] = kernel_size;
+  // Plain variables, not a structured binding: clang 14 cannot use those inside an OpenMP region.
+  const int64_t kh = std::get<0>(kernel_size), kw = std::get<1>(kernel_size);
   const int64_t Ho = (H + 2 * padding[0] - dilation[0] * (kh - 1) - 1) / stride[0] + 1;
   const int64_t Wo = (W + 2 * padding[1] - dilation[1] * (kw - 1) - 1) / stride[1] + 1;
   SNUG_CHECK(Ho > 0 && Wo > 0, ShapeError, repr(), ": input ", shape_str(x.shape()), " is smaller than the kernel");
