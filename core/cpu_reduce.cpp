@@ -13,6 +13,7 @@
 
 #include "core/cpu_backend.h"
 #include "core/cpu_loop.h"
+#include "core/reduce_dispatch.h"
 
 namespace snug {
 
@@ -244,24 +245,6 @@ void run_reduce(const R& r, const Plan& P, const T* x, O* out) {
     reduce_cols<T, O, A>(r, P, x, out);
   } else {
     reduce_generic<T, O, A>(r, P, x, out);
-  }
-}
-
-// visit_reduce, minus the ops an accumulator type cannot do (mean of an
-// integer tensor is rejected by raw::reduce before it gets here).
-template <class A, class F>
-void visit_supported(ReduceOp op, F&& f) {
-  if constexpr (std::is_integral_v<A>) {
-    switch (op) {
-      case ReduceOp::sum: return f(SumR<A>{});
-      case ReduceOp::max: return f(MaxR<A>{});
-      case ReduceOp::min: return f(MinR<A>{});
-      case ReduceOp::prod: return f(ProdR<A>{});
-      default:
-        throw DTypeError(str(reduce_op_name(op), ": not defined for integer tensors"));
-    }
-  } else {
-    visit_reduce<A>(op, f);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "cuda/launch.cuh"
+#include "core/reduce_dispatch.h"
 
 namespace snug::cuda::kernels {
 
@@ -60,28 +61,6 @@ __global__ void reduce_block_kernel(R r, Geometry<2> kept, Geometry<1> red, cons
     }
     acc = block_reduce(acc, Combine<A, R>{r}, buf);
     if (threadIdx.x == 0) out[ko[1]] = static_cast<O>(r.finish(acc, red.numel));
-  }
-}
-
-template <class A, class F>
-void visit_supported(ReduceOp op, F&& f) {
-  if constexpr (std::is_integral_v<A>) {
-    switch (op) {
-      case ReduceOp::sum: return f(SumR<A>{});
-      case ReduceOp::max: return f(MaxR<A>{});
-      case ReduceOp::min: return f(MinR<A>{});
-      case ReduceOp::prod: return f(ProdR<A>{});
-      default: throw DTypeError(str(reduce_op_name(op), ": not defined for integer tensors"));
-    }
-  } else {
-    switch (op) {
-      case ReduceOp::sum: return f(SumR<A>{});
-      case ReduceOp::mean: return f(MeanR<A>{});
-      case ReduceOp::max: return f(MaxR<A>{});
-      case ReduceOp::min: return f(MinR<A>{});
-      case ReduceOp::prod: return f(ProdR<A>{});
-      default: throw ValueError(str("reduce: invalid op ", int(op)));
-    }
   }
 }
 

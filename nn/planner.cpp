@@ -37,6 +37,12 @@
 
 namespace snug::nn {
 
+int64_t alloc_bytes(const Tensor& t) {
+  // Requests are rounded up to 512 bytes by default; close enough for a budget.
+  const int64_t n = static_cast<int64_t>(t.nbytes());
+  return (n + 511) / 512 * 512;
+}
+
 namespace {
 
 // The profile's clock: wall (steady_clock) or process CPU time, in ms.
@@ -44,13 +50,6 @@ double wall_ms_now() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 using ClockFn = double (*)();
-
-int64_t alloc_bytes(const Tensor& t) {
-  // What the caching allocator hands out for t's storage (requests are
-  // rounded up to 512 bytes by default; close enough for a budget).
-  const int64_t n = static_cast<int64_t>(t.nbytes());
-  return (n + 511) / 512 * 512;
-}
 
 int64_t now_allocated(Device d) { return static_cast<int64_t>(memory::allocated(d)); }
 
@@ -249,6 +248,11 @@ double cpu_ms_now() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+LayerCost measure_layer(const std::string& name, const std::function<Tensor(const Tensor&)>& fn, const Tensor& input,
+                        Device device, Tensor* output, bool cpu_time) {
+  return measure(name, fn, input, device, output, cpu_time ? cpu_ms_now : wall_ms_now);
 }
 
 ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_slots, const ProfileOptions& options) {

@@ -75,6 +75,15 @@ struct ProfileOptions {
 };
 ChainProfile profile_chain(const ChainModel& model, Device device, int optimizer_slots,
                            const ProfileOptions& options = {});
+// The measuring pass's unit, for other planners (parallel/placement.cpp):
+// fn on a detached copy of input (requiring grad when floating), forward under
+// the activation tag, then backward with a gradient of ones; bytes read from
+// the allocator counters of `device`. output, if given, receives fn's result
+// detached.
+LayerCost measure_layer(const std::string& name, const std::function<Tensor(const Tensor&)>& fn, const Tensor& input,
+                        Device device, Tensor* output = nullptr, bool cpu_time = false);
+// What the caching allocator hands out for t's storage (rounded up to 512 bytes).
+int64_t alloc_bytes(const Tensor& t);
 // Milliseconds on the clock ProfileOptions::cpu_time selects (process CPU time),
 // from an arbitrary origin: for timing steps against a cpu_time profile.
 double cpu_ms_now();

@@ -17,30 +17,22 @@
 #include "parallel/placement.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <set>
 #include <sstream>
 
-#include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "core/generator.h"
 #include "memory/allocator.h"
 #include "memory/stats.h"
+#include "nn/planner.h"
 
 namespace snug::parallel {
 
 namespace {
 
-int64_t alloc_bytes(const Tensor& t) {
-  const auto n = static_cast<int64_t>(t.nbytes());
-  return (n + 511) / 512 * 512;  // the allocator's rounding (close enough for a plan)
-}
-int64_t live(Device d) { return static_cast<int64_t>(memory::allocated(d)); }
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using nn::alloc_bytes;
 std::string mib(int64_t b) { return memory::format_bytes(static_cast<std::size_t>(std::max<int64_t>(b, 0))); }
 
 }  // namespace
@@ -112,39 +104,31 @@ StackProfile profile_stack(const LayerStack& stack, const Tensor& x, const Tenso
       if (owned.insert(p.impl()).second && p.requires_grad()) lp.param_bytes += alloc_bytes(p);
     for (const auto& [name, b] : layer->named_buffers()) lp.buffer_bytes += alloc_bytes(b);
     const Device dev = layer_device(*layer);
-    Tensor xi = in.device() == dev ? in.detach() : in.detach().to(dev);
-    if (xi.is_floating_point()) xi.requires_grad_(true);
     const bool last = i + 1 == n;
-    Tensor yt = last && y.device() != dev ? y.to(dev) : y;
+    const Tensor yt = last && y.device() != dev ? y.to(dev) : y;
+    // The last layer is measured with the loss (its backward starts there);
+    // its output (the logits) is kept until the measuring is done, so it
+    // counts among the saved bytes, and its size is the stage's output bytes.
+    Tensor logits;
     Tensor out;
-    {
-      memory::TagScope tag(memory::Tag::activation);
-      const int64_t before = live(dev);
-      memory::reset_peak(dev);
-      const double t0 = now_ms();
-      out = layer->forward(xi);
-      Tensor o = last ? stack.loss(out, yt) : out;
-      lp.forward_ms = now_ms() - t0;
-      lp.output_bytes = alloc_bytes(out);
-      lp.saved_bytes = live(dev) - before;
-      lp.forward_peak = static_cast<int64_t>(memory::peak_allocated(dev)) - before;
-      if (last) out = o;
-    }
-    if (out.requires_grad()) {
-      Tensor g;
-      {
-        memory::TagScope tag(memory::Tag::gradient);
-        g = ones(out.shape(), out.options());
-      }
-      const int64_t before = live(dev);
-      memory::reset_peak(dev);
-      const double t0 = now_ms();
-      autograd::backward({out}, {g});
-      lp.backward_ms = now_ms() - t0;
-      lp.backward_peak = static_cast<int64_t>(memory::peak_allocated(dev)) - before;
-    }
+    const nn::LayerCost c = nn::measure_layer(
+        lp.name,
+        [&](const Tensor& h) {
+          Tensor o = layer->forward(h);
+          if (!last) return o;
+          logits = o;
+          return stack.loss(o, yt);
+        },
+        in.device() == dev ? in : in.detach().to(dev), dev, &out);
+    lp.saved_bytes = c.saved_bytes;
+    lp.output_bytes = last ? alloc_bytes(logits) : c.output_bytes;
+    logits = Tensor();
+    lp.forward_peak = c.forward_peak;
+    lp.backward_peak = c.backward_peak;
+    lp.forward_ms = c.forward_ms;
+    lp.backward_ms = c.backward_ms;
     prof.layers.push_back(lp);
-    in = out.detach();
+    in = out;
   }
   for (const auto& l : stack.layers)
     for (const Tensor& p : l->parameters())

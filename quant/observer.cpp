@@ -16,21 +16,26 @@ QParams Observer::qparams() const {
 
 // ---- min-max -----------------------------------------------------------------------------
 
-void MinMaxObserver::observe(const Tensor& x) {
+template <class Combine>
+void MinMaxObserver::merge(const Tensor& x, const char* who, Combine combine) {
   std::vector<float> mins, maxs;
   min_max(x, opt.axis, mins, maxs);
   if (count_ == 0) {
     min_ = mins;
     max_ = maxs;
   } else {
-    SNUG_CHECK(mins.size() == min_.size(), ShapeError, "MinMaxObserver: ", mins.size(), " channels now, ", min_.size(),
+    SNUG_CHECK(mins.size() == min_.size(), ShapeError, who, ": ", mins.size(), " channels now, ", min_.size(),
                " before");
-    for (size_t c = 0; c < mins.size(); ++c) {
-      min_[c] = std::min(min_[c], mins[c]);
-      max_[c] = std::max(max_[c], maxs[c]);
-    }
+    for (size_t c = 0; c < mins.size(); ++c) combine(min_[c], max_[c], mins[c], maxs[c]);
   }
   ++count_;
+}
+
+void MinMaxObserver::observe(const Tensor& x) {
+  merge(x, "MinMaxObserver", [](float& mn, float& mx, float new_mn, float new_mx) {
+    mn = std::min(mn, new_mn);
+    mx = std::max(mx, new_mx);
+  });
 }
 
 void MinMaxObserver::range(std::vector<float>& mins, std::vector<float>& maxs) const {
@@ -44,21 +49,11 @@ MovingAverageMinMaxObserver::MovingAverageMinMaxObserver(ObserverOptions o, doub
 }
 
 void MovingAverageMinMaxObserver::observe(const Tensor& x) {
-  std::vector<float> mins, maxs;
-  min_max(x, opt.axis, mins, maxs);
-  if (count_ == 0) {
-    min_ = mins;
-    max_ = maxs;
-  } else {
-    SNUG_CHECK(mins.size() == min_.size(), ShapeError, "MovingAverageMinMaxObserver: ", mins.size(),
-               " channels now, ", min_.size(), " before");
-    const float c = float(averaging_constant);
-    for (size_t i = 0; i < mins.size(); ++i) {
-      min_[i] += c * (mins[i] - min_[i]);
-      max_[i] += c * (maxs[i] - max_[i]);
-    }
-  }
-  ++count_;
+  const float c = float(averaging_constant);
+  merge(x, "MovingAverageMinMaxObserver", [c](float& mn, float& mx, float new_mn, float new_mx) {
+    mn += c * (new_mn - mn);
+    mx += c * (new_mx - mx);
+  });
 }
 
 // ---- percentile --------------------------------------------------------------------------

@@ -42,6 +42,11 @@ class MinMaxObserver : public Observer {
   void range(std::vector<float>& mins, std::vector<float>& maxs) const override;
 
  protected:
+  // Takes x's per-channel range; the first call keeps it, later calls fold
+  // it in with combine(kept_min, kept_max, new_min, new_max). `who` names
+  // the observer in the channel-count error. Defined in observer.cpp.
+  template <class Combine>
+  void merge(const Tensor& x, const char* who, Combine combine);
   std::vector<float> min_, max_;
 };
 

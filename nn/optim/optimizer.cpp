@@ -71,14 +71,19 @@ Tensor& Optimizer::state(size_t group, size_t param, const std::string& name, co
 // would vanish if applied to the half value; in the master it accumulates
 // until the rounded value moves. The master is part of state_dict, so a
 // resumed run continues from the same f32 values.
+namespace {
+bool is_half(const Tensor& p) { return p.dtype() == DType::f16 || p.dtype() == DType::bf16; }
+// A new f32 master copy of a half parameter.
+Tensor make_master(const Tensor& p) {
+  memory::TagScope tag(memory::Tag::master_weights);
+  return raw::to_dtype(p, DType::f32);  // a new tensor: p is half, so this is a conversion
+}
+}  // namespace
+
 Tensor Optimizer::master(size_t group, size_t param, const Tensor& p) {
-  if (p.dtype() != DType::f16 && p.dtype() != DType::bf16) return p;
+  if (!is_half(p)) return p;
   Tensor& m = state_[group][param]["master"];
-  if (!m.defined()) {
-    memory::TagScope tag(memory::Tag::master_weights);
-    m = raw::to_dtype(p, DType::f32);
-    if (m.is_same(p)) m = raw::clone(m);
-  }
+  if (!m.defined()) m = make_master(p);
   return m;
 }
 
@@ -111,13 +116,12 @@ void Optimizer::stage_state(const std::vector<std::string>& names) {
       if (!param.grad().defined()) continue;
       auto& st = state_[gi][pi];
       Tensor target = param;
-      if (param.dtype() == DType::f16 || param.dtype() == DType::bf16) {
+      if (is_half(param)) {
         auto it = st.find("master");
         if (it != st.end() && it->second.defined()) {
           target = it->second;
         } else {
-          memory::TagScope tag(memory::Tag::master_weights);
-          target = raw::clone(raw::to_dtype(param, DType::f32));
+          target = make_master(param);
           fresh.push_back({gi, pi, "master", target});
         }
       }
