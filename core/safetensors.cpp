@@ -7,6 +7,7 @@
 #include "core/safetensors.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -484,6 +485,40 @@ struct TempFile {
   }
 };
 
+// NOTE [ Orphaned temporary files ]
+// A process killed inside save_safetensors leaves "<path>.tmp-<pid>-<n>" behind:
+// the target itself is intact (it is only ever replaced by rename), but a run
+// that saves every few minutes and is killed now and then would slowly fill the
+// disk. After each successful save we remove the temporaries of the same target
+// whose writer process no longer exists (kill(pid, 0) fails with ESRCH). A
+// temporary of a live process -- another process saving the same path right now
+// -- is left alone. Best effort: the save has already succeeded, so a failure
+// here is ignored. Limitation: a writer in another PID namespace sharing the
+// directory looks dead to us; its rename would then fail with a clear IOError
+// rather than corrupt anything.
+void remove_orphan_temps(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path target(path);
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  const std::string prefix = target.filename().string() + ".tmp-";
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    // The rest must be "<pid>-<n>", both decimal.
+    std::string rest = name.substr(prefix.size());
+    size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos || dash + 1 == rest.size()) continue;
+    bool digits = std::all_of(rest.begin(), rest.end(), [](char c) { return (c >= '0' && c <= '9') || c == '-'; });
+    if (!digits || rest.find('-', dash + 1) != std::string::npos || dash > 9) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dash)));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    fs::remove(it->path(), ec);
+  }
+}
+
 }  // namespace
 
 // ============================================================================
@@ -591,6 +626,7 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   if (dfd.fd < 0) os_error("wrote the file but cannot open its directory", dir, errno);
   // Some filesystems cannot fsync a directory (EINVAL); nothing more to do there.
   if (::fsync(dfd.fd) != 0 && errno != EINVAL) os_error("wrote the file but cannot fsync its directory", dir, errno);
+  remove_orphan_temps(path);
 }
 
 }  // namespace snug

@@ -31,7 +31,9 @@ struct SafetensorsFile {
 
 // Writes atomically: a temporary file beside `path`, fsync, rename over `path`,
 // fsync of the directory. Tensors on any device and with any strides are
-// accepted; they are written contiguous and little-endian.
+// accepted; they are written contiguous and little-endian. After the rename,
+// temporaries of `path` left by writers that were killed mid-save (their
+// process no longer exists) are removed.
 void save_safetensors(const std::string& path, const TensorMap& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

@@ -15,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -287,6 +288,29 @@ TEST_CASE("safetensors: save replaces the old file and leaves no temporary file"
   save_safetensors("rel.safetensors", {{"x", sample(kFloat32, {1})}});
   fs::current_path(cwd);
   CHECK(load_safetensors(dir.file("rel.safetensors")).tensors.size() == 1);
+}
+
+TEST_CASE("safetensors: a save removes temporaries of killed writers, not of live ones") {
+  TempDir dir;
+  std::string path = dir.file("w.safetensors");
+  // A writer that no longer exists: a child that exited and was reaped.
+  pid_t dead = ::fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) ::_exit(0);
+  int st = 0;
+  REQUIRE(::waitpid(dead, &st, 0) == dead);
+  auto touch = [](const std::string& p) { std::ofstream(p) << "torn"; };
+  std::string orphan = str(path, ".tmp-", dead, "-7");
+  std::string live = str(path, ".tmp-", ::getppid(), "-3");      // our parent is alive
+  std::string other = str(dir.file("v.safetensors"), ".tmp-", dead, "-1");  // another target
+  std::string odd = path + ".tmp-notapid-1";                               // not ours
+  for (const auto& p : {orphan, live, other, odd}) touch(p);
+  save_safetensors(path, {{"x", sample(kFloat32, {2})}});
+  CHECK_FALSE(fs::exists(orphan));
+  CHECK(fs::exists(live));
+  CHECK(fs::exists(other));
+  CHECK(fs::exists(odd));
+  CHECK(load_safetensors(path).tensors.size() == 1);
 }
 
 TEST_CASE("safetensors: a failed save names the path and the OS error, keeps the old file, cleans up") {
