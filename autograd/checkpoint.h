@@ -26,7 +26,7 @@
 // Selective recomputation: a policy says, per op, whether the segment keeps
 // that op's output (save) or recomputes it. Only the ops that can skip their
 // own work ask the policy (kSelectiveOps: matmul, linear, layer_norm,
-// causal_softmax); everything else, elementwise ops in particular, is always
+// causal_softmax, causal_attention); everything else, elementwise ops in particular, is always
 // recomputed. The typical policy keeps matmul-like outputs and recomputes the
 // cheap ops around them: save_ops({"linear", "matmul"}).
 #pragma once
@@ -48,7 +48,8 @@ enum class RecomputeChoice : uint8_t { recompute, save };
 using RecomputePolicy = std::function<RecomputeChoice(const char* op)>;
 
 // The ops that consult a policy (the others are always recomputed).
-inline constexpr const char* kSelectiveOps[] = {"matmul", "linear", "layer_norm", "causal_softmax"};
+inline constexpr const char* kSelectiveOps[] = {"matmul", "linear", "layer_norm", "causal_softmax",
+                                                "causal_attention"};
 
 // A policy that saves the outputs of the listed ops and recomputes the rest.
 // Throws ValueError for a name that is not in kSelectiveOps (it would never be asked).

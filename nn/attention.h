@@ -6,8 +6,10 @@
 namespace snug::nn {
 
 // x (B, T, C) -> (B, T, C). One fused qkv projection Linear(C, 3C), heads of
-// size C / heads, scaled dot-product attention (causal: no T x T mask is
-// built, see functional::causal_softmax), output projection Linear(C, C).
+// size C / heads, scaled dot-product attention, output projection Linear(C, C).
+// Causal without a mask goes through functional::causal_self_attention (one
+// fused op on the CPU that never builds the T x T scores); with a mask,
+// through scaled_dot_product_attention.
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t embd, int64_t heads, bool causal = true, double dropout = 0.0, bool bias = true);

@@ -8,6 +8,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/node.h"
 #include "core/backend.h"
+#include "core/cpu_fused_attention.h"
 #include "core/profiler.h"
 #include "core/raw_ops.h"
 
@@ -294,6 +295,43 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   if (dropout_p > 0 && training) p = dropout(p, dropout_p, true);
   return matmul(p, v);  // (B, H, Tq, D)
+}
+
+// ---- causal self-attention from packed q|k|v ---------------------------------------
+// qkv (B, T, 3C) -> (B, T, C); backward: dqkv (B, T, 3C), written whole by the kernel.
+Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p, bool training, bool fused) {
+  SNUG_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, ShapeError,
+             "causal_self_attention: expected qkv (B, T, 3C), got ", shape_str(qkv.shape()));
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  SNUG_CHECK(heads > 0 && C % heads == 0, ValueError, "causal_self_attention: ", heads,
+             " heads do not divide the width ", C);
+  const int64_t D = C / heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(D, 1)));
+  const bool kernel_ok = qkv.device().is_cpu() && (qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64);
+  if (!fused || !kernel_ok || (dropout_p > 0 && training)) {
+    Tensor split = qkv.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
+    Tensor y = scaled_dot_product_attention(split.select(0, 0), split.select(0, 1), split.select(0, 2), true,
+                                            Tensor(), dropout_p, training);  // (B, H, T, D)
+    return y.transpose(1, 2).reshape({B, T, C});
+  }
+  profiler::RecordOp rec("causal_attention", qkv.device(), cpu::causal_attention_flops(B, T, heads, D));
+  Tensor xc = raw::contiguous(qkv);
+  std::vector<Tensor> outs = autograd::keep_or_compute("causal_attention", [&] {
+    Tensor y = empty({B, T, C}, qkv.options()), lse = empty({B, heads, T}, qkv.options());
+    cpu::causal_attention_forward(xc, heads, scale, y, lse);
+    return std::vector<Tensor>{y, lse};
+  });
+  Tensor y = outs[0];
+  if (any_requires_grad({qkv}))
+    record("causal_attention", {qkv}, {y}, {xc, y, outs[1]}, [heads, scale](FunctionNode& self, const G& g) -> G {
+      const Tensor& x = self.saved_at(0);
+      profiler::RecordOp rec("causal_attention_backward", x.device(),
+                             2.5 * cpu::causal_attention_flops(x.size(0), x.size(1), heads, x.size(2) / 3 / heads));
+      Tensor gx = empty(x.shape(), x.options());
+      cpu::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(g[0]), heads, scale, gx);
+      return {gx};
+    });
+  return y;
 }
 
 }  // namespace snug::nn::functional

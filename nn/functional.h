@@ -44,6 +44,18 @@ Tensor causal_softmax(const Tensor& x, double scale);
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
                                     const Tensor& mask = Tensor(), double dropout_p = 0.0, bool training = false);
 
+// Causal self-attention from the packed projection of MultiheadAttention:
+// qkv (B, T, 3C) holding q | k | v, each (B, T, heads, C / heads) -> (B, T, C),
+// the heads merged back. The same as splitting q, k and v into heads, calling
+// scaled_dot_product_attention(causal) and merging. On the CPU in f32/f64 and
+// without attention dropout this is one fused op that never builds the
+// (B, heads, T, T) scores and keeps only a (B, heads, T) logsumexp for backward
+// (NOTE [ Fused causal attention ] in core/cpu_fused_attention.h); anything
+// else takes the unfused path. `fused = false` forces the unfused path (tests,
+// benchmarks).
+Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p = 0.0, bool training = false,
+                             bool fused = true);
+
 // ---- convolution and pooling (nn/functional_conv.cpp, nn/functional_pool.cpp) ----
 // x (N, Cin, H, W), weight (Cout, Cin/groups, kH, kW), bias (Cout) -> (N, Cout, Ho, Wo)
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), std::array<int64_t, 2> stride = {1, 1},

@@ -37,7 +37,7 @@ TEST_CASE("fault injection: anomaly mode names the op whose output turned NaN") 
   manual_seed(2);
   Tensor x = randint(0, 65, Shape{2, 8}), y = randint(0, 65, Shape{2, 8});
   CHECK(std::isfinite(gpt.loss(x, y).item()));
-  for (const char* op : {"gelu", "layer_norm", "linear", "causal_softmax", "embedding"}) {
+  for (const char* op : {"gelu", "layer_norm", "linear", "causal_attention", "embedding"}) {
     CAPTURE(op);
     autograd::AnomalyGuard anomaly;
     autograd::InjectNanGuard nan(op);

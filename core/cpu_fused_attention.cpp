@@ -1,0 +1,206 @@
+// Fused causal self-attention kernels: NOTE [ Fused causal attention ] in
+// core/cpu_fused_attention.h.
+#include "core/cpu_fused_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/cpu_loop.h"
+#include "core/error.h"
+#include "core/functors.h"
+#include "core/gemm.h"
+
+namespace snug::cpu {
+
+namespace {
+
+// gemm for either precision; inside the per-head parallel loop it runs serially.
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) kernels::gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else kernels::gemm_f64(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+template <class T>
+SNUG_INLINE T exp_of(T x) {
+  if constexpr (std::is_same_v<T, float>) return fmath::exp_approx(x);
+  else return std::exp(x);
+}
+
+// In place over row[0, vis): softmax; row[vis, n) = 0. Returns the logsumexp.
+// Max and sum keep 16 partial lanes so the loops vectorize without -ffast-math.
+template <class T>
+T softmax_row(T* row, int64_t vis, int64_t n) {
+  constexpr int L = 16;
+  T mx[L];
+  for (int l = 0; l < L; ++l) mx[l] = -std::numeric_limits<T>::infinity();
+  int64_t j = 0;
+  for (; j + L <= vis; j += L)
+#pragma omp simd
+    for (int l = 0; l < L; ++l) mx[l] = std::max(mx[l], row[j + l]);
+  T m = -std::numeric_limits<T>::infinity();
+  for (int l = 0; l < L; ++l) m = std::max(m, mx[l]);
+  for (; j < vis; ++j) m = std::max(m, row[j]);
+  T sm[L] = {};
+  j = 0;
+  for (; j + L <= vis; j += L)
+#pragma omp simd
+    for (int l = 0; l < L; ++l) {
+      T e = exp_of(row[j + l] - m);
+      row[j + l] = e;
+      sm[l] += e;
+    }
+  T s = 0;
+  for (int l = 0; l < L; ++l) s += sm[l];
+  for (; j < vis; ++j) {
+    T e = exp_of(row[j] - m);
+    row[j] = e;
+    s += e;
+  }
+  const T inv = T(1) / s;
+#pragma omp simd
+  for (int64_t i = 0; i < vis; ++i) row[i] *= inv;
+  for (int64_t i = vis; i < n; ++i) row[i] = T(0);
+  return m + std::log(s);
+}
+
+template <class T>
+struct Scratch {
+  std::vector<T> s, dp, drow;
+};
+template <class T>
+Scratch<T>& scratch() {
+  thread_local Scratch<T> s;
+  return s;
+}
+
+template <class T>
+void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const Tensor& y, const Tensor& lse) {
+  const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3, D = C / H;
+  const T* base = static_cast<const T*>(qkv.data_ptr());
+  T* yp = static_cast<T*>(y.data_ptr());
+  T* lp = static_cast<T*>(lse.data_ptr());
+  const T scale = T(scale_d);
+  const int64_t work = B * H;
+#pragma omp parallel for schedule(static) if (work > 1 && B * Tn * C > kParallelGrain)
+  for (int64_t w = 0; w < work; ++w) {
+    const int64_t b = w / H, h = w % H;
+    const T* Q = base + b * Tn * C3 + h * D;
+    const T* K = Q + C;
+    const T* V = Q + 2 * C;
+    T* Y = yp + b * Tn * C + h * D;
+    T* Lr = lp + w * Tn;
+    auto& sc = scratch<T>();
+    sc.s.resize(size_t(kAttentionBlockRows * Tn));
+    T* S = sc.s.data();
+    for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
+      const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = r0 + m;  // keys 0..kv-1 are visible to some row
+      gemm<T>(false, true, m, kv, D, scale, Q + r0 * C3, C3, K, C3, T(0), S, kv);  // (m, kv)
+      for (int64_t i = 0; i < m; ++i) Lr[r0 + i] = softmax_row<T>(S + i * kv, r0 + i + 1, kv);
+      gemm<T>(false, false, m, D, kv, T(1), S, kv, V, C3, T(0), Y + r0 * C, C);  // (m, D)
+    }
+  }
+}
+
+template <class T>
+void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t H,
+                   double scale_d, const Tensor& dqkv) {
+  const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3, D = C / H;
+  const T* base = static_cast<const T*>(qkv.data_ptr());
+  const T* yp = static_cast<const T*>(y.data_ptr());
+  const T* lp = static_cast<const T*>(lse.data_ptr());
+  const T* gp = static_cast<const T*>(gy.data_ptr());
+  T* dp = static_cast<T*>(dqkv.data_ptr());
+  const T scale = T(scale_d);
+  const int64_t work = B * H;
+#pragma omp parallel for schedule(static) if (work > 1 && B * Tn * C > kParallelGrain)
+  for (int64_t w = 0; w < work; ++w) {
+    const int64_t b = w / H, h = w % H;
+    const int64_t off = b * Tn * C3 + h * D;
+    const T *Q = base + off, *K = Q + C, *V = Q + 2 * C;
+    T *dQ = dp + off, *dK = dQ + C, *dV = dQ + 2 * C;
+    const T* Y = yp + b * Tn * C + h * D;
+    const T* G = gp + b * Tn * C + h * D;
+    const T* Lr = lp + w * Tn;
+    auto& sc = scratch<T>();
+    sc.s.resize(size_t(kAttentionBlockRows * Tn));
+    sc.dp.resize(size_t(kAttentionBlockRows * Tn));
+    sc.drow.resize(size_t(Tn));
+    T *P = sc.s.data(), *dP = sc.dp.data(), *Dr = sc.drow.data();
+    for (int64_t i = 0; i < Tn; ++i) {  // Dr[i] = rowsum(dO o O): softmax backward's correction term
+      T acc = 0;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t d = 0; d < D; ++d) acc += G[i * C + d] * Y[i * C + d];
+      Dr[i] = acc;
+      std::fill_n(dK + i * C3, D, T(0));
+      std::fill_n(dV + i * C3, D, T(0));
+    }
+    for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
+      const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = r0 + m;
+      gemm<T>(false, true, m, kv, D, scale, Q + r0 * C3, C3, K, C3, T(0), P, kv);  // S (m, kv)
+      for (int64_t i = 0; i < m; ++i) {  // P = exp(S - lse) on the visible part, 0 past the diagonal
+        T* row = P + i * kv;
+        const int64_t vis = r0 + i + 1;
+        const T l = Lr[r0 + i];
+#pragma omp simd
+        for (int64_t j = 0; j < vis; ++j) row[j] = exp_of(row[j] - l);
+        for (int64_t j = vis; j < kv; ++j) row[j] = T(0);
+      }
+      gemm<T>(false, true, m, kv, D, T(1), G + r0 * C, C, V, C3, T(0), dP, kv);  // dP = dO V^T (m, kv)
+      for (int64_t i = 0; i < m; ++i) {
+        T* pr = P + i * kv;
+        T* dr = dP + i * kv;
+        const T c = Dr[r0 + i];
+#pragma omp simd
+        for (int64_t j = 0; j < kv; ++j) dr[j] = pr[j] * (dr[j] - c);  // dS; 0 where P is 0
+      }
+      gemm<T>(true, false, kv, D, m, T(1), P, kv, G + r0 * C, C, T(1), dV, C3);           // dV += P^T dO
+      gemm<T>(false, false, m, D, kv, scale, dP, kv, K, C3, T(0), dQ + r0 * C3, C3);      // dQ = scale dS K
+      gemm<T>(true, false, kv, D, m, scale, dP, kv, Q + r0 * C3, C3, T(1), dK, C3);       // dK += scale dS^T Q
+    }
+  }
+}
+
+void check_args(const char* what, const Tensor& qkv, int64_t heads) {
+  SNUG_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, ShapeError, what, ": expected qkv (B, T, 3C), got ",
+             shape_str(qkv.shape()));
+  SNUG_CHECK(heads > 0 && (qkv.size(2) / 3) % heads == 0, ValueError, what, ": ", heads,
+             " heads do not divide the width ", qkv.size(2) / 3);
+  SNUG_CHECK(qkv.is_contiguous(), ValueError, what, ": qkv must be contiguous");
+  SNUG_CHECK(qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64, DTypeError, what,
+             ": float32 or float64 only, got ", dtype_name(qkv.dtype()));
+}
+
+}  // namespace
+
+void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
+  check_args("causal_attention_forward", qkv, heads);
+  if (qkv.numel() == 0) return;
+  if (qkv.dtype() == DType::f32) forward_impl<float>(qkv, heads, scale, y, lse);
+  else forward_impl<double>(qkv, heads, scale, y, lse);
+}
+
+void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
+                               int64_t heads, double scale, const Tensor& dqkv) {
+  check_args("causal_attention_backward", qkv, heads);
+  if (qkv.numel() == 0) return;
+  if (qkv.dtype() == DType::f32) backward_impl<float>(qkv, y, lse, gy, heads, scale, dqkv);
+  else backward_impl<double>(qkv, y, lse, gy, heads, scale, dqkv);
+}
+
+double causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D) {
+  double visible = 0;  // (rows x keys) products computed over all blocks of one head
+  for (int64_t r0 = 0; r0 < T; r0 += kAttentionBlockRows) {
+    const int64_t m = std::min(kAttentionBlockRows, T - r0);
+    visible += double(m) * double(r0 + m);
+  }
+  return 2.0 * 2.0 * visible * double(D) * double(B * heads);  // two GEMMs, 2 flops per multiply-add
+}
+
+}  // namespace snug::cpu
