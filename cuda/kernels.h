@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/functors.h"
 #include "core/philox.h"
+#include "core/update_math.h"
 #include "cuda/geometry.h"
 #include "cuda/pool_window.h"
 
@@ -75,5 +76,17 @@ void pool2d(DType t, const PoolGeometry& g, const void* x, void* out, int64_t* i
 // windows hold it, in output order (the CPU's order of accumulation).
 void pool2d_backward(DType t, const PoolGeometry& g, const void* grad_out, const int64_t* indices, void* grad_x,
                      StreamHandle s);
+
+// ---- fused.cu: optimizer updates and the loss scaler (core/update_math.h) ------
+// p, m, v f32 (n) contiguous; g (n) contiguous of dtype gt (f32, f16 or bf16).
+void fused_adam(DType gt, int64_t n, float* p, const void* g, float* m, float* v, const update::AdamConsts& k,
+                StreamHandle s);
+// buf f32 (n) or null without momentum.
+void fused_sgd(DType gt, int64_t n, float* p, const void* g, float* buf, const update::SgdConsts& k,
+               StreamHandle s);
+// out (n) = g (n) * inv, f32 out for f32/f16/bf16 g (out may be g when g is
+// f32), f64 out for f64 g (in place or not); *flag = 1 if any out is inf/NaN.
+void unscale_check(DType gt, DType out_t, int64_t n, const void* g, void* out, double inv, int32_t* flag,
+                   StreamHandle s);
 
 }  // namespace snug::cuda::kernels

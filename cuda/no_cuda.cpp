@@ -4,6 +4,7 @@
 // (and tests/test_cuda.cpp) the same in every build, with no #ifdef.
 #include "core/error.h"
 #include "cuda/cuda_api.h"
+#include "cuda/fused_api.h"
 
 namespace snug::cuda {
 
@@ -54,5 +55,10 @@ void pinned_free(void* p) {
 void pinned_record_stream(void*, std::uintptr_t) { no_cuda("pinned_record_stream"); }
 void unary_f32(UnaryOp, double, double, const float*, float*, int64_t) { no_cuda("unary_f32"); }
 void binary_f32(BinaryOp, const float*, const float*, float*, int64_t) { no_cuda("binary_f32"); }
+void fused_adam(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const update::AdamConsts&) {
+  no_cuda("fused_adam");
+}
+void fused_sgd(const Tensor&, const Tensor&, const Tensor&, const update::SgdConsts&) { no_cuda("fused_sgd"); }
+void unscale_check(const Tensor&, const Tensor&, double, const Tensor&, int64_t) { no_cuda("unscale_check"); }
 
 }  // namespace snug::cuda

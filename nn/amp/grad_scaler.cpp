@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/raw_ops.h"
+#include "cuda/fused_api.h"
 #include "memory/allocator.h"
 
 namespace snug::nn::amp {
@@ -34,6 +36,14 @@ void GradScaler::name_parameters(const NamedTensors& named) {
   for (const auto& [n, t] : named) names_[t.impl()] = n;
 }
 
+// NOTE [ Unscaling on the GPU ]
+// A gradient on a CUDA device is unscaled and checked by one kernel
+// (cuda::unscale_check) that sets its own slot of a per-device i32 flag
+// array; the flags of each device are read back once, after every gradient
+// of the optimizer was queued, so the step waits for the GPU once rather than
+// once per parameter (the CPU path's probe item() would). The result is the
+// same: the gradient times 1/scale, in f32 (f64 for f64), and "inf/NaN" when
+// any unscaled element is not finite.
 void GradScaler::unscale_(optim::Optimizer& opt) {
   if (!enabled_) return;
   PerOptimizer& st = per_opt_[&opt];
@@ -42,34 +52,71 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   NoGradGuard ng;
   memory::TagScope tag(memory::Tag::gradient);
   const double inv = 1.0 / scale_;
-  std::string report;
-  int bad = 0;
+  struct Entry {
+    size_t gi, pi;
+    bool finite = true;
+    int device = -1;  // >= 0: on cuda:device, result in flags[device][slot]
+    int64_t slot = 0;
+  };
+  std::vector<Entry> entries;
+  std::map<int, int64_t> slots;  // CUDA device -> gradients on it
   const auto& groups = opt.param_groups();
   for (size_t gi = 0; gi < groups.size(); ++gi)
     for (size_t pi = 0; pi < groups[gi].params.size(); ++pi) {
-      const Tensor& p = groups[gi].params[pi];
-      Tensor g = p.grad();
+      const Tensor& g = groups[gi].params[pi].grad();
       if (!g.defined()) continue;
-      // Widen half gradients first: g / scale in f16 would flush small values to zero.
-      Tensor g32 = g.dtype() == DType::f64 ? g : raw::to_dtype(g, DType::f32);
-      if (g32.is_same(g)) {
-        g32.mul_(inv);
-      } else {
-        g32 = raw::binary_scalar(BinaryOp::mul, g32, inv);
-        p.set_grad(g32);
+      Entry e{gi, pi};
+      if (g.device().is_cuda()) {
+        e.device = g.device().index;
+        e.slot = slots[e.device]++;
       }
-      // sum(g * 0) is 0 for finite g and NaN as soon as one element is inf or NaN.
-      const double probe = raw::reduce(ReduceOp::sum, raw::binary_scalar(BinaryOp::mul, g32, 0.0), {}, false).item();
-      if (!std::isfinite(probe)) {
-        if (bad < 3) {
-          auto it = names_.find(p.impl());
-          std::string who = it != names_.end() ? it->second : (p.name().empty() ? std::string() : p.name());
-          report += str(bad ? ", " : "", who.empty() ? str("group ", gi, " parameter ", pi) : who, " ",
-                        shape_str(p.shape()));
-        }
-        ++bad;
-      }
+      entries.push_back(e);
     }
+  std::map<int, Tensor> flags;
+  for (auto& [dev, n] : slots) flags[dev] = zeros({n}, TensorOptions(DType::i32, Device(DeviceType::CUDA, dev)));
+  for (Entry& e : entries) {
+    const Tensor& p = groups[e.gi].params[e.pi];
+    Tensor g = p.grad();
+    if (e.device >= 0) {
+      // Widen half gradients into a new f32 tensor; f32/f64 ones in place.
+      Tensor src = g.is_contiguous() ? g : raw::contiguous(g);
+      Tensor out = src.dtype() == DType::f32 || src.dtype() == DType::f64
+                       ? src
+                       : empty(src.shape(), TensorOptions(DType::f32, src.device()));
+      cuda::unscale_check(src, out, inv, flags[e.device], e.slot);
+      if (!out.is_same(g)) p.set_grad(out);
+      continue;
+    }
+    // Widen half gradients first: g / scale in f16 would flush small values to zero.
+    Tensor g32 = g.dtype() == DType::f64 ? g : raw::to_dtype(g, DType::f32);
+    if (g32.is_same(g)) {
+      g32.mul_(inv);
+    } else {
+      g32 = raw::binary_scalar(BinaryOp::mul, g32, inv);
+      p.set_grad(g32);
+    }
+    // sum(g * 0) is 0 for finite g and NaN as soon as one element is inf or NaN.
+    const double probe = raw::reduce(ReduceOp::sum, raw::binary_scalar(BinaryOp::mul, g32, 0.0), {}, false).item();
+    e.finite = std::isfinite(probe);
+  }
+  for (auto& [dev, f] : flags) {
+    const std::vector<int32_t> host = f.to(kCPU).to_vector<int32_t>();  // waits for the kernels: the one read back
+    for (Entry& e : entries)
+      if (e.device == dev) e.finite = host[static_cast<size_t>(e.slot)] == 0;
+  }
+  std::string report;
+  int bad = 0;
+  for (const Entry& e : entries) {
+    if (e.finite) continue;
+    if (bad < 3) {
+      const Tensor& p = groups[e.gi].params[e.pi];
+      auto it = names_.find(p.impl());
+      std::string who = it != names_.end() ? it->second : (p.name().empty() ? std::string() : p.name());
+      report += str(bad ? ", " : "", who.empty() ? str("group ", e.gi, " parameter ", e.pi) : who, " ",
+                    shape_str(p.shape()));
+    }
+    ++bad;
+  }
   st.unscaled = true;
   st.found_inf = bad > 0;
   if (bad > 0) {

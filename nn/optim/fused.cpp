@@ -5,6 +5,8 @@
 
 #include "core/half.h"
 #include "core/profiler.h"
+#include "core/update_math.h"
+#include "cuda/fused_api.h"
 
 namespace snug::nn::optim::fused {
 
@@ -14,86 +16,80 @@ namespace {
 constexpr int64_t kParallelGrain = 1 << 15;
 
 template <class G>
-void adam_loop(float* p, const G* g, float* m, float* v, int64_t n, const AdamArgs& a) {
-  const float b1 = static_cast<float>(a.beta1), b2 = static_cast<float>(a.beta2);
-  const float c1 = static_cast<float>(1 - a.beta1), c2 = static_cast<float>(1 - a.beta2);
-  const float eps = static_cast<float>(a.eps), wd = static_cast<float>(a.weight_decay);
-  const float decay = static_cast<float>(1 - a.lr * a.weight_decay);
-  const float inv_sqrt_bc2 = static_cast<float>(1 / std::sqrt(a.bias_correction2));
-  const float step = static_cast<float>(a.lr / a.bias_correction1);
-  const bool decoupled = a.decoupled;
+void adam_loop(float* p, const G* g, float* m, float* v, int64_t n, const update::AdamConsts& k) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
-    float pi = p[i];
-    float gi = static_cast<float>(g[i]);
-    if (decoupled) pi *= decay;
-    else gi += wd * pi;
-    const float mi = b1 * m[i] + c1 * gi;
-    const float vi = b2 * v[i] + c2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - step * (mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps));
-  }
+  for (int64_t i = 0; i < n; ++i) update::adam(p[i], static_cast<float>(g[i]), m[i], v[i], k);
 }
 
 template <class G>
-void sgd_loop(float* p, const G* g, float* buf, int64_t n, const SgdArgs& a) {
-  const float lr = static_cast<float>(a.lr), mom = static_cast<float>(a.momentum);
-  const float damp = static_cast<float>(1 - a.dampening), wd = static_cast<float>(a.weight_decay);
-  const bool first = a.first, nesterov = a.nesterov;
+void sgd_loop(float* p, const G* g, float* buf, int64_t n, const update::SgdConsts& k) {
+  if (buf) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) {
-    float d = static_cast<float>(g[i]) + wd * p[i];
-    if (buf) {
-      const float b = first ? d : mom * buf[i] + damp * d;
-      buf[i] = b;
-      d = nesterov ? d + mom * b : b;
-    }
-    p[i] = p[i] - lr * d;
+    for (int64_t i = 0; i < n; ++i) update::sgd(p[i], static_cast<float>(g[i]), buf + i, k);
+  } else {
+#pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) update::sgd(p[i], static_cast<float>(g[i]), nullptr, k);
   }
 }
 
-bool cpu_f32_contiguous(const Tensor& t) {
-  return t.device().is_cpu() && t.dtype() == DType::f32 && t.is_contiguous();
-}
+// Where the loop can reach t: any CPU device for a CPU update (they share
+// host memory), the same GPU for a CUDA one.
+bool on(const Tensor& t, Device d) { return d.is_cpu() ? t.device().is_cpu() : t.device() == d; }
+bool f32_contiguous_on(const Tensor& t, Device d) { return on(t, d) && t.dtype() == DType::f32 && t.is_contiguous(); }
 
 }  // namespace
 
 bool supported(const Tensor& target, const Tensor& grad, const Tensor& s1, const Tensor& s2) {
-  if (!cpu_f32_contiguous(target) || !grad.device().is_cpu() || !grad.is_contiguous()) return false;
+  const Device d = target.device();
+  if (!d.is_cpu() && !d.is_cuda()) return false;
+  if (!f32_contiguous_on(target, d) || !on(grad, d) || !grad.is_contiguous()) return false;
   if (grad.dtype() != DType::f32 && grad.dtype() != DType::f16 && grad.dtype() != DType::bf16) return false;
   if (grad.numel() != target.numel()) return false;
   for (const Tensor* s : {&s1, &s2})
-    if (s->defined() && (!cpu_f32_contiguous(*s) || s->numel() != target.numel())) return false;
+    if (s->defined() && (!f32_contiguous_on(*s, d) || s->numel() != target.numel())) return false;
   return true;
 }
 
 void adam(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const AdamArgs& a) {
   SNUG_CHECK(supported(p, g, m, v) && m.defined() && v.defined(), ValueError,
-             "fused::adam: expected contiguous CPU f32 parameter and state and an f32/f16/bf16 gradient of the same size");
+             "fused::adam: expected a contiguous f32 parameter and state and an f32/f16/bf16 gradient of the same "
+             "size, all on one CPU or CUDA device");
   profiler::RecordOp rec("fused_adam", p.device());
+  const update::AdamConsts k = update::make_adam_consts(a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
+                                                        a.bias_correction1, a.bias_correction2, a.decoupled);
+  if (p.device().is_cuda()) {
+    cuda::fused_adam(p, g, m, v, k);
+    return;
+  }
   auto* pp = static_cast<float*>(p.data_ptr());
   auto* mp = static_cast<float*>(m.data_ptr());
   auto* vp = static_cast<float*>(v.data_ptr());
   const int64_t n = p.numel();
   switch (g.dtype()) {
-    case DType::f16: adam_loop(pp, static_cast<const Half*>(g.data_ptr()), mp, vp, n, a); break;
-    case DType::bf16: adam_loop(pp, static_cast<const BFloat16*>(g.data_ptr()), mp, vp, n, a); break;
-    default: adam_loop(pp, static_cast<const float*>(g.data_ptr()), mp, vp, n, a); break;
+    case DType::f16: adam_loop(pp, static_cast<const Half*>(g.data_ptr()), mp, vp, n, k); break;
+    case DType::bf16: adam_loop(pp, static_cast<const BFloat16*>(g.data_ptr()), mp, vp, n, k); break;
+    default: adam_loop(pp, static_cast<const float*>(g.data_ptr()), mp, vp, n, k); break;
   }
 }
 
 void sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const SgdArgs& a) {
   SNUG_CHECK(supported(p, g, buf), ValueError,
-             "fused::sgd: expected contiguous CPU f32 parameter and buffer and an f32/f16/bf16 gradient of the same size");
+             "fused::sgd: expected a contiguous f32 parameter and buffer and an f32/f16/bf16 gradient of the same "
+             "size, all on one CPU or CUDA device");
   profiler::RecordOp rec("fused_sgd", p.device());
+  const update::SgdConsts k =
+      update::make_sgd_consts(a.lr, a.momentum, a.dampening, a.weight_decay, a.nesterov, a.first);
+  if (p.device().is_cuda()) {
+    cuda::fused_sgd(p, g, buf, k);
+    return;
+  }
   auto* pp = static_cast<float*>(p.data_ptr());
   float* bp = buf.defined() ? static_cast<float*>(buf.data_ptr()) : nullptr;
   const int64_t n = p.numel();
   switch (g.dtype()) {
-    case DType::f16: sgd_loop(pp, static_cast<const Half*>(g.data_ptr()), bp, n, a); break;
-    case DType::bf16: sgd_loop(pp, static_cast<const BFloat16*>(g.data_ptr()), bp, n, a); break;
-    default: sgd_loop(pp, static_cast<const float*>(g.data_ptr()), bp, n, a); break;
+    case DType::f16: sgd_loop(pp, static_cast<const Half*>(g.data_ptr()), bp, n, k); break;
+    case DType::bf16: sgd_loop(pp, static_cast<const BFloat16*>(g.data_ptr()), bp, n, k); break;
+    default: sgd_loop(pp, static_cast<const float*>(g.data_ptr()), bp, n, k); break;
   }
 }
 

@@ -1,5 +1,6 @@
-// Fused, allocation-free optimizer updates (CPU): one pass over a parameter,
-// its gradient and its state, in place.
+// Fused, allocation-free optimizer updates (CPU loops here, CUDA kernels in
+// cuda/fused.cu): one pass over a parameter, its gradient and its state, in
+// place. The per-element math is core/update_math.h, shared by both.
 //
 // Why: the op-by-op update (optimizer.cpp's reference path) makes several
 // temporaries per parameter and passes over memory five or six times. The
@@ -7,14 +8,16 @@
 // created its state cannot run out of memory halfway: either every parameter
 // is updated or none is (NOTE [ Failure-atomic optimizer steps ] in
 // optimizer.cpp). The reference path stays for tensors these kernels do not
-// take (other devices, strided tensors), and tests/test_optim.cpp compares the two.
+// take (strided tensors), and tests/test_optim.cpp compares the two
+// (tests/test_cuda_parity.cpp compares the CUDA kernels with the CPU loops).
 #pragma once
 #include "core/tensor.h"
 
 namespace snug::nn::optim::fused {
 
-// Whether the kernels take these tensors: all on a CPU device, contiguous,
-// the target and state f32, the gradient f32, f16 or bf16, equal sizes.
+// Whether the kernels take these tensors: all on CPU devices or all on one
+// CUDA device, contiguous, the target and state f32, the gradient f32, f16 or
+// bf16, equal sizes.
 bool supported(const Tensor& target, const Tensor& grad, const Tensor& s1 = Tensor(), const Tensor& s2 = Tensor());
 
 struct AdamArgs {

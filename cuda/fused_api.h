@@ -1,0 +1,30 @@
+// Fused optimizer updates and the loss scaler's unscale on CUDA, as plain C++
+// (no CUDA header): nn/optim/fused.cpp and nn/amp/grad_scaler.cpp call these
+// for tensors on a cuda:N device. cuda/fused_ops.cpp implements them with the
+// kernels of cuda/fused.cu; cuda/no_cuda.cpp, in a build without CUDA, throws
+// DeviceError. The per-element math is core/update_math.h, the same the CPU
+// loops use. Each call queues one kernel on the device's default stream and
+// does not wait for it.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "core/update_math.h"
+
+namespace snug::cuda {
+
+// p, m, v: f32, contiguous, (n); g: f32/f16/bf16, contiguous, (n); all on one
+// CUDA device. Anything else is a ValueError / DeviceError naming the tensor.
+void fused_adam(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const update::AdamConsts& k);
+// p f32 (n), g f32/f16/bf16 (n), buf f32 (n) or undefined (no momentum).
+void fused_sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdConsts& k);
+
+// out = g * inv, element by element (f32 math for f32/f16/bf16 gradients, f64
+// for f64), and flags[slot] = 1 if any element of out is inf or NaN (flags is
+// left alone otherwise, so it must start at 0). g: contiguous floating (n);
+// out: g itself (f32/f64 gradients, in place) or a contiguous f32 tensor (n);
+// flags: contiguous i32 (slots) on the same device. The flags stay on the
+// device: a caller unscaling many gradients reads them back once.
+void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot);
+
+}  // namespace snug::cuda

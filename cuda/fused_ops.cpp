@@ -1,0 +1,107 @@
+// cuda/fused_api.h: checks the tensors, makes their device current and
+// queues the kernel of cuda/fused.cu on its default stream.
+#include "cuda/fused_api.h"
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "core/profiler.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
+
+namespace snug::cuda {
+
+namespace {
+
+constexpr kernels::StreamHandle kStream = 0;  // the default stream, as every kernel of the backend
+
+struct Named {
+  const char* name;
+  const Tensor* t;
+};
+
+// Every tensor defined, contiguous, on the first one's CUDA device, with n
+// elements; returns that device's index.
+int check_operands(const char* op, int64_t n, std::initializer_list<Named> ts) {
+  const Device d = ts.begin()->t->device();
+  SNUG_CHECK(d.is_cuda(), DeviceError, "cuda::", op, ": ", ts.begin()->name, " is on ", d.str(),
+             ", not on a CUDA device");
+  for (const Named& x : ts) {
+    SNUG_CHECK(x.t->defined(), ValueError, "cuda::", op, ": ", x.name, " is undefined");
+    SNUG_CHECK(x.t->device() == d, DeviceError, "cuda::", op, ": ", x.name, " is on ", x.t->device().str(),
+               " but ", ts.begin()->name, " is on ", d.str());
+    SNUG_CHECK(x.t->is_contiguous(), ValueError, "cuda::", op, ": ", x.name, " must be contiguous");
+    SNUG_CHECK(x.t->numel() == n, ValueError, "cuda::", op, ": ", x.name, " has ", x.t->numel(),
+               " elements, expected ", n);
+  }
+  return d.index;
+}
+
+void check_dtype(const char* op, const char* name, const Tensor& t, std::initializer_list<DType> ok) {
+  for (DType d : ok)
+    if (t.dtype() == d) return;
+  throw DTypeError(str("cuda::", op, ": ", name, " has dtype ", dtype_name(t.dtype()), ", which is not taken here"));
+}
+
+// The kernels mark their arrays __restrict__: distinct state tensors must not share bytes.
+void check_disjoint(const char* op, std::initializer_list<Named> ts) {
+  for (auto a = ts.begin(); a != ts.end(); ++a)
+    for (auto b = a + 1; b != ts.end(); ++b) {
+      if (!a->t->defined() || !b->t->defined() || a->t->nbytes() == 0 || b->t->nbytes() == 0) continue;
+      const auto a0 = reinterpret_cast<std::uintptr_t>(a->t->data_ptr()), a1 = a0 + a->t->nbytes();
+      const auto b0 = reinterpret_cast<std::uintptr_t>(b->t->data_ptr()), b1 = b0 + b->t->nbytes();
+      SNUG_CHECK(a1 <= b0 || b1 <= a0, ValueError, "cuda::", op, ": ", a->name, " and ", b->name, " overlap in memory");
+    }
+}
+
+}  // namespace
+
+void fused_adam(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const update::AdamConsts& k) {
+  const int64_t n = p.numel();
+  const int dev = check_operands("fused_adam", n, {{"parameter", &p}, {"gradient", &g}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
+  check_dtype("fused_adam", "parameter", p, {DType::f32});
+  check_dtype("fused_adam", "exp_avg", m, {DType::f32});
+  check_dtype("fused_adam", "exp_avg_sq", v, {DType::f32});
+  check_dtype("fused_adam", "gradient", g, {DType::f32, DType::f16, DType::bf16});
+  check_disjoint("fused_adam", {{"parameter", &p}, {"gradient", &g}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
+  DeviceGuard guard(dev);
+  kernels::fused_adam(g.dtype(), n, static_cast<float*>(p.data_ptr()), g.data_ptr(), static_cast<float*>(m.data_ptr()),
+                      static_cast<float*>(v.data_ptr()), k, kStream);
+}
+
+void fused_sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdConsts& k) {
+  const int64_t n = p.numel();
+  int dev;
+  if (buf.defined()) {
+    dev = check_operands("fused_sgd", n, {{"parameter", &p}, {"gradient", &g}, {"momentum_buffer", &buf}});
+    check_dtype("fused_sgd", "momentum_buffer", buf, {DType::f32});
+  } else {
+    dev = check_operands("fused_sgd", n, {{"parameter", &p}, {"gradient", &g}});
+  }
+  check_dtype("fused_sgd", "parameter", p, {DType::f32});
+  check_dtype("fused_sgd", "gradient", g, {DType::f32, DType::f16, DType::bf16});
+  check_disjoint("fused_sgd", {{"parameter", &p}, {"gradient", &g}, {"momentum_buffer", &buf}});
+  DeviceGuard guard(dev);
+  kernels::fused_sgd(g.dtype(), n, static_cast<float*>(p.data_ptr()), g.data_ptr(),
+                     buf.defined() ? static_cast<float*>(buf.data_ptr()) : nullptr, k, kStream);
+}
+
+void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot) {
+  const int dev = check_operands("unscale_check", g.numel(), {{"gradient", &g}, {"output", &out}});
+  check_dtype("unscale_check", "gradient", g, {DType::f32, DType::f16, DType::bf16, DType::f64});
+  check_dtype("unscale_check", "output", out, {g.dtype() == DType::f64 ? DType::f64 : DType::f32});
+  SNUG_CHECK((out.data_ptr() == g.data_ptr() && out.dtype() == g.dtype()) || [&] {
+    const auto a0 = reinterpret_cast<std::uintptr_t>(g.data_ptr()), b0 = reinterpret_cast<std::uintptr_t>(out.data_ptr());
+    return a0 + g.nbytes() <= b0 || b0 + out.nbytes() <= a0;
+  }(), ValueError, "cuda::unscale_check: output partly overlaps the gradient (it must be the gradient itself or separate)");
+  SNUG_CHECK(flags.defined() && flags.device() == g.device() && flags.dtype() == DType::i32 && flags.is_contiguous(),
+             ValueError, "cuda::unscale_check: flags must be a contiguous i32 tensor on ", g.device().str());
+  SNUG_CHECK(slot >= 0 && slot < flags.numel(), ValueError, "cuda::unscale_check: slot ", slot, " is outside flags (",
+             flags.numel(), " slots)");
+  profiler::RecordOp rec("unscale_check", g.device());
+  DeviceGuard guard(dev);
+  kernels::unscale_check(g.dtype(), out.dtype(), g.numel(), g.data_ptr(), out.data_ptr(), inv,
+                         static_cast<int32_t*>(flags.data_ptr()) + slot, kStream);
+}
+
+}  // namespace snug::cuda
