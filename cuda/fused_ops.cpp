@@ -90,10 +90,11 @@ void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor&
   const int dev = check_operands("unscale_check", g.numel(), {{"gradient", &g}, {"output", &out}});
   check_dtype("unscale_check", "gradient", g, {DType::f32, DType::f16, DType::bf16, DType::f64});
   check_dtype("unscale_check", "output", out, {g.dtype() == DType::f64 ? DType::f64 : DType::f32});
-  SNUG_CHECK((out.data_ptr() == g.data_ptr() && out.dtype() == g.dtype()) || [&] {
-    const auto a0 = reinterpret_cast<std::uintptr_t>(g.data_ptr()), b0 = reinterpret_cast<std::uintptr_t>(out.data_ptr());
-    return a0 + g.nbytes() <= b0 || b0 + out.nbytes() <= a0;
-  }(), ValueError, "cuda::unscale_check: output partly overlaps the gradient (it must be the gradient itself or separate)");
+  const auto g0 = reinterpret_cast<std::uintptr_t>(g.data_ptr()), o0 = reinterpret_cast<std::uintptr_t>(out.data_ptr());
+  const bool in_place = o0 == g0 && out.dtype() == g.dtype();
+  const bool apart = g0 + g.nbytes() <= o0 || o0 + out.nbytes() <= g0;
+  SNUG_CHECK(in_place || apart, ValueError,
+             "cuda::unscale_check: output partly overlaps the gradient (it must be the gradient itself or separate)");
   SNUG_CHECK(flags.defined() && flags.device() == g.device() && flags.dtype() == DType::i32 && flags.is_contiguous(),
              ValueError, "cuda::unscale_check: flags must be a contiguous i32 tensor on ", g.device().str());
   SNUG_CHECK(slot >= 0 && slot < flags.numel(), ValueError, "cuda::unscale_check: slot ", slot, " is outside flags (",

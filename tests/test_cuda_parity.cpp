@@ -5,20 +5,29 @@
 // (device libm and exp_approx differ from the host by a few ulps; sums are
 // combined in another order); 1e-12 for f64; 1e-2 for f16/bf16 (one rounding
 // of a 16-bit result); 1e-4 for normal draws (device logf/sinf/cosf) and for
-// f32 matmul without TF32.
+// f32 matmul without TF32. Fused optimizer updates: 1e-5 for the f32
+// parameters, masters and moments after three steps (nvcc contracts a*b+c
+// into one FMA where the host compiler may not), 1e-2 for f16/bf16
+// parameters (their masters rounded once). The loss scaler's unscale: exact
+// (a power-of-two scale), with the same inf/NaN verdict per parameter.
 // Without a GPU every case skips itself and says so.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <string>
 
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/generator.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "cuda/cuda_api.h"
 #include "memory/allocator.h"
+#include "nn/amp/grad_scaler.h"
+#include "nn/optim/optimizer.h"
 #include "nn/functional.h"
 #include "nn/models/gpt.h"
 
@@ -338,4 +347,123 @@ TEST_CASE("cuda: caching allocator on device memory, stream-aware reuse, pinned 
   void* h2 = cuda::pinned_allocate(4096);
   CHECK(h2 == h);  // the pinned pool is used by nothing else here
   cuda::pinned_free(h2);
+}
+
+namespace {
+
+Tensor leaf(const Tensor& t) {
+  Tensor p = t.detach();
+  p.requires_grad_(true);
+  return p;
+}
+
+using MakeOptimizer = std::function<std::unique_ptr<nn::optim::Optimizer>(std::vector<Tensor>)>;
+
+// Three steps of the same optimizer on CPU parameters and on their GPU copies,
+// fed the same gradients; the GPU steps must go through the fused kernel
+// (`fused_op` recorded on cuda:0 once per parameter and step).
+void optimizer_parity(const std::string& what, DType dt, const MakeOptimizer& make, const char* fused_op) {
+  CAPTURE(what);
+  CAPTURE(dtype_name(dt));
+  manual_seed(11);
+  // 70001 elements: several blocks and a ragged last one.
+  const std::vector<Shape> shapes = {{33, 17}, {70001}, {5}};
+  std::vector<Tensor> pc, pg;
+  for (const Shape& s : shapes) {
+    const Tensor t = randn(s).to(dt);
+    pc.push_back(leaf(t));
+    pg.push_back(leaf(t.to(kGpu)));
+  }
+  auto oc = make(pc), og = make(pg);
+  int64_t fused_calls = 0;
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor g = randn(shapes[i]).to(dt);
+      pc[i].set_grad(g);
+      pg[i].set_grad(g.to(kGpu));
+    }
+    oc->step();
+    profiler::Profile prof;
+    og->step();
+    cuda::synchronize();
+    prof.stop();
+    for (const auto& e : prof.events()) fused_calls += e.name == fused_op && e.device == kGpu;
+  }
+  CHECK(fused_calls == int64_t(3 * shapes.size()));
+  for (size_t i = 0; i < shapes.size(); ++i)
+    check_close(pg[i].detach(), pc[i].detach(), dt == kFloat32 ? 1e-5 : 1e-2, str("parameter ", i));
+  const nn::NamedTensors sc = oc->state_dict(), sg = og->state_dict();
+  REQUIRE(sc.size() == sg.size());
+  for (size_t i = 0; i < sc.size(); ++i) {
+    REQUIRE(sc[i].first == sg[i].first);
+    if (sc[i].first.rfind("state.", 0) == 0) check_close(sg[i].second, sc[i].second, 1e-5, sc[i].first);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda parity: fused SGD, Adam and AdamW updates (f32 parameters, f16/bf16 with f32 masters)") {
+  if (skip_without_gpu()) return;
+  using namespace nn::optim;
+  const std::vector<std::pair<std::string, SGDOptions>> sgd = {
+      {"sgd plain", {.lr = 0.1}},
+      {"sgd momentum, dampening", {.lr = 0.05, .momentum = 0.8, .dampening = 0.3}},
+      {"sgd nesterov, weight decay", {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}},
+  };
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    for (const auto& [name, o] : sgd)
+      optimizer_parity(name, dt, [o = o](std::vector<Tensor> ps) { return std::make_unique<SGD>(ps, o); },
+                       "fused_sgd");
+    const AdamOptions ao{.lr = 1e-2, .weight_decay = 0.1};
+    optimizer_parity("adam (L2)", dt, [&](std::vector<Tensor> ps) { return std::make_unique<Adam>(ps, ao); },
+                     "fused_adam");
+    optimizer_parity("adamw", dt, [&](std::vector<Tensor> ps) { return std::make_unique<AdamW>(ps, ao); },
+                     "fused_adam");
+  }
+}
+
+TEST_CASE("cuda parity: the loss scaler's unscale and inf/NaN check") {
+  if (skip_without_gpu()) return;
+  struct Case {
+    const char* name;
+    double scale;      // init_scale
+    double magnitude;  // of the gradients
+    int poison;        // 0: clean; 1: inf in the f16 gradient, NaN in the f64 one; 2: overflow when unscaling
+  };
+  const std::vector<Case> cases = {{"clean", 1024, 1024, 0}, {"inf and NaN", 1024, 1024, 1},
+                                   {"overflow on unscale (scale < 1)", 1.0 / 1024, 1e36, 2}};
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    manual_seed(5);
+    // f32 (its gradient a transposed view), f16, bf16, f64; 3000 elements spans blocks.
+    const std::vector<std::pair<DType, Shape>> specs = {
+        {kFloat32, {7, 3}}, {kFloat16, {3000}}, {kBFloat16, {40, 5}}, {kFloat64, {9}}};
+    std::vector<Tensor> pc, pg;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const auto& [dt, shape] = specs[i];
+      const Tensor t = randn(shape).to(dt);
+      pc.push_back(leaf(t));
+      pg.push_back(leaf(t.to(kGpu)));
+      const double mag = c.poison == 2 && dt != kFloat32 ? 1.0 : c.magnitude;  // only f32 overflows in case 2
+      Tensor g = i == 0 ? (randn({3, 7}) * mag).t() : (randn(shape) * mag).to(dt);
+      if (c.poison == 1 && (dt == kFloat16 || dt == kFloat64)) {
+        g = g.contiguous();
+        g.narrow(0, dt == kFloat16 ? 5 : 0, 1).fill_(dt == kFloat16 ? std::numeric_limits<double>::infinity() : std::nan(""));
+      }
+      pc[i].set_grad(g);
+      pg[i].set_grad(g.to(kGpu));
+    }
+    nn::optim::SGD oc(pc, {.lr = 0.1}), og(pg, {.lr = 0.1});
+    nn::amp::GradScaler sc({.init_scale = c.scale}), sg({.init_scale = c.scale});
+    sc.unscale_(oc);
+    sg.unscale_(og);
+    CHECK(sg.overflow_report() == sc.overflow_report());
+    CHECK(sc.overflow_report().empty() == (c.poison == 0));
+    for (size_t i = 0; i < specs.size(); ++i) {
+      CHECK(pg[i].grad().dtype() == (specs[i].first == kFloat64 ? kFloat64 : kFloat32));
+      check_close(pg[i].grad(), pc[i].grad(), 0, str("unscaled gradient ", i));
+    }
+    CHECK(sg.step(og) == sc.step(oc));  // skipped together when a gradient is not finite
+    for (size_t i = 0; i < specs.size(); ++i) check_close(pg[i].detach(), pc[i].detach(), 1e-2, str("parameter ", i));
+  }
 }
