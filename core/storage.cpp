@@ -1,11 +1,13 @@
 #include "core/storage.h"
 
 #include "memory/allocator.h"
+#include "memory/stream.h"
 
 namespace snug {
 
 Storage::Storage(Device device, std::size_t nbytes)
-    : data_(memory::allocate(device, nbytes)), nbytes_(nbytes), device_(device) {}
+    // From the pool of the device's current stream (memory/stream.h): always 0 on the CPU.
+    : data_(memory::allocate(device, nbytes, memory::current_stream(device))), nbytes_(nbytes), device_(device) {}
 
 Storage::Storage(Device device, void* data, std::size_t nbytes, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(device), owned_(false), deleter_(std::move(deleter)) {}

@@ -4,12 +4,14 @@
 //   f32:       CUBLAS_COMPUTE_32F, or 32F_FAST_TF32 when set_allow_tf32(true)
 //   f16/bf16:  stored in 16 bits, accumulated in f32 (CUBLAS_COMPUTE_32F)
 //   f64:       CUBLAS_COMPUTE_64F
-// Each device's handle gets a workspace from the caching allocator (tagged
-// workspace), so cuBLAS never calls cudaMalloc behind the allocator's back.
+// Each device's handle gets a workspace per stream from the caching allocator
+// (tagged workspace), so cuBLAS never calls cudaMalloc behind the allocator's
+// back. GEMMs are queued on the device's current stream (memory/stream.h).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 
 #include "core/raw_ops.h"
@@ -37,28 +39,47 @@ std::atomic<bool> g_allow_tf32{false};
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS suggests for Hopper
 constexpr int kMaxHandles = 64;
 
-// One handle per device, created on first use and kept for the process (a
-// handle's workspace is allocated once and never returned).
-cublasHandle_t handle_for(int device) {
-  static std::mutex mu;
-  static cublasHandle_t handles[kMaxHandles] = {};
+// One handle per device, created on first use and kept for the process. It
+// is pointed at the calling thread's current stream before each GEMM, with a
+// workspace of that stream's own (cuBLAS wants one workspace per stream, as
+// two streams may run GEMMs at once): allocated from the caching allocator's
+// pool for that stream on first use and kept for the process. The handle's
+// lock is held across setting the stream and queueing the GEMM, so threads
+// on different streams do not re-point it under each other.
+struct HandleState {
+  cublasHandle_t h = nullptr;
+  bool bound = false;
+  std::uintptr_t stream = 0;                     // the stream the handle is set to, once bound
+  std::map<std::uintptr_t, void*> workspaces;    // per stream
+};
+
+struct LockedHandle {
+  std::unique_lock<std::mutex> lock;
+  cublasHandle_t h;
+};
+
+LockedHandle handle_for(int device, std::uintptr_t stream) {
+  static std::mutex mu[kMaxHandles];
+  static HandleState handles[kMaxHandles];
   SNUG_CHECK(device >= 0 && device < kMaxHandles, DeviceError, "cuBLAS: device index ", device, " out of range");
-  std::lock_guard<std::mutex> lock(mu);
-  if (!handles[device]) {
-    cublasHandle_t h = nullptr;
-    SNUG_CUBLAS_CHECK(cublasCreate(&h));
-    const Device d(DeviceType::CUDA, device);
-    void* ws = nullptr;
-    {
+  std::unique_lock<std::mutex> lock(mu[device]);
+  HandleState& hs = handles[device];
+  if (!hs.h) SNUG_CUBLAS_CHECK(cublasCreate(&hs.h));
+  if (!hs.bound || hs.stream != stream) {
+    void*& ws = hs.workspaces[stream];
+    if (!ws) {
       memory::TagScope tag(memory::Tag::workspace);
       memory::OpScope op("cublas_workspace");
-      ws = memory::allocate(d, kWorkspaceBytes);
+      ws = memory::allocate(Device(DeviceType::CUDA, device), kWorkspaceBytes, stream);
     }
-    SNUG_CUBLAS_CHECK(cublasSetWorkspace(h, ws, kWorkspaceBytes));
-    SNUG_CUBLAS_CHECK(cublasSetStream(h, 0));
-    handles[device] = h;
+    // cublasSetStream puts the handle back on cuBLAS's own workspace, so the
+    // workspace is set after it.
+    SNUG_CUBLAS_CHECK(cublasSetStream(hs.h, reinterpret_cast<cudaStream_t>(stream)));
+    SNUG_CUBLAS_CHECK(cublasSetWorkspace(hs.h, ws, kWorkspaceBytes));
+    hs.stream = stream;
+    hs.bound = true;
   }
-  return handles[device];
+  return {std::move(lock), hs.h};
 }
 
 GemmOperandPlan plan_operand(const Tensor& t) {
@@ -78,7 +99,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     fill(out, 0);
     return;
   }
-  DeviceGuard guard(out.device().index);
+  OnDevice guard(out.device().index);
   Tensor ac = a, bc = b;
   GemmOperandPlan pa = plan_operand(ac), pb = plan_operand(bc);
   if (!pa.ok) {
@@ -122,8 +143,9 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
                  g.ldb <= INT32_MAX,
              ShapeError, "matmul: sizes beyond cuBLAS's 32-bit dimensions (", B, " x ", M, " x ", K, " x ", N, ")");
   // A' = b's memory, B' = a's memory (NOTE [ Row-major matmul through cuBLAS ]).
+  const LockedHandle handle = handle_for(out.device().index, guard.stream());
   SNUG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle_for(out.device().index), g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      handle.h, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
       int(g.m), int(g.n), int(g.k), alpha, bc.data_ptr(), dt, int(g.lda), g.stride_a, ac.data_ptr(), dt, int(g.ldb),
       g.stride_b, beta, out.data_ptr(), dt, int(g.ldc), g.stride_c, int(g.batch), ct, CUBLAS_GEMM_DEFAULT));
 }

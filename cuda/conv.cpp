@@ -22,6 +22,7 @@
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_backend.h"
 #include "memory/allocator.h"
+#include "memory/stream.h"
 
 #define SNUG_CUDNN_CHECK(call)                                                                            \
   do {                                                                                                    \
@@ -38,16 +39,22 @@ namespace {
 constexpr std::size_t kMaxWorkspace = std::size_t{1} << 30;  // never pick an algorithm needing more
 constexpr int kMaxHandles = 64;
 
-cudnnHandle_t cudnn_for(int device) {
-  static std::mutex mu;
+// One handle per device, kept for the process, pointed at the calling
+// thread's current stream (memory/stream.h) for each call. Its lock is held
+// from setting the stream until the call is queued, so threads on different
+// streams do not re-point it under each other.
+struct LockedCudnn {
+  std::unique_lock<std::mutex> lock;
+  cudnnHandle_t h;
+};
+LockedCudnn cudnn_for(int device, std::uintptr_t stream) {
+  static std::mutex mu[kMaxHandles];
   static cudnnHandle_t handles[kMaxHandles] = {};
   SNUG_CHECK(device >= 0 && device < kMaxHandles, DeviceError, "cuDNN: device index ", device, " out of range");
-  std::lock_guard<std::mutex> lock(mu);
-  if (!handles[device]) {
-    SNUG_CUDNN_CHECK(cudnnCreate(&handles[device]));
-    SNUG_CUDNN_CHECK(cudnnSetStream(handles[device], 0));
-  }
-  return handles[device];
+  std::unique_lock<std::mutex> lock(mu[device]);
+  if (!handles[device]) SNUG_CUDNN_CHECK(cudnnCreate(&handles[device]));
+  SNUG_CUDNN_CHECK(cudnnSetStream(handles[device], reinterpret_cast<cudaStream_t>(stream)));
+  return {std::move(lock), handles[device]};
 }
 
 cudnnDataType_t cudnn_type(DType t) {
@@ -137,7 +144,7 @@ struct Workspace {
   Workspace(Device dev, std::size_t bytes) : d(dev) {
     if (bytes) {
       memory::TagScope tag(memory::Tag::workspace);
-      p = memory::allocate(d, bytes);
+      p = memory::allocate(d, bytes, memory::current_stream(d));  // the pool of the stream the call runs on
     }
   }
   ~Workspace() { memory::deallocate(d, p); }
@@ -158,9 +165,10 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bi
                          const Tensor& out) {
   if (out.numel() == 0) return;
   const int dev = out.device().index;
-  DeviceGuard guard(dev);
+  OnDevice guard(dev);
   const DType t = out.dtype();
-  cudnnHandle_t h = cudnn_for(dev);
+  const LockedCudnn handle = cudnn_for(dev, guard.stream());
+  cudnnHandle_t h = handle.h;
   TensorDesc xd(t, x.size(0), x.size(1), x.size(2), x.size(3)), yd(t, out.size(0), out.size(1), out.size(2), out.size(3));
   FilterDesc wd(t, weight.size(0), weight.size(1), weight.size(2), weight.size(3));
   ConvDesc cd(t, p);
@@ -186,14 +194,15 @@ void CudaBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const
                                   const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
                                   const Tensor& grad_bias) {
   const int dev = grad_out.device().index;
-  DeviceGuard guard(dev);
+  OnDevice guard(dev);
   if (grad_out.numel() == 0) {  // nothing flows back: every gradient is zero
     for (const Tensor* g : {&grad_x, &grad_weight, &grad_bias})
       if (g->defined()) fill(*g, 0);
     return;
   }
   const DType t = grad_out.dtype();
-  cudnnHandle_t h = cudnn_for(dev);
+  const LockedCudnn handle = cudnn_for(dev, guard.stream());
+  cudnnHandle_t h = handle.h;
   const Tensor& xs = x.defined() ? x : grad_x;
   const Tensor& ws_t = weight.defined() ? weight : grad_weight;
   TensorDesc xd(t, xs.size(0), xs.size(1), xs.size(2), xs.size(3));

@@ -16,6 +16,7 @@
 #include "cuda/geometry.h"
 #include "cuda/kernels.h"
 #include "cuda/plan.h"
+#include "memory/stream.h"
 
 namespace snug::cuda {
 
@@ -31,14 +32,15 @@ DeviceGuard::~DeviceGuard() {
   if (prev_ >= 0) (void)cudaSetDevice(prev_);
 }
 
+OnDevice::OnDevice(int device)
+    : guard_(device), stream_(memory::current_stream(Device(DeviceType::CUDA, device))) {}
+
 CudaBackend& cuda_backend() {
   static CudaBackend b;
   return b;
 }
 
 namespace {
-
-constexpr kernels::StreamHandle kStream = 0;  // the default stream
 
 // t's strides seen over `shape` (t broadcast to it).
 std::vector<int64_t> over(const Tensor& t, const Shape& shape) { return broadcast_strides(t.shape(), t.strides(), shape); }
@@ -79,147 +81,147 @@ int dev(const Tensor& t) { return t.device().index; }
 }  // namespace
 
 void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
-  DeviceGuard g(dev(dst));
+  OnDevice g(dev(dst));
   if (src.dtype() == dst.dtype() && src.shape() == dst.shape() && src.is_contiguous() && dst.is_contiguous()) {
     if (dst.nbytes())
       SNUG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice,
-                                      reinterpret_cast<cudaStream_t>(kStream)));
+                                      reinterpret_cast<cudaStream_t>(g.stream())));
     return;
   }
   kernels::copy(dst.dtype(), src.dtype(), geometry<2>(dst.shape(), {&dst, &src}), dst.data_ptr(), src.data_ptr(),
-                kStream);
+                g.stream());
 }
 
 void CudaBackend::fill(const Tensor& dst, double value) {
-  DeviceGuard g(dev(dst));
+  OnDevice g(dev(dst));
   kernels::fill(dst.element_size(), fill_bits(dst.dtype(), value), geometry<1>(dst.shape(), {&dst}), dst.data_ptr(),
-                kStream);
+                g.stream());
 }
 
 void CudaBackend::unary(UnaryOp op, double a, double b, const Tensor& x, const Tensor& out) {
-  DeviceGuard g(dev(out));
-  kernels::unary(op, a, b, out.dtype(), geometry<2>(out.shape(), {&out, &x}), out.data_ptr(), x.data_ptr(), kStream);
+  OnDevice g(dev(out));
+  kernels::unary(op, a, b, out.dtype(), geometry<2>(out.shape(), {&out, &x}), out.data_ptr(), x.data_ptr(), g.stream());
 }
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   kernels::binary(op, out.dtype(), geometry<3>(out.shape(), {&out, &a, &b}), out.data_ptr(), a.data_ptr(),
-                  b.data_ptr(), kStream);
+                  b.data_ptr(), g.stream());
 }
 
 void CudaBackend::compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   kernels::compare(op, a.dtype(), geometry<3>(out.shape(), {&out, &a, &b}), static_cast<bool*>(out.data_ptr()),
-                   a.data_ptr(), b.data_ptr(), kStream);
+                   a.data_ptr(), b.data_ptr(), g.stream());
 }
 
 void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   kernels::where(out.dtype(), geometry<4>(out.shape(), {&out, &cond, &a, &b}), out.data_ptr(),
-                 static_cast<const bool*>(cond.data_ptr()), a.data_ptr(), b.data_ptr(), kStream);
+                 static_cast<const bool*>(cond.data_ptr()), a.data_ptr(), b.data_ptr(), g.stream());
 }
 
 // x any shape and strides; out has x's shape with the reduced dims set to 1.
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   const ReducePlan p = plan_reduce(x.shape(), x.strides(), out.strides(), dims);
-  kernels::reduce(op, x.dtype(), out.dtype(), p.kept, p.red, x.data_ptr(), out.data_ptr(), kStream);
+  kernels::reduce(op, x.dtype(), out.dtype(), p.kept, p.red, x.data_ptr(), out.data_ptr(), g.stream());
 }
 
 // out (i64) has x's shape with `dim` set to 1.
 void CudaBackend::arg_reduce(bool is_max, const Tensor& x, int64_t dim, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   const RowPlan<2> p = plan_rows<2>(x.shape(), {x.strides(), out.strides()}, dim);
   kernels::arg_reduce(is_max, x.dtype(), p.rows, p.len, p.step[0], x.data_ptr(), static_cast<int64_t*>(out.data_ptr()),
-                      kStream);
+                      g.stream());
 }
 
 void CudaBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   const RowPlan<2> p = plan_rows<2>(x.shape(), {x.strides(), out.strides()}, dim);
-  kernels::softmax(x.dtype(), log, p.rows, p.len, p.step[0], p.step[1], x.data_ptr(), out.data_ptr(), kStream);
+  kernels::softmax(x.dtype(), log, p.rows, p.len, p.step[0], p.step[1], x.data_ptr(), out.data_ptr(), g.stream());
 }
 
 void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
                                    const Tensor& grad_in) {
-  DeviceGuard g(dev(grad_in));
+  OnDevice g(dev(grad_in));
   const RowPlan<3> p = plan_rows<3>(y.shape(), {over(grad_out, y.shape()), y.strides(), grad_in.strides()}, dim);
   kernels::softmax_backward(y.dtype(), log, p.rows, p.len, p.step[0], p.step[1], p.step[2], grad_out.data_ptr(),
-                            y.data_ptr(), grad_in.data_ptr(), kStream);
+                            y.data_ptr(), grad_in.data_ptr(), g.stream());
 }
 
 // ---- index ops: the geometry of core/cpu_index.cpp (cuda/plan.h) -------------------
 
 void CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   const int64_t is = index.dim() == 0 ? 0 : index.strides()[0];
   const GatherPlan p = plan_gather(out.shape(), out.strides(), index_strides_along(out.shape(), dim, is),
                                    x.strides(), dim);
   kernels::gather(x.element_size(), p.g, p.jump, out.data_ptr(), static_cast<const int64_t*>(index.data_ptr()),
-                  x.data_ptr(), kStream);
+                  x.data_ptr(), g.stream());
 }
 
 void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   if (src.numel() == 0) return;
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   const int64_t is = index.dim() == 0 ? 0 : index.strides()[0];
   const ScatterPlan p = plan_scatter(src.shape(), out.strides(), index_strides_along(src.shape(), dim, is),
                                      src.strides(), dim);
   kernels::scatter_add(out.dtype(), p.outer, p.len, p.ostep, p.istep, p.sstep, out.data_ptr(),
-                       static_cast<const int64_t*>(index.data_ptr()), src.data_ptr(), kStream);
+                       static_cast<const int64_t*>(index.data_ptr()), src.data_ptr(), g.stream());
 }
 
 void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   const GatherPlan p = plan_gather(out.shape(), out.strides(), index.strides(), x.strides(), dim);
   kernels::gather(x.element_size(), p.g, p.jump, out.data_ptr(), static_cast<const int64_t*>(index.data_ptr()),
-                  x.data_ptr(), kStream);
+                  x.data_ptr(), g.stream());
 }
 
 void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   if (index.numel() == 0) return;
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   const ScatterPlan p = plan_scatter(index.shape(), out.strides(), index.strides(), src.strides(), dim);
   kernels::scatter_add(out.dtype(), p.outer, p.len, p.ostep, p.istep, p.sstep, out.data_ptr(),
-                       static_cast<const int64_t*>(index.data_ptr()), src.data_ptr(), kStream);
+                       static_cast<const int64_t*>(index.data_ptr()), src.data_ptr(), g.stream());
 }
 
 void CudaBackend::random(RandomKind kind, PhiloxState st, double a, double b, const Tensor& out) {
   SNUG_CHECK(out.is_contiguous(), ValueError, "random: output must be contiguous");
-  DeviceGuard g(dev(out));
-  kernels::random(kind == RandomKind::normal, out.dtype(), st, a, b, out.numel(), out.data_ptr(), kStream);
+  OnDevice g(dev(out));
+  kernels::random(kind == RandomKind::normal, out.dtype(), st, a, b, out.numel(), out.data_ptr(), g.stream());
 }
 
 void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& out,
                              const Tensor& mean, const Tensor& rstd) {
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
   kernels::layer_norm(x.dtype(), R, C, eps, x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
                       bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr(),
-                      static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()), kStream);
+                      static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()), g.stream());
 }
 
 void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                                       const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
                                       const Tensor& grad_weight, const Tensor& grad_bias) {
-  DeviceGuard g(dev(x));
+  OnDevice g(dev(x));
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
   kernels::layer_norm_backward(x.dtype(), R, C, grad_out.data_ptr(), x.data_ptr(),
                                weight.defined() ? weight.data_ptr() : nullptr,
                                static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()),
                                grad_x.defined() ? grad_x.data_ptr() : nullptr,
                                grad_weight.defined() ? grad_weight.data_ptr() : nullptr,
-                               grad_bias.defined() ? grad_bias.data_ptr() : nullptr, kStream);
+                               grad_bias.defined() ? grad_bias.data_ptr() : nullptr, g.stream());
 }
 
 void CudaBackend::causal_softmax(const Tensor& x, double scale, const Tensor& out) {
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   const int64_t Tk = x.size(-1), Tq = x.size(-2);
   const int64_t rows = Tk ? x.numel() / Tk : 0;
-  kernels::causal_softmax(x.dtype(), rows, Tq, Tk, scale, x.data_ptr(), out.data_ptr(), kStream);
+  kernels::causal_softmax(x.dtype(), rows, Tq, Tk, scale, x.data_ptr(), out.data_ptr(), g.stream());
 }
 
 // ---- pooling: the windows of core/cpu_conv.cpp, kernels in pool.cu ------------------
@@ -242,29 +244,43 @@ PoolGeometry pool_geometry(const Pool2dParams& p, int64_t planes, int64_t H, int
 
 // x (N, C, H, W) -> out (N, C, Ho, Wo), indices (max only); contiguous.
 void CudaBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
-  DeviceGuard g(dev(out));
+  OnDevice g(dev(out));
   SNUG_CHECK(p.kind != PoolKind::max || indices.defined(), ValueError, "pool2d: max pooling needs an indices tensor");
   kernels::pool2d(x.dtype(), pool_geometry(p, x.size(0) * x.size(1), x.size(2), x.size(3), out.size(2), out.size(3)),
                   x.data_ptr(), out.data_ptr(), indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr,
-                  kStream);
+                  g.stream());
 }
 
 void CudaBackend::pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
                                   const Tensor& grad_x) {
-  DeviceGuard g(dev(grad_x));
+  OnDevice g(dev(grad_x));
   kernels::pool2d_backward(
       grad_x.dtype(),
       pool_geometry(p, grad_x.size(0) * grad_x.size(1), grad_x.size(2), grad_x.size(3), grad_out.size(2),
                     grad_out.size(3)),
       grad_out.data_ptr(), indices.defined() ? static_cast<const int64_t*>(indices.data_ptr()) : nullptr,
-      grad_x.data_ptr(), kStream);
+      grad_x.data_ptr(), g.stream());
 }
 
 // ---- copies between devices ----------------------------------------------------------
 // src and dst are contiguous with the same dtype and shape (raw::to_device).
-// Host <-> device copies wait for the default stream, so a device-to-host
-// copy sees every kernel queued before it and the host may reuse its buffer
-// right after a host-to-device copy.
+// Host <-> device copies are queued on the GPU's current stream and waited
+// for, so a device-to-host copy sees every kernel queued before it on that
+// stream and the host may reuse its buffer right after a host-to-device copy.
+// On the default stream (the usual case) they are plain cudaMemcpy calls,
+// which also wait for the other (blocking) streams' earlier work.
+namespace {
+void copy_and_wait(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind, std::uintptr_t stream) {
+  if (stream == 0) {
+    SNUG_CUDA_CHECK(cudaMemcpy(dst, src, n, kind));
+    return;
+  }
+  const auto st = reinterpret_cast<cudaStream_t>(stream);
+  SNUG_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, st));
+  SNUG_CUDA_CHECK(cudaStreamSynchronize(st));
+}
+}  // namespace
+
 void CudaBackend::copy_across(const Tensor& src, const Tensor& dst) {
   SNUG_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
              ValueError, "copy_across: expected contiguous tensors of one dtype and size, got ", dtype_name(src.dtype()),
@@ -273,21 +289,34 @@ void CudaBackend::copy_across(const Tensor& src, const Tensor& dst) {
   const Device s = src.device(), d = dst.device();
   if (n == 0) return;
   if (s.is_cpu() && d.is_cuda()) {
-    DeviceGuard g(d.index);
-    SNUG_CUDA_CHECK(cudaMemcpy(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyHostToDevice));
+    OnDevice g(d.index);
+    copy_and_wait(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyHostToDevice, g.stream());
   } else if (s.is_cuda() && d.is_cpu()) {
-    DeviceGuard g(s.index);
-    SNUG_CUDA_CHECK(cudaMemcpy(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToHost));
+    OnDevice g(s.index);
+    copy_and_wait(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToHost, g.stream());
   } else if (s.is_cuda() && d.is_cuda()) {
     if (s.index == d.index) {
-      DeviceGuard g(d.index);
-      SNUG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToDevice, 0));
+      OnDevice g(d.index);
+      SNUG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), n, cudaMemcpyDeviceToDevice,
+                                      reinterpret_cast<cudaStream_t>(g.stream())));
     } else {
       // Across GPUs: direct over NVLink/PCIe when peer access is possible,
-      // staged through the host by the driver otherwise. Synchronous with
-      // respect to both devices' default streams.
-      DeviceGuard g(d.index);
-      SNUG_CUDA_CHECK(cudaMemcpyPeer(dst.data_ptr(), d.index, src.data_ptr(), s.index, n));
+      // staged through the host by the driver otherwise. Synchronous: the
+      // source's current stream is drained first (its pending writes), then
+      // the copy runs on the destination's current stream and is waited for.
+      const std::uintptr_t src_stream = memory::current_stream(s);
+      OnDevice g(d.index);
+      if (src_stream == 0 && g.stream() == 0) {
+        SNUG_CUDA_CHECK(cudaMemcpyPeer(dst.data_ptr(), d.index, src.data_ptr(), s.index, n));
+      } else {
+        {
+          DeviceGuard gs(s.index);
+          SNUG_CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(src_stream)));
+        }
+        const auto st = reinterpret_cast<cudaStream_t>(g.stream());
+        SNUG_CUDA_CHECK(cudaMemcpyPeerAsync(dst.data_ptr(), d.index, src.data_ptr(), s.index, n, st));
+        SNUG_CUDA_CHECK(cudaStreamSynchronize(st));
+      }
     }
   } else {
     throw DeviceError(str("copy_across: CUDA backend cannot copy ", s.str(), " -> ", d.str()));

@@ -3,9 +3,12 @@
 // Methods are spread by family: cuda_backend.cpp (elementwise, reductions,
 // softmax, norms, index, random, copies), blas.cpp (matmul via cuBLAS),
 // conv.cpp (convolution via cuDNN), pool.cu (pooling kernels).
-// Every kernel is queued on the device's default stream; copies to the host
-// wait for it.
+// Every kernel is queued on the device's current stream (memory/stream.h; the
+// default stream unless a memory::StreamGuard says otherwise); copies to the
+// host wait for that stream.
 #pragma once
+#include <cstdint>
+
 #include "core/backend.h"
 
 namespace snug::cuda {
@@ -58,6 +61,18 @@ class DeviceGuard {
 
  private:
   int prev_ = -1;
+};
+
+// A DeviceGuard that also reads the device's current stream (memory/stream.h),
+// on which the scope's kernels, copies and library calls are queued.
+class OnDevice {
+ public:
+  explicit OnDevice(int device);
+  std::uintptr_t stream() const { return stream_; }
+
+ private:
+  DeviceGuard guard_;
+  std::uintptr_t stream_;
 };
 
 }  // namespace snug::cuda

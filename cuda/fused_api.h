@@ -3,8 +3,8 @@
 // for tensors on a cuda:N device. cuda/fused_ops.cpp implements them with the
 // kernels of cuda/fused.cu; cuda/no_cuda.cpp, in a build without CUDA, throws
 // DeviceError. The per-element math is core/update_math.h, the same the CPU
-// loops use. Each call queues one kernel on the device's default stream and
-// does not wait for it.
+// loops use. Each call queues one kernel on the device's current stream
+// (memory/stream.h) and does not wait for it.
 #pragma once
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // cuda/fused_api.h: checks the tensors, makes their device current and
-// queues the kernel of cuda/fused.cu on its default stream.
+// queues the kernel of cuda/fused.cu on its current stream (memory/stream.h).
 #include "cuda/fused_api.h"
 
 #include <cstdint>
@@ -12,8 +12,6 @@
 namespace snug::cuda {
 
 namespace {
-
-constexpr kernels::StreamHandle kStream = 0;  // the default stream, as every kernel of the backend
 
 struct Named {
   const char* name;
@@ -64,9 +62,9 @@ void fused_adam(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor&
   check_dtype("fused_adam", "exp_avg_sq", v, {DType::f32});
   check_dtype("fused_adam", "gradient", g, {DType::f32, DType::f16, DType::bf16});
   check_disjoint("fused_adam", {{"parameter", &p}, {"gradient", &g}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
-  DeviceGuard guard(dev);
+  OnDevice guard(dev);
   kernels::fused_adam(g.dtype(), n, static_cast<float*>(p.data_ptr()), g.data_ptr(), static_cast<float*>(m.data_ptr()),
-                      static_cast<float*>(v.data_ptr()), k, kStream);
+                      static_cast<float*>(v.data_ptr()), k, guard.stream());
 }
 
 void fused_sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdConsts& k) {
@@ -81,9 +79,9 @@ void fused_sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const update
   check_dtype("fused_sgd", "parameter", p, {DType::f32});
   check_dtype("fused_sgd", "gradient", g, {DType::f32, DType::f16, DType::bf16});
   check_disjoint("fused_sgd", {{"parameter", &p}, {"gradient", &g}, {"momentum_buffer", &buf}});
-  DeviceGuard guard(dev);
+  OnDevice guard(dev);
   kernels::fused_sgd(g.dtype(), n, static_cast<float*>(p.data_ptr()), g.data_ptr(),
-                     buf.defined() ? static_cast<float*>(buf.data_ptr()) : nullptr, k, kStream);
+                     buf.defined() ? static_cast<float*>(buf.data_ptr()) : nullptr, k, guard.stream());
 }
 
 void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot) {
@@ -100,9 +98,9 @@ void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor&
   SNUG_CHECK(slot >= 0 && slot < flags.numel(), ValueError, "cuda::unscale_check: slot ", slot, " is outside flags (",
              flags.numel(), " slots)");
   profiler::RecordOp rec("unscale_check", g.device());
-  DeviceGuard guard(dev);
+  OnDevice guard(dev);
   kernels::unscale_check(g.dtype(), out.dtype(), g.numel(), g.data_ptr(), out.data_ptr(), inv,
-                         static_cast<int32_t*>(flags.data_ptr()) + slot, kStream);
+                         static_cast<int32_t*>(flags.data_ptr()) + slot, guard.stream());
 }
 
 }  // namespace snug::cuda

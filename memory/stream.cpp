@@ -1,0 +1,38 @@
+#include "memory/stream.h"
+
+#include <array>
+
+#include "core/error.h"
+
+namespace snug::memory {
+
+namespace {
+// One slot per CUDA device index, per thread; zero-initialized: the default stream.
+thread_local std::array<StreamId, kMaxStreamDevices> t_current{};
+
+int slot(Device d, const char* what) {
+  SNUG_CHECK(d.is_cuda(), DeviceError, what, ": ", d.str(), " has no streams (only CUDA devices do)");
+  SNUG_CHECK(d.index >= 0 && d.index < kMaxStreamDevices, DeviceError, what, ": device index ", d.index,
+             " is outside [0, ", kMaxStreamDevices, ")");
+  return d.index;
+}
+}  // namespace
+
+StreamId current_stream(Device d) {
+  if (!d.is_cuda() || d.index < 0 || d.index >= kMaxStreamDevices) return 0;
+  return t_current[static_cast<std::size_t>(d.index)];
+}
+
+void set_current_stream(Device d, StreamId s) {
+  t_current[static_cast<std::size_t>(slot(d, "set_current_stream"))] = s;
+}
+
+StreamGuard::StreamGuard(Device d, StreamId s) : device_(d), prev_(0) {
+  const int i = slot(d, "StreamGuard");
+  prev_ = t_current[static_cast<std::size_t>(i)];
+  t_current[static_cast<std::size_t>(i)] = s;
+}
+
+StreamGuard::~StreamGuard() { t_current[static_cast<std::size_t>(device_.index)] = prev_; }
+
+}  // namespace snug::memory

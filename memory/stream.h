@@ -1,0 +1,45 @@
+// The current stream: per thread and per CUDA device, as PyTorch's. snug's
+// CUDA kernels, copies, cuBLAS and cuDNN calls for cuda:N are queued on
+// cuda:N's current stream, and new tensors on cuda:N take their memory from
+// the caching allocator's pool for that stream (core/storage.cpp), so a block
+// is reused by later work of the same stream without any wait (NOTE
+// [ Stream-aware reuse ] in memory/caching_allocator.h covers the other streams).
+//
+//   const cuda::StreamHandle side = cuda::create_stream();
+//   {
+//     memory::StreamGuard g(Device("cuda:0"), side);
+//     Tensor y = relu(matmul(x, w));   // queued on `side`, y's block belongs to `side`
+//   }                                  // cuda:0's current stream is the default again
+//
+// Stream 0 (the legacy default stream) is current unless a guard says
+// otherwise. CPU devices have no streams: their current stream is always 0.
+// A plain header (no CUDA): the stream is an opaque integer (a cudaStream_t).
+#pragma once
+#include "core/device.h"
+#include "memory/allocator.h"
+
+namespace snug::memory {
+
+// Devices cuda:0 .. cuda:(kMaxStreamDevices - 1) can have a current stream.
+inline constexpr int kMaxStreamDevices = 64;
+
+// The calling thread's current stream on d (0 for CPU devices).
+StreamId current_stream(Device d);
+// Sets it for the calling thread; d must be a CUDA device with index in
+// [0, kMaxStreamDevices), else DeviceError. The stream must belong to d.
+void set_current_stream(Device d, StreamId s);
+
+// Makes s current on d for the scope, then restores the previous stream.
+class StreamGuard {
+ public:
+  StreamGuard(Device d, StreamId s);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  Device device_;
+  StreamId prev_;
+};
+
+}  // namespace snug::memory
