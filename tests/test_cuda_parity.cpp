@@ -26,6 +26,7 @@
 #include "core/raw_ops.h"
 #include "cuda/cuda_api.h"
 #include "memory/allocator.h"
+#include "memory/stream.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/optim/optimizer.h"
 #include "nn/functional.h"
@@ -466,4 +467,30 @@ TEST_CASE("cuda parity: the loss scaler's unscale and inf/NaN check") {
     CHECK(sg.step(og) == sc.step(oc));  // skipped together when a gradient is not finite
     for (size_t i = 0; i < specs.size(); ++i) check_close(pg[i].detach(), pc[i].detach(), 1e-2, str("parameter ", i));
   }
+}
+
+TEST_CASE("cuda parity: work under a StreamGuard runs on that stream, from its pool, and matches the CPU") {
+  if (skip_without_gpu()) return;
+  manual_seed(3);
+  const Tensor a = randn({64, 96}), b = randn({96, 32});
+  const Tensor ga = a.to(kGpu), gb = b.to(kGpu);
+  const cuda::StreamHandle side = cuda::create_stream();
+  cuda::stream_wait(side, 0);  // side sees ga and gb, written on the default stream
+  Tensor gy, gs;
+  {
+    memory::StreamGuard guard(kGpu, side);
+    CHECK(memory::current_stream(kGpu) == side);
+    gy = relu(matmul(ga, gb));  // cuBLAS with side's workspace, then a kernel, on side
+    gs = gy.sum({1});
+    const Tensor back = gs.to(kCPU);  // waits for side only
+    const Tensor want = relu(matmul(a, b)).sum({1});
+    const auto g = back.to_vector<double>(), w = want.to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i) CHECK(std::fabs(g[i] - w[i]) <= 1e-4 * std::max(1.0, std::fabs(w[i])));
+  }
+  CHECK(memory::current_stream(kGpu) == 0);
+  check_close(gy, relu(matmul(a, b)), 1e-4, "matmul + relu on a side stream");
+  cuda::synchronize();
+  gy = Tensor();
+  gs = Tensor();
+  cuda::destroy_stream(side);
 }
