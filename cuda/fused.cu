@@ -31,8 +31,12 @@ __global__ void adam_kernel(int64_t n, float* __restrict__ p, const G* __restric
 template <class G>
 __global__ void sgd_kernel(int64_t n, float* __restrict__ p, const G* __restrict__ g, float* __restrict__ buf,
                            update::SgdConsts k) {
-  for (int64_t i = first_index(); i < n; i += grid_step())
-    update::sgd(p[i], static_cast<float>(g[i]), buf ? buf + i : nullptr, k);
+  if (buf) {
+    for (int64_t i = first_index(); i < n; i += grid_step())
+      update::sgd_momentum(p[i], static_cast<float>(g[i]), buf[i], k);
+  } else {
+    for (int64_t i = first_index(); i < n; i += grid_step()) update::sgd_plain(p[i], static_cast<float>(g[i]), k);
+  }
 }
 
 // out[i] = g[i] * inv in C (f32, or f64 for f64); *flag = 1 when any result

@@ -55,7 +55,7 @@ TEST_CASE("update::adam follows Adam and AdamW in f32 (against f64 arithmetic)")
   }
 }
 
-TEST_CASE("update::sgd: plain, momentum (first step and later), dampening, Nesterov, weight decay") {
+TEST_CASE("update::sgd_momentum and sgd_plain: plain, momentum (first step and later), dampening, Nesterov, weight decay") {
   struct Case {
     double lr, mom, damp, wd;
     bool nesterov, first;
@@ -69,7 +69,8 @@ TEST_CASE("update::sgd: plain, momentum (first step and later), dampening, Neste
     const update::SgdConsts k = update::make_sgd_consts(c.lr, c.mom, c.damp, c.wd, c.nesterov, c.first);
     const double p0 = 1.5, g0 = -0.25, b0 = 0.75;
     float p = float(p0), b = float(b0);
-    update::sgd(p, float(g0), c.mom != 0 ? &b : nullptr, k);
+    if (c.mom != 0) update::sgd_momentum(p, float(g0), b, k);
+    else update::sgd_plain(p, float(g0), k);
     double d = g0 + c.wd * p0, rb = b0;
     if (c.mom != 0) {
       rb = c.first ? d : c.mom * b0 + (1 - c.damp) * d;

@@ -16,19 +16,19 @@ namespace {
 constexpr int64_t kParallelGrain = 1 << 15;
 
 template <class G>
-void adam_loop(float* p, const G* g, float* m, float* v, int64_t n, const update::AdamConsts& k) {
+void adam_loop(float* p, const G* g, float* m, float* v, int64_t n, const update::AdamConsts k) {  // by value: no aliasing with p
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) update::adam(p[i], static_cast<float>(g[i]), m[i], v[i], k);
 }
 
 template <class G>
-void sgd_loop(float* p, const G* g, float* buf, int64_t n, const update::SgdConsts& k) {
+void sgd_loop(float* p, const G* g, float* buf, int64_t n, const update::SgdConsts k) {  // by value: no aliasing with p
   if (buf) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) update::sgd(p[i], static_cast<float>(g[i]), buf + i, k);
+    for (int64_t i = 0; i < n; ++i) update::sgd_momentum(p[i], static_cast<float>(g[i]), buf[i], k);
   } else {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) update::sgd(p[i], static_cast<float>(g[i]), nullptr, k);
+    for (int64_t i = 0; i < n; ++i) update::sgd_plain(p[i], static_cast<float>(g[i]), k);
   }
 }
 
