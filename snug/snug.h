@@ -20,6 +20,7 @@
 #include "memory/settings.h"
 #include "memory/stats.h"
 #include "memory/history.h"
+#include "memory/stream.h"
 
 // autograd: differentiable ops, grad mode, backward, gradcheck
 #include "autograd/ops.h"
