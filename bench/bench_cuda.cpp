@@ -4,12 +4,14 @@
 // and exits 0, so scripts can run them anywhere.
 //   snug-bench cuda_gemm  [--n 8192] [--dtype f32|bf16|f16] [--tf32] [--reps 10] [--json]
 //   snug-bench cuda_alloc [--bytes 1048576] [--reps 2000] [--json]
-//   snug-bench cuda_gpt   [--layers 4 --embd 128 --heads 4 --block 128 --batch 16] [--steps 10 --warmup 3] [--json]
+//   snug-bench cuda_gpt   [--layers 4 --embd 128 --heads 4 --block 128 --batch 16] [--steps 10 --warmup 3]
+//                         [--amp bf16|f16] [--json]
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "bench/bench.h"
 #include "core/backend.h"
 #include "core/generator.h"
@@ -17,6 +19,7 @@
 #include "cuda/cuda_api.h"
 #include "memory/allocator.h"
 #include "memory/stats.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/models/gpt.h"
 #include "nn/optim/optimizer.h"
 
@@ -88,12 +91,17 @@ SNUG_BENCH(cuda_alloc, "cached allocate+free on cuda:0 vs cudaMalloc+cudaFree (-
   return 0;
 }
 
-// A GPT training step on cuda:0 (AdamW as in WORKLOADS.md). Mixed precision
-// (--amp) needs issue 7's autocast and is refused until it lands.
-SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--layers --embd --heads --block --batch)") {
+// A GPT training step on cuda:0 (AdamW as in WORKLOADS.md). --amp bf16|f16
+// runs the forward pass and the loss under autocast, as bench/peers/gpu_torch.py
+// does with torch.autocast; parameters, gradients and AdamW stay f32. f16 adds
+// a GradScaler (bf16 has f32's exponent range and needs none).
+SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--layers --embd --heads --block --batch [--amp bf16|f16])") {
   if (no_gpu(args, "cuda_gpt")) return 0;
-  SNUG_CHECK(!args.has("amp"), ValueError,
-             "cuda_gpt: --amp needs autocast (issue 7), which this build does not have yet; run without --amp");
+  const std::string amp = args.get("amp", "none");
+  SNUG_CHECK(amp == "none" || amp == "bf16" || amp == "f16", ValueError,
+             "cuda_gpt: --amp expects bf16 or f16, got \"", amp, "\"");
+  const bool autocast = amp != "none";
+  const DType amp_dtype = amp == "f16" ? DType::f16 : DType::bf16;
   nn::models::GPTConfig cfg;
   cfg.layers = args.get_int("layers", 4);
   cfg.embd = args.get_int("embd", 128);
@@ -107,6 +115,7 @@ SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--l
   nn::models::GPT net(cfg);
   net.to(kGpu);
   nn::optim::AdamW opt(net.parameters(), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+  nn::amp::GradScaler scaler({.enabled = amp == "f16"});
   memory::reset_peak(kGpu);
   std::vector<double> ms;
   double loss_first = 0, loss_last = 0;
@@ -116,9 +125,14 @@ SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--l
     sync();
     const double t0 = now_seconds();
     opt.zero_grad();
-    Tensor loss = net.loss(x, y);
-    loss.backward();
-    opt.step();
+    Tensor loss;
+    {
+      AutocastGuard ac(amp_dtype, autocast);
+      loss = net.loss(x, y);
+    }
+    scaler.scale(loss).backward();  // the identity unless f16
+    scaler.step(opt);
+    scaler.update();
     const double l = loss.item();  // copies to the host: waits for the step
     if (s == 0) loss_first = l;
     loss_last = l;
@@ -128,12 +142,12 @@ SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--l
   const std::size_t peak = memory::peak_allocated(kGpu);
   if (args.json())
     std::printf("{\"bench\": \"cuda_gpt\", \"layers\": %lld, \"embd\": %lld, \"block\": %lld, \"batch\": %lld, "
-                "\"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"peak_allocated_bytes\": %zu, \"loss_first\": %.4f, "
+                "\"amp\": \"%s\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"peak_allocated_bytes\": %zu, \"loss_first\": %.4f, "
                 "\"loss_last\": %.4f}\n",
-                (long long)cfg.layers, (long long)cfg.embd, (long long)T, (long long)B, med,
+                (long long)cfg.layers, (long long)cfg.embd, (long long)T, (long long)B, amp.c_str(), med,
                 double(B * T) / (med / 1e3), peak, loss_first, loss_last);
   else
-    std::printf("cuda_gpt: %.2f ms/step, %.0f tokens/s, peak %s, loss %.4f -> %.4f\n", med,
+    std::printf("cuda_gpt (amp %s): %.2f ms/step, %.0f tokens/s, peak %s, loss %.4f -> %.4f\n", amp.c_str(), med,
                 double(B * T) / (med / 1e3), memory::format_bytes(peak).c_str(), loss_first, loss_last);
   cuda::set_allow_tf32(false);
   return 0;
