@@ -12,14 +12,14 @@ cd "$SNUG_ROOT"
 
 secs="${1:-30}"
 shift || true
-scripts/install_deps.sh --fuzz
-snug_configure_preset fuzz >/dev/null
-cmake --build build/fuzz -j"$(snug_jobs)"
-
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(cd tests/fuzz && ls fuzz_*.cpp | sed 's/\.cpp$//')
 fi
+
+scripts/install_deps.sh --fuzz
+snug_configure_preset fuzz >/dev/null
+cmake --build build/fuzz -j"$(snug_jobs)" --target "${targets[@]}"
 
 mkdir -p build/fuzz/artifacts build/fuzz/work
 status=0
