@@ -35,8 +35,13 @@ SNUG_INLINE T exp_of(T x) {
 
 // In place over row[0, vis): softmax; row[vis, n) = 0. Returns the logsumexp.
 // Max and sum keep 16 partial lanes so the loops vectorize without -ffast-math.
+// The masked tail is set to -inf and run through the same vector loops (exp
+// gives exactly 0 there): rows are short (the visible keys of one query), and
+// scalar remainder loops cost more than the 16-wide passes over the whole row.
 template <class T>
 T softmax_row(T* row, int64_t vis, int64_t n) {
+  for (int64_t j = vis; j < n; ++j) row[j] = -std::numeric_limits<T>::infinity();
+  vis = n;
   constexpr int L = 16;
   T mx[L];
   for (int l = 0; l < L; ++l) mx[l] = -std::numeric_limits<T>::infinity();
@@ -65,8 +70,7 @@ T softmax_row(T* row, int64_t vis, int64_t n) {
   }
   const T inv = T(1) / s;
 #pragma omp simd
-  for (int64_t i = 0; i < vis; ++i) row[i] *= inv;
-  for (int64_t i = vis; i < n; ++i) row[i] = T(0);
+  for (int64_t i = 0; i < n; ++i) row[i] *= inv;
   return m + std::log(s);
 }
 
