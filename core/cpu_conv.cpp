@@ -320,6 +320,55 @@ void CpuBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& ou
     const T* xp = ptr<T>(x);
     T* op = ptr<T>(out);
     int64_t* ip = indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr;
+    // NOTE [ Max pooling without clipped windows ]
+    // The general loop below decides "is this tap the new max" with a branch
+    // per tap; on real data that branch is unpredictable and a 2x2 max pool
+    // of W-CNN cost 13% of its step. When no window is clipped by padding or
+    // the border (every span is the full kernel), a row of outputs is done
+    // with the output column innermost and branch-free selects, which
+    // vectorizes. The taps are visited in the same order (window rows, then
+    // columns), so ties and NaNs resolve exactly as in the general loop.
+    bool whole = p.kind == PoolKind::max && Wo > 0;
+    for (const Span& r : rows) whole = whole && r.hi - r.lo == p.kernel[0];
+    for (const Span& c : cols) whole = whole && c.hi - c.lo == p.kernel[1];
+    if (whole) {
+      const int64_t sw = p.stride[1], c0 = cols[0].lo;
+#pragma omp parallel for if (planes * H * W > cpu::kParallelGrain) schedule(static)
+      for (int64_t pl = 0; pl < planes; ++pl) {
+        thread_local std::vector<A> best;
+        thread_local std::vector<int64_t> arg;
+        best.resize(size_t(Wo));
+        arg.resize(size_t(Wo));
+        A* bq = best.data();
+        int64_t* aq = arg.data();
+        const T* xq = xp + pl * H * W;
+        for (int64_t oh = 0; oh < Ho; ++oh) {
+          const int64_t h0 = rows[size_t(oh)].lo;
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            bq[ow] = -std::numeric_limits<A>::infinity();
+            aq[ow] = h0 * W + c0 + ow * sw;
+          }
+          for (int64_t h = h0; h < h0 + p.kernel[0]; ++h)
+            for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
+              const int64_t w0 = h * W + c0 + kw;  // flat index of this tap for output column 0
+#pragma omp simd
+              for (int64_t ow = 0; ow < Wo; ++ow) {
+                const A v = A(xq[w0 + ow * sw]);
+                const bool take = (v > bq[ow]) | (v != v);  // NaN propagates, as in PyTorch
+                bq[ow] = take ? v : bq[ow];
+                aq[ow] = take ? w0 + ow * sw : aq[ow];
+              }
+            }
+          T* oq = op + pl * Ho * Wo + oh * Wo;
+          int64_t* iq = ip + pl * Ho * Wo + oh * Wo;
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            oq[ow] = T(bq[ow]);
+            iq[ow] = aq[ow];
+          }
+        }
+      }
+      return;
+    }
 #pragma omp parallel for if (planes * H * W > cpu::kParallelGrain) schedule(static)
     for (int64_t pl = 0; pl < planes; ++pl) {
       const T* xq = xp + pl * H * W;

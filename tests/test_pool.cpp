@@ -69,6 +69,46 @@ TEST_CASE("max_pool2d ties take the first maximum; NaN propagates") {
   CHECK(std::isnan(F::max_pool2d(n, {2, 2}).item()));
 }
 
+TEST_CASE("max_pool2d: the whole-window fast path equals a plain scan (ties, NaN, strides, overlaps)") {
+  // Small integers make ties common; a few NaNs; several window shapes that
+  // take the fast path (no clipped window) and one with padding that does not.
+  Generator g(21);
+  Tensor x = randint(0, 4, Shape{2, 3, 11, 13}, DType::i64, &g).to(DType::f32);
+  std::vector<double> xv = x.to_vector<double>();
+  for (size_t i = 5; i < xv.size(); i += 97) xv[i] = std::nan("");
+  x = from_vector<double>(xv, {2, 3, 11, 13}, DType::f32);
+  struct Case { int64_t k0, k1, s0, s1, p; };
+  for (Case c : {Case{2, 2, 2, 2, 0}, Case{3, 3, 1, 1, 0}, Case{3, 2, 2, 3, 0}, Case{2, 3, 2, 2, 1}}) {
+    CAPTURE(c.k0);
+    CAPTURE(c.s1);
+    CAPTURE(c.p);
+    Tensor xr = x.clone().requires_grad_();
+    Tensor y = F::max_pool2d(xr, {c.k0, c.k1}, {c.s0, c.s1}, {c.p, c.p});
+    const int64_t Ho = y.size(2), Wo = y.size(3), H = 11, W = 13;
+    // Gradient 1 per output shows where each argmax went.
+    y.sum().backward();
+    std::vector<double> got = y.to_vector<double>(), gx = xr.grad().to_vector<double>();
+    std::vector<double> want_gx(xv.size(), 0.0);
+    for (int64_t pl = 0; pl < 6; ++pl)
+      for (int64_t oh = 0; oh < Ho; ++oh)
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          double best = -INFINITY;
+          int64_t arg = -1;
+          for (int64_t h = oh * c.s0 - c.p; h < oh * c.s0 - c.p + c.k0; ++h)
+            for (int64_t w = ow * c.s1 - c.p; w < ow * c.s1 - c.p + c.k1; ++w) {
+              if (h < 0 || h >= H || w < 0 || w >= W) continue;
+              const double v = xv[size_t(pl * H * W + h * W + w)];
+              if (arg < 0 || v > best || v != v) best = v, arg = h * W + w;
+            }
+          const double o = got[size_t(pl * Ho * Wo + oh * Wo + ow)];
+          if (std::isnan(best)) CHECK(std::isnan(o));
+          else CHECK(o == best);
+          want_gx[size_t(pl * H * W + arg)] += 1.0;
+        }
+    CHECK(gx == want_gx);
+  }
+}
+
 TEST_CASE("avg_pool2d values, count_include_pad, gradient") {
   Tensor x = plane4().requires_grad_();
   Tensor y = F::avg_pool2d(x, {2, 2});
