@@ -135,6 +135,22 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
               threads_for(M, N, K));
 }
 
+void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                   const float* bias) {
+  check_args("gemm_f32_bias", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (bias && K > 0 && alpha != 0.0f && detail::gemm_f32_packed_available()) {
+    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc,
+                            threads_for(M, N, K), bias);
+    return;
+  }
+  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, threads_for(M, N, K));
+  if (bias)  // Eigen fallback, K == 0 or alpha == 0: a second pass
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
+}
+
 void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
               const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
               int64_t ldc) {

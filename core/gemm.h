@@ -20,6 +20,14 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
               int64_t ldc);
 
+// C (M x N) = alpha * op(A) * op(B) + bias, bias (N) added to every row: a
+// Linear layer's forward in one pass (the bias is added where the GEMM stores
+// its first K block, so no separate pass over C). C is not read. bias may be
+// null (then it is gemm_f32 with beta = 0).
+void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                   const float* bias);
+
 // Correctness over speed (Eigen underneath); used by the f64 gradchecks.
 void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
               const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,

@@ -164,10 +164,10 @@ void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t p0, int64_t kc, i
 }
 
 // The register tile: C[0:R, 0:16*NV] (masked to n columns) =
-//   alpha * sum_k a[k][0:R] x b[k][0:16*NV] + beta * C.
+//   alpha * sum_k a[k][0:R] x b[k][0:16*NV] + beta * C (+ bias[0:16*NV] per row).
 template <int R, int NV>
 void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
-                  int64_t ldc, float alpha, float beta, int n) {
+                  int64_t ldc, float alpha, float beta, int n, const float* bias) {
   // Pull the C tile towards L1 while the FMAs run; it is touched only at the end.
   for (int i = 0; i < R; ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
@@ -195,6 +195,9 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 m[2] = {head_mask(n), head_mask(n > 16 ? n - 16 : 0)};
+  __m512 bv[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  if (bias)
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bias + 16 * v);
 #pragma GCC unroll 14
   for (int i = 0; i < R; ++i) {
 #pragma GCC unroll 2
@@ -205,12 +208,14 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
         r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[v], p));
       else if (beta != 0.0f)
         r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], p), r);
+      if (bias) r = _mm512_add_ps(r, bv[v]);
       _mm512_mask_storeu_ps(p, m[v], r);
     }
   }
 }
 
-using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, float, int);
+using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, float, int,
+                          const float*);
 
 template <int... Rs>
 constexpr auto make_table(std::integer_sequence<int, Rs...>) {
@@ -251,6 +256,7 @@ struct Problem {
   float* C;
   int64_t ldc;
   float* bbuf;  // KC x min(N, NC) rounded up to NR, shared by the team
+  const float* bias;  // N floats added to every row with the first K block, or null
 };
 
 // One thread's share of the work. With nt > 1 it must run inside a parallel
@@ -284,7 +290,8 @@ void run_thread(const Problem& P, int tid, int nt) {
           const int64_t j0 = jc + q * NR;
           const int nr = int(std::min<int64_t>(NR, P.N - j0));
           kKernels.k[mr - 1][nr > 16](kc, apanel, P.bbuf + q * kc * NR, P.C + i0 * P.ldc + j0,
-                                      P.ldc, P.alpha, beta, nr);
+                                      P.ldc, P.alpha, beta, nr,
+                                      pc == 0 && P.bias ? P.bias + j0 : nullptr);
         }
       }
       if (nt > 1) {
@@ -300,10 +307,10 @@ bool gemm_f32_packed_available() { return true; }
 
 void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                     float* C, int64_t ldc, int nthreads) {
+                     float* C, int64_t ldc, int nthreads, const float* bias) {
   const int64_t ncols = (std::min(N, NC) + NR - 1) / NR * NR;
   Problem P{trans_a, trans_b, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc,
-            tl_b_block.get(size_t(std::min(K, KC) * ncols) + 32)};
+            tl_b_block.get(size_t(std::min(K, KC) * ncols) + 32), bias};
   // No point in more threads than register tiles in one block.
   const int64_t tiles = ((M + MR - 1) / MR) * (ncols / NR);
   int nt = int(std::max<int64_t>(1, std::min<int64_t>(nthreads, tiles)));
@@ -322,7 +329,7 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 
 bool gemm_f32_packed_available() { return false; }
 void gemm_f32_packed(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                     const float*, int64_t, float, float*, int64_t, int) {
+                     const float*, int64_t, float, float*, int64_t, int, const float*) {
   std::abort();  // unreachable: gemm_f32 checks gemm_f32_packed_available()
 }
 

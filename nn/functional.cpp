@@ -9,6 +9,7 @@
 #include "autograd/node.h"
 #include "core/backend.h"
 #include "core/cpu_fused_attention.h"
+#include "core/gemm.h"
 #include "core/profiler.h"
 #include "core/raw_ops.h"
 
@@ -36,7 +37,22 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   out_shape.back() = outf;
   Tensor x2 = raw::can_view(x, {x.numel() / std::max<int64_t>(in, 1), in}) ? raw::view(x, {-1, in})
                                                                           : raw::view(raw::contiguous(x), {-1, in});
+  // CPU f32 with contiguous operands: one GEMM that adds the bias as it stores
+  // its result (kernels::gemm_f32_bias), instead of a GEMM and a broadcast add.
+  const bool one_pass = x2.device().is_cpu() && x2.dtype() == DType::f32 && weight.dtype() == DType::f32 &&
+                        weight.device() == x2.device() && x2.is_contiguous() && weight.is_contiguous() &&
+                        (!bias.defined() || (bias.dtype() == DType::f32 && bias.device() == x2.device() &&
+                                             bias.is_contiguous()));
   Tensor y = autograd::keep_or_compute("linear", [&] {
+    if (one_pass) {
+      const int64_t rows = x2.size(0);
+      profiler::RecordOp rec("matmul", x2.device(), 2.0 * double(rows) * double(in) * double(outf));
+      Tensor r = empty({rows, outf}, x2.options());  // (N, out)
+      kernels::gemm_f32_bias(false, true, rows, outf, in, 1.0f, static_cast<const float*>(x2.data_ptr()), in,
+                             static_cast<const float*>(weight.data_ptr()), in, static_cast<float*>(r.data_ptr()),
+                             outf, bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr);
+      return std::vector<Tensor>{raw::view(r, out_shape)};
+    }
     Tensor r = raw::matmul(x2, raw::transpose(weight, 0, 1));  // (N, out)
     if (bias.defined()) r = raw::binary(BinaryOp::add, r, bias);
     return std::vector<Tensor>{raw::view(r, out_shape)};

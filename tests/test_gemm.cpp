@@ -220,6 +220,44 @@ TEST_CASE("gemm_f32_batched: attention shapes and odd batches") {
   }
 }
 
+TEST_CASE("gemm_f32_bias: the bias lands on every row (edges, K past one block, transposes, threads)") {
+  ThreadGuard tg;
+  struct S { bool ta, tb; int64_t M, N, K; };
+  for (int threads : {1, 2})
+    for (S c : {S{false, false, 1, 1, 1}, S{false, true, 13, 17, 5}, S{true, false, 33, 65, 300},
+                S{false, true, 2048, 384, 128}, S{true, true, 15, 33, 7}, S{false, false, 4, 5, 0}}) {
+      k::set_num_threads(threads);
+      CAPTURE(threads);
+      CAPTURE(c.M);
+      CAPTURE(c.K);
+      const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N, ldc = c.N + 3;  // C padded
+      auto A = random_vec<float>(size_t(std::max<int64_t>(1, c.M * c.K)), 7);
+      auto B = random_vec<float>(size_t(std::max<int64_t>(1, c.K * c.N)), 8);
+      auto bias = random_vec<float>(size_t(c.N), 9);
+      std::vector<float> Cf(size_t(c.M * ldc), std::numeric_limits<float>::quiet_NaN()), Cr(Cf.size());
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < ldc; ++j) Cr[size_t(i * ldc + j)] = j < c.N ? bias[size_t(j)] : Cf[0];
+      k::gemm_f32_bias(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
+                       std::max<int64_t>(ldb, 1), Cf.data(), ldc, bias.data());
+      k::gemm_f32_reference(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
+                            std::max<int64_t>(ldb, 1), 1.0f, Cr.data(), ldc);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          const float f = Cf[size_t(i * ldc + j)], r = Cr[size_t(i * ldc + j)];
+          if (j >= c.N) bad += !std::isnan(f);  // padding untouched
+          else bad += !(std::abs(double(f) - double(r)) <= double(c.K + 4) * 1.2e-7 * (double(c.K) + 1.0));
+        }
+      CHECK(bad == 0);
+    }
+  // A null bias is gemm_f32 with beta = 0, bit for bit.
+  auto A = random_vec<float>(64 * 40, 1), B = random_vec<float>(40 * 70, 2);
+  std::vector<float> C1(64 * 70), C2(64 * 70);
+  k::gemm_f32_bias(false, false, 64, 70, 40, 0.5f, A.data(), 40, B.data(), 70, C1.data(), 70, nullptr);
+  k::gemm_f32(false, false, 64, 70, 40, 0.5f, A.data(), 40, B.data(), 70, 0.0f, C2.data(), 70);
+  CHECK(C1 == C2);
+}
+
 TEST_CASE("gemm_f64: matches the reference") {
   const int64_t sizes[] = {1, 3, 8, 17, 40};
   uint32_t seed = 100;
