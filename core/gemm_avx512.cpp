@@ -163,10 +163,16 @@ void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t p0, int64_t kc, i
   }
 }
 
+// Where the micro-kernel reads op(A)[i][k] (NOTE [ Unpacked A ]):
+//   kPackedA: a packed panel, a[k * MR + i];
+//   kColsA:   op(A) stored transposed (A is K x M), a[k * lda + i], read in place;
+//   kRowsA:   op(A) stored as is (M x K), a[i * lda + k], read in place.
+enum ALayout : int { kPackedA = 0, kColsA = 1, kRowsA = 2 };
+
 // The register tile: C[0:R, 0:16*NV] (masked to n columns) =
 //   alpha * sum_k a[k][0:R] x b[k][0:16*NV] + beta * C (+ bias[0:16*NV] per row).
-template <int R, int NV>
-void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
+template <int R, int NV, int AL>
+void micro_kernel(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b, float* c,
                   int64_t ldc, float alpha, float beta, int n, const float* bias) {
   // Pull the C tile towards L1 while the FMAs run; it is touched only at the end.
   for (int i = 0; i < R; ++i) {
@@ -185,11 +191,11 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
     __m512 b1 = NV > 1 ? _mm512_load_ps(b + 16) : b0;
 #pragma GCC unroll 14
     for (int i = 0; i < R; ++i) {
-      __m512 ai = _mm512_set1_ps(a[i]);
+      __m512 ai = _mm512_set1_ps(AL == kRowsA ? a[i * lda] : a[i]);
       acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
       if constexpr (NV > 1) acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
     }
-    a += MR;
+    a += AL == kPackedA ? MR : (AL == kColsA ? lda : 1);
     b += NR;
   }
 
@@ -214,16 +220,46 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
   }
 }
 
-using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, float, int,
+using KernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, float, float, int,
                           const float*);
 
 template <int... Rs>
 constexpr auto make_table(std::integer_sequence<int, Rs...>) {
   struct Table {
-    KernelFn k[MR][2];
+    KernelFn k[3][MR][2];
   } t{};
-  ((t.k[Rs][0] = &micro_kernel<Rs + 1, 1>, t.k[Rs][1] = &micro_kernel<Rs + 1, 2>), ...);
+  ((t.k[kPackedA][Rs][0] = &micro_kernel<Rs + 1, 1, kPackedA>,
+    t.k[kPackedA][Rs][1] = &micro_kernel<Rs + 1, 2, kPackedA>,
+    t.k[kColsA][Rs][0] = &micro_kernel<Rs + 1, 1, kColsA>, t.k[kColsA][Rs][1] = &micro_kernel<Rs + 1, 2, kColsA>,
+    t.k[kRowsA][Rs][0] = &micro_kernel<Rs + 1, 1, kRowsA>, t.k[kRowsA][Rs][1] = &micro_kernel<Rs + 1, 2, kRowsA>),
+   ...);
   return t;
+}
+
+// NOTE [ Unpacked A ]
+// Packing an A panel costs about as much as the FMAs that use it when N is
+// small: each packed element feeds N / 16 vector FMAs, so at N = 128 (W-GPT's
+// projections, most of its backward) the transposing pack of a row-major A
+// was ~10% of a training step. The micro-kernel can instead read op(A) where
+// it lies: a transposed A already has the packed layout up to its leading
+// dimension (kColsA), and a row-major A can be read row by row (kRowsA; 14
+// rows of one K block are 14 KiB, within L1). The default reads a transposed A
+// in place when its rows are at most 4 KiB apart (so one K block spans few
+// pages) and packs otherwise; kRowsA measured no better than packing on this
+// machine's noise and is left for experiments. SNUG_GEMM_A (read once) picks:
+// 0 always pack, 1 the default, 2 also read a row-major A in place.
+int a_layout_choice() {
+  static const int v = [] {
+    const char* e = std::getenv("SNUG_GEMM_A");
+    return e ? std::atoi(e) : 1;
+  }();
+  return v;
+}
+int a_layout(bool ta, int64_t lda) {
+  const int c = a_layout_choice();
+  if (c == 0) return kPackedA;
+  if (ta) return lda <= 1024 || c >= 2 ? kColsA : kPackedA;
+  return c >= 2 ? kRowsA : kPackedA;
 }
 constexpr auto kKernels = make_table(std::make_integer_sequence<int, MR>{});
 
@@ -282,16 +318,19 @@ void run_thread(const Problem& P, int tid, int nt) {
 #pragma omp barrier
       }
       const float beta = pc == 0 ? P.beta : 1.0f;
+      const int al = a_layout(P.ta, P.lda);
       for (int64_t p = m_lo; p < m_hi; ++p) {
         const int64_t i0 = p * MR;
         const int mr = int(std::min<int64_t>(MR, P.M - i0));
-        pack_a(P.ta, P.A, P.lda, i0, mr, pc, kc, apanel);
+        const float* a = apanel;
+        if (al == kPackedA) pack_a(P.ta, P.A, P.lda, i0, mr, pc, kc, apanel);
+        else a = al == kColsA ? P.A + pc * P.lda + i0 : P.A + i0 * P.lda + pc;
         for (int64_t q = n_lo; q < n_hi; ++q) {
           const int64_t j0 = jc + q * NR;
           const int nr = int(std::min<int64_t>(NR, P.N - j0));
-          kKernels.k[mr - 1][nr > 16](kc, apanel, P.bbuf + q * kc * NR, P.C + i0 * P.ldc + j0,
-                                      P.ldc, P.alpha, beta, nr,
-                                      pc == 0 && P.bias ? P.bias + j0 : nullptr);
+          kKernels.k[al][mr - 1][nr > 16](kc, a, P.lda, P.bbuf + q * kc * NR, P.C + i0 * P.ldc + j0,
+                                          P.ldc, P.alpha, beta, nr,
+                                          pc == 0 && P.bias ? P.bias + j0 : nullptr);
         }
       }
       if (nt > 1) {
