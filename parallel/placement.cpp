@@ -41,7 +41,8 @@ Policy parse_policy(const std::string& s) {
   if (s == "manual") return Policy::manual;
   if (s == "memory" || s == "balance_memory") return Policy::balance_memory;
   if (s == "time" || s == "balance_time") return Policy::balance_time;
-  throw ValueError(str("placement policy must be manual, memory or time, got \"", s, "\""));
+  if (s == "fill" || s == "offload") return Policy::fill;
+  throw ValueError(str("placement policy must be manual, memory, time or fill, got \"", s, "\""));
 }
 
 Schedule parse_schedule(const std::string& s) {
@@ -266,7 +267,23 @@ Placement plan_placement(const StackProfile& prof, const std::vector<Device>& de
   const double inf = std::numeric_limits<double>::infinity();
   auto cost = [&](int64_t k, int64_t a, int64_t b) { return stage_cost(prof, shape, a, b, k, K); };
   Split sp;
-  if (policy == Policy::balance_memory) {
+  if (policy == Policy::fill) {
+    // Greedy, in device order: each device ends its stage at the last layer
+    // that still fits, leaving one layer for each device after it. A stage's
+    // peak only grows with its layer range, so if any split fits, this one
+    // does (each greedy boundary is at or past the same boundary of any
+    // split that fits).
+    sp.bounds.assign(static_cast<size_t>(K + 1), 0);
+    sp.bounds[K] = N;
+    sp.score = 0;
+    for (int64_t k = 0; k < K && sp.score == 0; ++k) {
+      const int64_t a = sp.bounds[k];
+      int64_t b = k == K - 1 ? N : N - (K - 1 - k);
+      while (b > a && cost(k, a, b).peak > caps[k]) --b;
+      if (b == a || (k == K - 1 && b != N)) sp.score = inf;
+      else sp.bounds[k + 1] = b;
+    }
+  } else if (policy == Policy::balance_memory) {
     sp = best_split(N, K, [&](int64_t k, int64_t a, int64_t b) {
       const StageCost c = cost(k, a, b);
       return c.peak > caps[k] ? inf : static_cast<double>(c.peak) / static_cast<double>(caps[k]);

@@ -23,8 +23,10 @@ enum class Policy {
   manual,          // the caller's layer ranges (manual_placement)
   balance_memory,  // the split whose largest device peak, as a share of its capacity, is smallest
   balance_time,    // the split whose slowest stage (forward + backward) is fastest, among those that fit
+  fill,            // in device order, each device takes as many layers as fit: offload, e.g.
+                   // devices {cuda:0, cpu} keeps all it can on the GPU and the rest on the CPU
 };
-Policy parse_policy(const std::string& s);  // "manual", "memory", "time"
+Policy parse_policy(const std::string& s);  // "manual", "memory", "time", "fill" (or "offload")
 
 enum class Schedule { gpipe, one_f_one_b };
 Schedule parse_schedule(const std::string& s);  // "gpipe", "1f1b"

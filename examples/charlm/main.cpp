@@ -7,7 +7,7 @@
 //          [--generate N] [--profile FILE [--profile-steps N]] [--json]
 //          [--checkpoint none|sqrt|auto|stage] [--memory-budget BYTES] [--accum K]
 //          [--devices cpu:1,cpu:2 [--micro-batches M] [--schedule gpipe|1f1b]
-//           [--placement memory|time] [--capacity BYTES]] [--optim adamw|adamw8bit]
+//           [--placement memory|time|fill] [--capacity BYTES]] [--optim adamw|adamw8bit]
 //          [--amp f16|bf16]
 //
 // Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
@@ -300,7 +300,7 @@ int run(int argc, char** argv) {
              "(no --memory-budget; --capacity limits each device)");
   SNUG_CHECK(ckpt_mode != "stage" || placed, ValueError, "charlm: --checkpoint stage needs --devices");
   SNUG_CHECK(micro_batches >= 1 && micro_batches <= B, ValueError, "charlm: --micro-batches must be in [1, --batch]");
-  SNUG_CHECK(placement_policy != parallel::Policy::manual, ValueError, "charlm: --placement is memory or time");
+  SNUG_CHECK(placement_policy != parallel::Policy::manual, ValueError, "charlm: --placement is memory, time or fill");
   if (fl.has("capacity")) {
     const int64_t cap = nn::parse_bytes(fl.get("capacity", ""));
     for (const Device& d : placed ? devices : std::vector<Device>{kCPU}) memory::set_capacity(d, static_cast<std::size_t>(cap));
