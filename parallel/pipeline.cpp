@@ -9,6 +9,7 @@
 #include <exception>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <omp.h>
@@ -18,7 +19,10 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "core/backend.h"
+#include "cuda/cuda_api.h"
 #include "memory/allocator.h"
+#include "memory/stream.h"
 #include "nn/accumulate.h"
 
 namespace snug::parallel {
@@ -104,6 +108,38 @@ Pipeline::Pipeline(LayerStack& stack, Placement placement, PipelineOptions optio
                  stack_.names[static_cast<size_t>(i)], "' is on ", layer_device(l).str(), " but its stage runs on ",
                  placement_.devices[k].str(), "; call place(stack, placement) first");
     }
+  // NOTE [ CUDA stages ]
+  // A stage on a GPU queues its kernels on a stream of its own (a StreamGuard
+  // in its thread), so two stages sharing a GPU overlap as two CPU stages do
+  // on two threads, and no stage waits on another's default-stream work.
+  // Hand-offs stay safe across streams and threads: a stage synchronizes its
+  // devices before it sends a tensor (the copy to the next device is done by
+  // then), and the receiving stage records the tensor's block as used by its
+  // own stream (memory::record_stream), so the allocator does not reuse the
+  // block for the sender's stream while the receiver's kernels may still read it.
+  streams_.assign(placement_.devices.size(), 0);
+  for (size_t k = 0; k < placement_.devices.size(); ++k) {
+    const Device d = placement_.devices[k];
+    if (!d.is_cuda()) continue;
+    const int prev = cuda::current_device();
+    cuda::set_device(static_cast<int>(d.index));
+    streams_[k] = cuda::create_stream();
+    cuda::set_device(prev);
+  }
+}
+
+Pipeline::~Pipeline() {
+  for (size_t k = 0; k < streams_.size(); ++k) {
+    if (!streams_[k]) continue;
+    try {
+      const int prev = cuda::current_device();
+      cuda::set_device(static_cast<int>(placement_.devices[k].index));
+      cuda::synchronize_stream(streams_[k]);
+      cuda::destroy_stream(streams_[k]);
+      cuda::set_device(prev);
+    } catch (...) {  // a destructor must not throw; the stream dies with the context
+    }
+  }
 }
 
 double Pipeline::step(const Tensor& x, const Tensor& y) {
@@ -148,6 +184,23 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
       omp_set_num_threads(opts_.threads_per_stage);
       autograd::GradModeGuard grad_on(true);
       const Device dev = placement_.devices[static_cast<size_t>(k)];
+      // NOTE [ CUDA stages ]: this stage's stream, and the hand-off rules.
+      const std::uintptr_t stream = streams_[static_cast<size_t>(k)];
+      std::optional<memory::StreamGuard> on_stream;
+      if (stream) {
+        cuda::set_device(static_cast<int>(dev.index));
+        on_stream.emplace(dev, stream);
+      }
+      auto received = [&](const Tensor& t) {  // a tensor another stage made: our stream uses it too
+        if (stream && t.defined() && t.device() == dev && t.storage())
+          memory::record_stream(dev, t.storage()->data(), stream);
+        return t;
+      };
+      auto handing_off = [&](const Tensor& t) {  // t (on the next stage's device) is complete before we send it
+        if (t.defined() && t.device().is_cuda()) backend_for(t.device()).synchronize(t.device());
+        if (stream) backend_for(dev).synchronize(dev);
+        return t;
+      };
       const int64_t a = placement_.bounds[static_cast<size_t>(k)], b = placement_.bounds[static_cast<size_t>(k) + 1];
       const bool first = k == 0, last = k == K - 1;
       std::vector<Tensor> inputs(static_cast<size_t>(M)), outputs(static_cast<size_t>(M));
@@ -167,7 +220,7 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
             s0 = now_ms();
             in = xs[m].device() == dev ? xs[m] : xs[m].to(dev);
           } else {
-            in = fwd[static_cast<size_t>(k) - 1].recv(op.micro_batch);
+            in = received(fwd[static_cast<size_t>(k) - 1].recv(op.micro_batch));
             s0 = now_ms();
             if (in.is_floating_point()) in.requires_grad_(true);
           }
@@ -190,7 +243,7 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
             }
           }
           if (last) losses[m] = out.item();
-          else fwd[static_cast<size_t>(k)].send(op.micro_batch, out.detach().to(placement_.devices[k + 1]));
+          else fwd[static_cast<size_t>(k)].send(op.micro_batch, handing_off(out.detach().to(placement_.devices[k + 1])));
           inputs[m] = in;
           outputs[m] = out;
         } else {
@@ -198,14 +251,14 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
             s0 = now_ms();
             autograd::backward({outputs[m]});
           } else {
-            Tensor g = bwd[static_cast<size_t>(k)].recv(op.micro_batch);
+            Tensor g = received(bwd[static_cast<size_t>(k)].recv(op.micro_batch));
             s0 = now_ms();
             autograd::backward({outputs[m]}, {g});
           }
           if (!first) {
             Tensor gin = inputs[m].grad();
             SNUG_CHECK(gin.defined(), AutogradError, "pipeline: stage ", k, " produced no gradient for its input");
-            bwd[static_cast<size_t>(k) - 1].send(op.micro_batch, gin.to(placement_.devices[k - 1]));
+            bwd[static_cast<size_t>(k) - 1].send(op.micro_batch, handing_off(gin.to(placement_.devices[k - 1])));
           }
           inputs[m] = Tensor();
           outputs[m] = Tensor();

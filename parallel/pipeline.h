@@ -52,6 +52,9 @@ class Pipeline {
  public:
   // The stack must already be placed as `placement` says (place()).
   Pipeline(LayerStack& stack, Placement placement, PipelineOptions options);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
   // One training step's forward and backward over the batch x (B, ...) with
   // targets y (B, ...): gradients accumulate into the parameters' .grad.
   // Returns the batch's mean loss. If any stage throws, every stage stops and
@@ -73,6 +76,9 @@ class Pipeline {
   PipelineOptions opts_;
   std::vector<TimelineEvent> timeline_;
   double last_step_ms_ = 0;
+  // Stage k's own CUDA stream when it runs on a GPU (0 for CPU stages): NOTE
+  // [ CUDA stages ] in pipeline.cpp.
+  std::vector<std::uintptr_t> streams_;
 };
 
 }  // namespace snug::parallel

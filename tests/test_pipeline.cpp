@@ -359,7 +359,7 @@ TEST_CASE("placement: the fill (offload) policy keeps all it can on the first de
   LayerStack s = gpt_stack(gpt);
   StackProfile prof = profile_stack(s, b.x, b.y, 2);
   const auto N = static_cast<int64_t>(prof.layers.size());
-  const std::vector<Device> devs{Device("cpu:80"), Device("cpu:81")};
+  const std::vector<Device> devs{Device("cpu:90"), Device("cpu:91")};
   const StepShape shape{.micro_batches = 1};
   // A first-device capacity that holds about half the stack, by the planner's own numbers.
   Placement half = manual_placement(devs, {0, N / 2, N}, N);
