@@ -95,20 +95,25 @@ std::mutex& leaf_lock(const void* p) {
 std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grads) {
   auto impl = leaf.lock();
   if (!impl || !grads[0].defined()) return {};
-  std::lock_guard<std::mutex> guard(leaf_lock(impl.get()));
   Tensor t(impl);
-  AutogradMeta& m = autograd::meta(t);
-  memory::TagScope tag(memory::Tag::gradient);
-  Tensor g = grads[0];
-  if (g.shape() != t.shape()) g = raw::sum_to(g, t.shape());
-  if (g.dtype() != t.dtype()) g = raw::to_dtype(g, t.dtype());
-  if (!m.grad.defined()) {
-    // Own the buffer: the incoming gradient may alias another tensor.
-    m.grad = raw::clone(g);
-  } else {
-    raw::copy_(m.grad, raw::binary(BinaryOp::add, m.grad, g));
-    m.grad.bump_version();
+  {
+    std::lock_guard<std::mutex> guard(leaf_lock(impl.get()));
+    AutogradMeta& m = autograd::meta(t);
+    memory::TagScope tag(memory::Tag::gradient);
+    Tensor g = grads[0];
+    if (g.shape() != t.shape()) g = raw::sum_to(g, t.shape());
+    if (g.dtype() != t.dtype()) g = raw::to_dtype(g, t.dtype());
+    if (!m.grad.defined()) {
+      // Own the buffer: the incoming gradient may alias another tensor.
+      m.grad = raw::clone(g);
+    } else {
+      raw::copy_(m.grad, raw::binary(BinaryOp::add, m.grad, g));
+      m.grad.bump_version();
+    }
   }
+  // A copy: a hook may remove itself (or others) while running.
+  auto hooks = post_hooks;
+  for (auto& [id, hook] : hooks) hook(t);
   return {};
 }
 
@@ -134,6 +139,23 @@ Edge edge_of(const Tensor& t) {
     m.grad_accumulator = acc;
   }
   return {acc, 0};
+}
+
+uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook) {
+  SNUG_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(), AutogradError,
+             "register_post_accumulate_grad_hook: the tensor must be a leaf that requires grad");
+  static std::atomic<uint64_t> next_id{1};
+  auto* acc = static_cast<AccumulateGrad*>(edge_of(leaf).fn.get());
+  const uint64_t id = next_id++;
+  acc->post_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t handle) {
+  if (!leaf.defined() || !leaf.impl()->autograd) return;
+  auto* acc = dynamic_cast<AccumulateGrad*>(leaf.impl()->autograd->grad_accumulator.get());
+  if (!acc) return;
+  std::erase_if(acc->post_hooks, [&](const auto& h) { return h.first == handle; });
 }
 
 bool any_requires_grad(std::initializer_list<Tensor> ts) {

@@ -108,12 +108,19 @@ struct FunctionNode : Node {
   bool needs_grad(size_t input) const { return input < next.size() && next[input].fn != nullptr; }
 };
 
+// Runs after a backward has added into a leaf's .grad; gets the leaf (its
+// .grad holds the sum so far). DataParallel starts its all-reduce here.
+using PostAccumulateHook = std::function<void(const Tensor& leaf)>;
+
 // Accumulates into a leaf's .grad; the end of every path.
 struct AccumulateGrad : Node {
   explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
   const char* name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grads) override;
   std::weak_ptr<TensorImpl> leaf;
+  // Run in registration order once per backward that reaches the leaf (the
+  // engine sums every path into one gradient first), outside the leaf's lock.
+  std::vector<std::pair<uint64_t, PostAccumulateHook>> post_hooks;
 };
 
 // Per-tensor autograd state (TensorImpl::autograd).
@@ -134,6 +141,14 @@ AutogradMeta& meta(const Tensor& t);  // creates it if missing
 Edge edge_of(const Tensor& t);
 
 // True when grad mode is on and any of ts requires grad.
+// A hook run right after backward accumulates into leaf's .grad (PyTorch's
+// register_post_accumulate_grad_hook). leaf must be a leaf that requires grad.
+// Returns a handle for remove_post_accumulate_grad_hook. Not run by
+// autograd::grad, which leaves .grad alone.
+uint64_t register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook);
+// Removes it; an unknown handle is ignored (the hook may be gone with its leaf).
+void remove_post_accumulate_grad_hook(const Tensor& leaf, uint64_t handle);
+
 bool any_requires_grad(std::initializer_list<Tensor> ts);
 bool any_requires_grad(const std::vector<Tensor>& ts);
 

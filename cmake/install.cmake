@@ -15,7 +15,7 @@ set(SNUG_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/snug)
 install(TARGETS snug EXPORT snugTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir core autograd memory nn data parallel prune quant)
+foreach(dir core autograd memory nn data parallel prune quant distributed)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/snug/${dir}
     FILES_MATCHING PATTERN "*.h")
 endforeach()
@@ -31,6 +31,13 @@ if(SNUG_CUDNN_LIBRARY)
   get_filename_component(SNUG_CONFIG_CUDNN_LIBDIR "${SNUG_CUDNN_LIBRARY}" DIRECTORY)
 endif()
 set(SNUG_CONFIG_CUDNN_INCLUDE "${SNUG_CUDNN_INCLUDE}")
+set(SNUG_CONFIG_WITH_MPI ${SNUG_WITH_MPI})
+set(SNUG_CONFIG_WITH_NCCL ${SNUG_WITH_NCCL})
+set(SNUG_CONFIG_NCCL_LIBRARY "${SNUG_NCCL_LIBRARY}")
+set(SNUG_CONFIG_NCCL_LIBDIR "")
+if(SNUG_NCCL_LIBRARY)
+  get_filename_component(SNUG_CONFIG_NCCL_LIBDIR "${SNUG_NCCL_LIBRARY}" DIRECTORY)
+endif()
 configure_package_config_file(cmake/snugConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/snugConfig.cmake
   INSTALL_DESTINATION ${SNUG_INSTALL_CMAKEDIR})

@@ -1,0 +1,47 @@
+# Decides the process-group backends of distributed/ (docs/distributed.md):
+#   SNUG_MPI  (ON)  the MPI group, when CMake's FindMPI finds an MPI (Open MPI:
+#                   apt-get install openmpi-bin libopenmpi-dev) -> SNUG_WITH_MPI
+#   SNUG_NCCL (ON)  the NCCL group, in CUDA builds, when nccl.h and libnccl are
+#                   found (the CUDA toolkit's, or SNUG_NCCL_ROOT) -> SNUG_WITH_NCCL
+# Both optional: without them distributed/stubs/ answer "not built", and a
+# program still runs as one process (the "local" group).
+# Included after cmake/cuda.cmake (NCCL is looked for beside the toolkit).
+option(SNUG_MPI "Build the MPI process group when MPI is found" ON)
+option(SNUG_NCCL "Build the NCCL process group in CUDA builds when NCCL is found" ON)
+
+set(SNUG_WITH_MPI OFF)
+if(SNUG_MPI)
+  # Only MPI's C API is used; skip the deprecated C++ bindings.
+  set(MPI_CXX_SKIP_MPICXX ON CACHE BOOL "")
+  find_package(MPI COMPONENTS CXX)
+  if(MPI_CXX_FOUND)
+    set(SNUG_WITH_MPI ON)
+    find_program(SNUG_MPIEXEC NAMES mpirun mpiexec HINTS ${MPIEXEC_EXECUTABLE})
+    message(STATUS "snug: MPI process group ON (MPI ${MPI_CXX_VERSION}, ${MPIEXEC_EXECUTABLE})")
+  else()
+    message(STATUS "snug: MPI process group OFF (no MPI found; apt-get install openmpi-bin libopenmpi-dev)")
+  endif()
+endif()
+
+set(SNUG_WITH_NCCL OFF)
+if(SNUG_NCCL AND SNUG_WITH_CUDA)
+  set(SNUG_NCCL_ROOT "" CACHE PATH "NCCL root with include/nccl.h and lib/libnccl.so (default: beside the CUDA toolkit)")
+  find_path(SNUG_NCCL_INCLUDE nccl.h HINTS "${SNUG_NCCL_ROOT}/include" ${CUDAToolkit_INCLUDE_DIRS} /usr/include)
+  find_library(SNUG_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
+               HINTS "${SNUG_NCCL_ROOT}/lib" "${SNUG_NCCL_ROOT}/lib64" "${CUDAToolkit_LIBRARY_DIR}"
+                     /usr/lib/x86_64-linux-gnu)
+  if(SNUG_NCCL_INCLUDE AND SNUG_NCCL_LIBRARY)
+    set(SNUG_WITH_NCCL ON)
+    if(NOT TARGET snug::nccl)
+      add_library(snug::nccl UNKNOWN IMPORTED GLOBAL)
+      set_target_properties(snug::nccl PROPERTIES
+        IMPORTED_LOCATION "${SNUG_NCCL_LIBRARY}"
+        INTERFACE_INCLUDE_DIRECTORIES "${SNUG_NCCL_INCLUDE}")
+    endif()
+    message(STATUS "snug: NCCL process group ON (${SNUG_NCCL_LIBRARY})")
+  else()
+    message(STATUS "snug: NCCL process group OFF (nccl.h or libnccl not found; set SNUG_NCCL_ROOT)")
+  endif()
+endif()
+set(SNUG_MPI_ENABLED ${SNUG_WITH_MPI} CACHE INTERNAL "Whether the last configure built the MPI group")
+set(SNUG_NCCL_ENABLED ${SNUG_WITH_NCCL} CACHE INTERNAL "Whether the last configure built the NCCL group")
