@@ -23,9 +23,11 @@ bool mpi_available() { return true; }
 
 namespace {
 
+// Both are used by finalize_at_exit, which runs among the static
+// destructors: they are never destroyed.
 std::mutex& mpi_mutex() {
-  static std::mutex m;
-  return m;
+  static auto* m = new std::mutex;
+  return *m;
 }
 
 std::string mpi_error(int code) {
@@ -43,8 +45,8 @@ std::string mpi_error(int code) {
 
 class MpiGroup;
 std::set<MpiGroup*>& live_groups() {  // guarded by mpi_mutex()
-  static std::set<MpiGroup*> s;
-  return s;
+  static auto* s = new std::set<MpiGroup*>;
+  return *s;
 }
 
 void finalize_at_exit();

@@ -32,6 +32,15 @@
 // gradients and the optimizer stay f32. f16 adds a GradScaler (dynamic loss
 // scaling; its state goes into --save checkpoints); bf16 has f32's exponent
 // range and needs none. Not combined with --devices yet.
+//
+// Data parallel (docs/distributed.md): run unchanged under `mpirun -np N
+// charlm ...` (or srun). Each rank trains a replica on --batch windows of its
+// own (windows r, r+N, ... of the N*--batch windows a single process would
+// draw for that step, so N ranks of --batch B see exactly what one process
+// with --batch N*B sees); gradients are averaged across ranks during
+// backward (distributed::DataParallel). Rank 0 alone evaluates (on batches
+// of N*B windows, as the single process would), prints and saves; every rank
+// loads --resume. tokens/s counts all ranks' tokens.
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,6 +64,8 @@
 #include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "data/dataloader.h"
+#include "data/sampler.h"
+#include "distributed/data_parallel.h"
 #include "memory/allocator.h"
 #include "memory/stats.h"
 #include "autograd/autocast.h"
@@ -262,6 +273,10 @@ int run(int argc, char** argv) {
     std::printf("see the comment at the top of examples/charlm/main.cpp for flags\n");
     return 0;
   }
+  // One process, or one rank of an mpirun/srun job (the launcher's environment says which).
+  auto pg = distributed::init_process_group();
+  const int world = pg->size(), rank = pg->rank();
+  const bool lead = rank == 0;  // prints, evaluates and saves
   const bool json = fl.has("json");
   if (fl.has("threads")) set_num_threads(static_cast<int>(fl.i("threads", 2)));
   const std::string data_path = fl.get("data", default_data_path(argv[0]));
@@ -299,6 +314,8 @@ int run(int argc, char** argv) {
              ValueError, "charlm: with --devices, use --micro-batches instead of --accum and --checkpoint none or stage "
              "(no --memory-budget; --capacity limits each device)");
   SNUG_CHECK(ckpt_mode != "stage" || placed, ValueError, "charlm: --checkpoint stage needs --devices");
+  SNUG_CHECK(!placed || world == 1, ValueError, "charlm: --devices is not supported with several processes (", world,
+             " ranks) yet");
   SNUG_CHECK(micro_batches >= 1 && micro_batches <= B, ValueError, "charlm: --micro-batches must be in [1, --batch]");
   SNUG_CHECK(placement_policy != parallel::Policy::manual, ValueError, "charlm: --placement is memory, time or fill");
   if (fl.has("capacity")) {
@@ -370,8 +387,13 @@ int run(int argc, char** argv) {
   nn::optim::Optimizer& opt = *opt_holder;
   nn::optim::WarmupCosine sched(opt, std::min<int64_t>(100, steps), steps, 0.1);
   // Training batches: step s is epoch s of this loader (see TrainWindows).
-  auto windows = std::make_shared<TrainWindows>(corpus.train, T, B);
-  data::DataLoader loader(windows, {.batch_size = B, .seed = seed + 1000});
+  // With N ranks an epoch holds the N*B windows of the global batch and rank
+  // r takes windows r, r+N, ...: sample i is drawn from (seed, epoch, i)
+  // alone, so the union is what one process with --batch N*B would train on.
+  auto windows = std::make_shared<TrainWindows>(corpus.train, T, B * world);
+  data::DataLoader loader(windows, {.batch_size = B, .seed = seed + 1000,
+                                    .sampler = std::make_shared<data::ShardedSampler>(
+                                        B * world, data::ShardOptions{.num_shards = world, .rank = rank, .shuffle = false})});
   nn::CheckpointParts parts{&model, &opt, &sched, {{"default", &default_generator()}}};
   if (scaler.is_enabled()) parts.scaler = &scaler;
   scaler.name_parameters(model.named_parameters());
@@ -381,12 +403,17 @@ int run(int argc, char** argv) {
   if (fl.has("resume")) {
     auto ck = nn::load_checkpoint(fl.get("resume", ""), parts);
     start = ck.step;
-    if (!json) std::fprintf(stderr, "resumed from %s at step %lld\n", fl.get("resume", "").c_str(), (long long)start);
+    if (!json && lead) std::fprintf(stderr, "resumed from %s at step %lld\n", fl.get("resume", "").c_str(), (long long)start);
   }
-  if (!json)
-    std::fprintf(stderr, "charlm: %s, %lld params, vocab %lld, train %zu / val %zu chars, %d threads\n",
+  // Several ranks: average gradients across them during backward (rank 0's
+  // parameters are copied to all first; with --resume they are the same anyway).
+  std::optional<distributed::DataParallel> dp;
+  if (world > 1) dp.emplace(model, pg);
+  if (!json && lead)
+    std::fprintf(stderr, "charlm: %s, %lld params, vocab %lld, train %zu / val %zu chars, %d threads%s\n",
                  model.repr().c_str(), (long long)model.num_parameters(), (long long)cfg.vocab, corpus.train.size(),
-                 corpus.val.size(), get_num_threads());
+                 corpus.val.size(), get_num_threads(),
+                 world > 1 ? str(", ", world, " ranks (", pg->backend(), "), batch ", B, " per rank").c_str() : "");
 
   // The "will it fit" check and the planner: one measuring pass on a sample
   // micro-batch (from its own generator, so training sees the same batches
@@ -408,15 +435,15 @@ int run(int argc, char** argv) {
     predicted_peak = pc.total_peak;
     predicted_recompute_ms = pc.recompute_ms * static_cast<double>(accum);
     minimum_budget = nn::minimum_budget(prof);
-    if (!json)
+    if (!json && lead)
       std::fprintf(stderr, "measured on a batch of %lld:\n%s", (long long)micro_B, prof.table().c_str());
-    if (!json)
+    if (!json && lead)
       std::fprintf(stderr, "memory budget %s (minimum %s): plan %s\n%spredicted peak %s, recomputation %.1f ms per step\n",
                    memory::format_bytes(budget).c_str(), memory::format_bytes(minimum_budget).c_str(),
                    model.checkpointing.str().c_str(),
                    nn::estimate_memory(prof, model.checkpointing).table().c_str(),
                    memory::format_bytes(pc.total_peak).c_str(), predicted_recompute_ms);
-  } else if (!json && !model.checkpointing.empty()) {
+  } else if (!json && lead && !model.checkpointing.empty()) {
     std::fprintf(stderr, "checkpointing: %s\n", model.checkpointing.str().c_str());
   }
 
@@ -461,6 +488,10 @@ int run(int argc, char** argv) {
       // One autocast scope per step: the weights are cast once, even with --accum.
       AutocastGuard ac(amp.value_or(DType::bf16), amp.has_value());
       for (int64_t k = 0; k < accum; ++k) {
+        // Micro-steps but the last only accumulate; the last one's backward
+        // averages the sum across ranks (DataParallel::no_sync).
+        std::optional<distributed::DataParallel::NoSync> no_sync;
+        if (dp && k + 1 < accum) no_sync.emplace(dp->no_sync());
         Tensor loss;
         {
           memory::TagScope tag(memory::Tag::activation);
@@ -471,7 +502,7 @@ int run(int argc, char** argv) {
     }
     if (!scaler.step(opt)) {
       ++skipped_steps;
-      if (!json)
+      if (!json && lead)
         std::fprintf(stderr, "%sstep %lld skipped: %s\n", tty ? "\n" : "", (long long)(step + 1),
                      scaler.overflow_report().c_str());
     }
@@ -482,25 +513,30 @@ int run(int argc, char** argv) {
     step_ms.push_back(ms);
     recompute_ms.push_back(autograd::recompute_stats().ms);
     train_loss = pipe ? pipe_loss : acc.loss() / loss_scale;
+    if (dp) {  // the job's loss: the mean of the ranks' batch losses
+      Tensor l = from_vector(std::vector<double>{train_loss});
+      pg->all_reduce(l, distributed::ReduceOp::avg);
+      train_loss = l.item();
+    }
     for (size_t k = 0; k < devices.size(); ++k) step_peaks[k] = std::max(step_peaks[k], memory::peak_allocated(devices[k]));
     if (prof && (step + 1 == prof_to || step + 1 == steps)) finish_profile(step + 1 - prof_from);
     SNUG_CHECK(std::isfinite(train_loss), ValueError, "charlm: training loss became ", train_loss, " at step ", step);
     bool last = step + 1 == steps;
-    if (!json && (tty || (step + 1) % 50 == 0 || last))
-      progress(step + 1, steps, train_loss, double(B * T) / (ms / 1000.0), memory::allocated(kCPU), tty);
-    if ((eval_every > 0 && (step + 1) % eval_every == 0) || last) {
-      val_loss = evaluate(model, logits_of, corpus.val, B, T, eval_batches, seed + 2000, amp);
+    if (!json && lead && (tty || (step + 1) % 50 == 0 || last))
+      progress(step + 1, steps, train_loss, double(B * T * world) / (ms / 1000.0), memory::allocated(kCPU), tty);
+    if (lead && ((eval_every > 0 && (step + 1) % eval_every == 0) || last)) {
+      val_loss = evaluate(model, logits_of, corpus.val, B * world, T, eval_batches, seed + 2000, amp);
       for (const Device& d : devices) memory::reset_peak(d);
       if (!json) std::fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\n" : "",
                               (long long)(step + 1), train_loss, val_loss);
     }
-    if (fl.has("save") && ((save_every > 0 && (step + 1) % save_every == 0) || last))
+    if (lead && fl.has("save") && ((save_every > 0 && (step + 1) % save_every == 0) || last))
       nn::save_checkpoint(fl.get("save", ""), parts, step + 1,
                           {{"model", model.repr()}, {"gpt.vocab", std::to_string(cfg.vocab)},
                            {"gpt.block", std::to_string(cfg.block)}, {"gpt.layers", std::to_string(cfg.layers)},
                            {"gpt.heads", std::to_string(cfg.heads)}, {"gpt.embd", std::to_string(cfg.embd)}});
   }
-  if (std::isnan(val_loss)) val_loss = evaluate(model, logits_of, corpus.val, B, T, eval_batches, seed + 2000, amp);
+  if (lead && std::isnan(val_loss)) val_loss = evaluate(model, logits_of, corpus.val, B * world, T, eval_batches, seed + 2000, amp);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
@@ -523,6 +559,7 @@ int run(int argc, char** argv) {
   };
   const int act = static_cast<int>(memory::Tag::activation);
   int64_t gen_n = fl.i("generate", 300);
+  if (!lead) return 0;  // rank 0 reports for the job
   if (!json && gen_n > 0) std::printf("---- sample ----\n%s\n----------------\n", generate(model, logits_of, corpus, gen_n, seed + 3000).c_str());
   std::printf(
       "{\"val_loss\": %.6f, \"train_loss\": %.6f, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
@@ -532,8 +569,9 @@ int run(int argc, char** argv) {
       "\"predicted_recompute_ms\": %.3f, \"minimum_budget_bytes\": %lld, \"checkpointed_segments\": %lld, "
       "\"checkpointed_layers\": %lld, \"devices\": %lld, \"micro_batches\": %lld, \"schedule\": \"%s\", "
       "\"peak_allocated_bytes_per_device\": %s, \"predicted_peak_bytes_per_device\": %s, \"optim\": \"%s\", "
-      "\"optimizer_state_bytes\": %zu, \"amp\": \"%s\", \"loss_scale\": %.1f, \"skipped_steps\": %lld}\n",
-      val_loss, train_loss, med, med > 0 ? double(B * T) / (med / 1000.0) : 0.0, (long long)model.num_parameters(),
+      "\"optimizer_state_bytes\": %zu, \"amp\": \"%s\", \"loss_scale\": %.1f, \"skipped_steps\": %lld, "
+      "\"world_size\": %d, \"dp_wait_ms_per_step\": %.3f}\n",
+      val_loss, train_loss, med, med > 0 ? double(B * T * world) / (med / 1000.0) : 0.0, (long long)model.num_parameters(),
       memory::peak_allocated(kCPU), static_cast<size_t>(ds.reserved_bytes.peak), (long long)steps, get_num_threads(),
       ckpt_mode.c_str(), (long long)accum, (long long)budget, (long long)ds.tag_bytes[act].peak,
       (long long)ds.tag_at_peak[act], median(recompute_ms), (long long)predicted_peak, predicted_recompute_ms,
@@ -541,7 +579,7 @@ int run(int argc, char** argv) {
       (long long)std::max<size_t>(devices.size(), 1), (long long)(placed ? micro_batches : accum),
       placed ? parallel::schedule_name(schedule) : "none", per_device(false).c_str(), per_device(true).c_str(),
       optim_name.c_str(), opt.state_bytes(), amp ? dtype_name(*amp) : "none", scaler.get_scale(),
-      (long long)skipped_steps);
+      (long long)skipped_steps, world, dp ? dp->stats().wait_ms / double(std::max<int64_t>(dp->stats().syncs, 1)) : 0.0);
   return 0;
 }
 
@@ -551,6 +589,12 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
+    auto pg = distributed::default_group();
+    if (pg && pg->size() > 1) {
+      // The other ranks would wait for this one; stop the whole job instead.
+      std::fprintf(stderr, "charlm: rank %d: error: %s\n", pg->rank(), e.what());
+      pg->abort(1);
+    }
     std::fprintf(stderr, "charlm: error: %s\n", e.what());
     return 1;
   }

@@ -20,6 +20,13 @@
 // f16 adds a GradScaler. --half-params also stores the parameters in that
 // dtype, with f32 master weights kept by the optimizer. (Not combined with
 // --prune or --quantize.)
+//
+// Data parallel (docs/distributed.md): run unchanged under `mpirun -np N
+// mnist ...` (or srun). Each rank trains a replica on its own shard of every
+// epoch (data::ShardedSampler: a disjoint 1/N of the shuffled order) with
+// --batch images per step per rank; gradients are averaged across ranks
+// during backward (distributed::DataParallel). Rank 0 alone prints.
+// samples/s counts all ranks. Not combined with --prune or --quantize.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -29,6 +36,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +45,8 @@
 #include "core/gemm.h"
 #include "data/dataloader.h"
 #include "data/mnist.h"
+#include "data/sampler.h"
+#include "distributed/data_parallel.h"
 #include "nn/functional.h"
 #include "nn/models/cnn.h"
 #include "nn/models/vit.h"
@@ -390,8 +400,14 @@ Compressed compress(const Args& a, Model& m, const data::MnistSplit& train, cons
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   const Args args = parse(argc, argv);
+  // One process, or one rank of an mpirun/srun job (the launcher's environment says which).
+  auto pg = distributed::init_process_group();
+  const int world = pg->size(), rank = pg->rank();
+  const bool lead = rank == 0;  // alone prints
+  SNUG_CHECK(world == 1 || (args.prune.empty() && args.quantize.empty()), ValueError,
+             "mnist: --prune and --quantize are not supported with several processes (", world, " ranks) yet");
   set_num_threads(args.threads);
   manual_seed(args.seed);
   const std::string dir = find_data_dir(args.data);
@@ -413,20 +429,31 @@ int main(int argc, char** argv) {
   Model m = make_model(args);
   nn::Module& net = *m.net;
   const int64_t params = net.num_parameters();
-  std::printf("mnist: model %s, %lld parameters, %lld training / %lld test images from %s, batch %lld, lr %g, "
+  if (lead)
+    std::printf("mnist: model %s, %lld parameters, %lld training / %lld test images from %s, batch %lld%s, lr %g, "
                 "%d threads\n",
                 args.model.c_str(), (long long)params, (long long)n_train, (long long)test.images.size(0),
-                dir.c_str(), (long long)args.batch, m.opt->lr(), args.threads);
+                dir.c_str(), (long long)args.batch, world > 1 ? str(" per rank, ", world, " ranks").c_str() : "",
+                m.opt->lr(), args.threads);
 
   // The loader shuffles from the seed every epoch; its order does not depend
   // on the number of workers (NOTE [ DataLoader order and determinism ]).
   auto dataset = std::make_shared<data::TensorDataset>(std::vector<Tensor>{train.images, train.labels});
+  // With N ranks each takes a disjoint 1/N of every epoch's shuffled order
+  // (the same order on every rank: a function of seed and epoch).
+  std::shared_ptr<const data::Sampler> shard;
+  if (world > 1)
+    shard = std::make_shared<data::ShardedSampler>(
+        n_train, data::ShardOptions{.num_shards = world, .rank = rank, .shuffle = true, .seed = args.seed});
   data::DataLoader loader(dataset, {.batch_size = args.batch, .shuffle = true, .seed = args.seed,
-                                    .num_workers = args.workers, .persistent_workers = true});
+                                    .num_workers = args.workers, .persistent_workers = true, .sampler = shard});
   const double base_lr = m.opt->lr();
   m.base_lr = base_lr;
   const DType amp_dtype = args.amp == "f16" ? DType::f16 : DType::bf16;
   if (args.half_params) net.to(amp_dtype);  // in place: the optimizer keeps its handles and makes f32 masters
+  // Several ranks: rank 0's parameters everywhere, gradients averaged in backward.
+  std::optional<distributed::DataParallel> dp;
+  if (world > 1) dp.emplace(net, pg);
   // f16 needs loss scaling; bf16 has f32's exponent range.
   nn::amp::GradScaler scaler({.enabled = args.amp == "f16"});
   scaler.name_parameters(net.named_parameters());
@@ -444,7 +471,8 @@ int main(int argc, char** argv) {
   };
   auto run_epochs = [&](nn::Module& model, int epochs, double lr0, const char* label) {
     Phase ph;
-    const int64_t total_steps = ((n_train + args.batch - 1) / args.batch) * epochs;
+    const int64_t per_rank = (n_train + world - 1) / world;
+    const int64_t total_steps = ((per_rank + args.batch - 1) / args.batch) * epochs;
     double loss_sum = 0;
     int64_t loss_count = 0;
     for (int epoch = 0; epoch < epochs; ++epoch) {
@@ -478,10 +506,11 @@ int main(int argc, char** argv) {
         ++ph.steps;
         window_samples += batch.size();
         if (ph.steps % args.every == 0) {
-          const double sps = double(window_samples) / seconds_since(t_window);
-          std::printf("%s epoch %d step %lld (%lld/%lld): loss %.4f, %.0f samples/s, peak allocated %s\n", label,
-                      epoch + 1, (long long)ph.steps, (long long)seen, (long long)n_train, loss_sum / double(loss_count),
-                      sps, memory::format_bytes(memory::peak_allocated(kCPU)).c_str());
+          const double sps = double(window_samples * world) / seconds_since(t_window);
+          if (lead)
+            std::printf("%s epoch %d step %lld (%lld/%lld): loss %.4f, %.0f samples/s, peak allocated %s\n", label,
+                        epoch + 1, (long long)ph.steps, (long long)(seen * world), (long long)n_train,
+                        loss_sum / double(loss_count), sps, memory::format_bytes(memory::peak_allocated(kCPU)).c_str());
           std::fflush(stdout);
           loss_sum = 0;
           loss_count = 0;
@@ -492,8 +521,9 @@ int main(int argc, char** argv) {
       ph.last_epoch_loss = epoch_loss / double(std::max<int64_t>(epoch_batches, 1));
       train_peak = std::max(train_peak, memory::peak_allocated(kCPU));  // the evaluation below is not counted
       ph.accuracy = accuracy(model, test, args.amp);
-      std::printf("%s epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s so far\n", label, epoch + 1,
-                  ph.last_epoch_loss, 100 * ph.accuracy, seconds_since(t_start));
+      if (lead)
+        std::printf("%s epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s so far\n", label, epoch + 1,
+                    ph.last_epoch_loss, 100 * ph.accuracy, seconds_since(t_start));
       std::fflush(stdout);
     }
     return ph;
@@ -507,18 +537,33 @@ int main(int argc, char** argv) {
   const double acc = c.done ? c.accuracy : main_phase.accuracy;
   const double median_ms = median(main_phase.step_ms);
   const double total_s = seconds_since(t_start);
-  if (args.json) {
+  if (args.json && lead) {
     std::printf("{\"model\": \"%s\", \"epochs\": %d, \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
                 "\"test_accuracy\": %.4f, \"train_loss\": %.4f, \"loss_first\": %.4f, \"ms_per_step\": %.3f, "
                 "\"samples_per_s\": %.1f, \"params\": %lld, \"peak_allocated_bytes\": %zu, \"seconds\": %.1f, "
                 "\"test_accuracy_before\": %.4f, \"model_bytes\": %zu, \"model_bytes_before\": %zu, \"amp\": \"%s\", "
-                "\"half_params\": %s, \"loss_scale\": %.1f, \"skipped_steps\": %lld%s}\n",
+                "\"half_params\": %s, \"loss_scale\": %.1f, \"skipped_steps\": %lld, \"world_size\": %d%s}\n",
                 args.model.c_str(), args.epochs, (long long)main_phase.steps, (long long)args.batch, args.threads, acc,
                 main_phase.last_epoch_loss, main_phase.loss_first, median_ms,
-                median_ms > 0 ? 1e3 * double(args.batch) / median_ms : 0, (long long)params, train_peak, total_s,
+                median_ms > 0 ? 1e3 * double(args.batch * world) / median_ms : 0, (long long)params, train_peak, total_s,
                 main_phase.accuracy, c.done ? c.model_bytes : model_bytes_before, model_bytes_before,
                 args.amp.empty() ? "none" : args.amp.c_str(), args.half_params ? "true" : "false", scaler.get_scale(),
-                (long long)skipped, c.json.c_str());
+                (long long)skipped, world, c.json.c_str());
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    auto pg = distributed::default_group();
+    if (pg && pg->size() > 1) {
+      // The other ranks would wait for this one; stop the whole job instead.
+      std::fprintf(stderr, "mnist: rank %d: error: %s\n", pg->rank(), e.what());
+      pg->abort(1);
+    }
+    std::fprintf(stderr, "mnist: error: %s\n", e.what());
+    return 1;
+  }
 }
