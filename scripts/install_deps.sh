@@ -9,6 +9,10 @@
 set -euo pipefail
 
 required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-json3-dev python3)
+# Open MPI: the MPI process group of distributed/ and its tests under mpirun
+# (docs/distributed.md). snug builds without it (SNUG_MPI finds nothing), but
+# CI installs it so those tests run.
+required+=(openmpi-bin libopenmpi-dev)
 # --fuzz: also clang with libFuzzer and its OpenMP runtime (tools/fuzz.sh).
 if [ "${1:-}" = "--fuzz" ]; then required+=(clang libclang-rt-14-dev libomp-14-dev); fi
 optional=(ninja-build)  # faster builds; the scripts use it when present

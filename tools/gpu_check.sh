@@ -108,10 +108,24 @@ for p in sys.path:
 PY
 )"
 fi
+# NCCL (the NCCL process group, docs/distributed.md): the toolkit's when it has
+# nccl.h, else pip's site-packages/nvidia/nccl.
+nccl_root=""
+if [ -n "$nvcc" ] && [ ! -f "$(dirname "$nvcc")/../include/nccl.h" ] && [ -n "$py" ]; then
+  nccl_root="$("$py" - <<'PY' 2>/dev/null
+import glob, os, sys
+for p in sys.path:
+    for h in glob.glob(os.path.join(p, "nvidia", "**", "include", "nccl.h"), recursive=True):
+        print(os.path.dirname(os.path.dirname(h))); sys.exit(0)
+PY
+)"
+fi
+put "toolchain.nccl_root" "\"${nccl_root:-toolkit}\""
 put "toolchain.nvcc" "\"${nvcc:-none}\""
 put "toolchain.cudnn_root" "\"${cudnn_root:-none}\""
 put "toolchain.third_party" "\"${third_party:-system packages}\""
 if [ -n "$cudnn_root" ]; then export LD_LIBRARY_PATH="$cudnn_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+if [ -n "$nccl_root" ]; then export LD_LIBRARY_PATH="$nccl_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
 put "machine.gpu" "\"${gpu:-none visible}\""
 put "machine.cores" "$(nproc 2>/dev/null || echo 0)"
@@ -124,6 +138,7 @@ if [ "$skip_build" = 0 ]; then
        -DSNUG_TESTS=ON -DSNUG_BENCH=ON -DSNUG_EXAMPLES=ON)
   [ -n "$nvcc" ] && cfg+=(-DCMAKE_CUDA_COMPILER="$nvcc")
   [ -n "$cudnn_root" ] && cfg+=(-DSNUG_CUDNN_ROOT="$cudnn_root")
+  [ -n "$nccl_root" ] && cfg+=(-DSNUG_NCCL_ROOT="$nccl_root")
   [ -n "$third_party" ] && cfg+=(-DSNUG_THIRD_PARTY_DIR="$third_party")
   if run_stage configure 120 cmake "${cfg[@]}" && run_stage build 300 cmake --build "$build_dir" -j"$jobs"; then
     build_ok=1
@@ -143,12 +158,15 @@ if [ $build_ok = 1 ]; then
   put "tests.summary" "\"$summary\""
   put "tests.failed" "\"$(sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\) .*/\1/p' "$out/tests.log" | tr '\n' ' ')\""
   # Were the CUDA tests run or skipped? (doctest prints the skip message.)
-  for t in test_cuda test_cuda_parity; do
+  # test_nccl is the one-GPU NCCL smoke run (a world of one through NCCL,
+  # DataParallel included; docs/distributed.md); it skips without NCCL.
+  for t in test_cuda test_cuda_parity test_nccl; do
     if [ -x "$build_dir/tests/$t" ]; then
-      "$build_dir/tests/$t" > "$out/$t.log" 2>&1
-      put "tests.$t" "\"rc $? ; $(grep -c 'skipped: no CUDA GPU' "$out/$t.log") skipped cases; $(grep -E 'test cases' "$out/$t.log" | tail -1 | tr -s ' ')\""
+      timeout 120 "$build_dir/tests/$t" > "$out/$t.log" 2>&1
+      put "tests.$t" "\"rc $? ; $(grep -c 'skipped: no' "$out/$t.log") skipped cases; $(grep -E 'test cases' "$out/$t.log" | tail -1 | tr -s ' ')\""
     fi
   done
+  put "build.nccl" "\"$(sed -n 's/^SNUG_NCCL_ENABLED:INTERNAL=//p' "$build_dir/CMakeCache.txt" 2>/dev/null)\""
 fi
 put "tests.ok" "$([ $tests_ok = 1 ] && echo true || echo false)"
 
