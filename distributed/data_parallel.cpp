@@ -136,6 +136,10 @@ void DataParallel::on_ready(size_t k) {
   Bucket& b = *buckets_[bucket_of_[k]];
   --b.pending;
   launch_ready_buckets();
+  // MPI progresses a nonblocking collective only while the program is inside
+  // the MPI library: polling the buckets in flight at every hook moves their
+  // transfers along between backward's ops (a cheap MPI_Test each).
+  for (size_t i = 0; i < next_launch_; ++i) buckets_[i]->work->is_completed();
   if (ready_count_ == params_.size()) finish_gradient_sync();
 }
 
