@@ -62,6 +62,12 @@
 #include "parallel/placement.h"
 #include "parallel/pipeline.h"
 
+// distributed: process groups (local, MPI, NCCL) and DataParallel (docs/distributed.md)
+#include "distributed/data_parallel.h"
+#include "distributed/mpi.h"
+#include "distributed/nccl.h"
+#include "distributed/process_group.h"
+
 // compression: pruning masks and compaction, int8 quantization, 8-bit AdamW
 #include "nn/optim/adamw8bit.h"
 #include "prune/compact.h"

@@ -8,7 +8,7 @@
 //          [--checkpoint none|sqrt|auto|stage] [--memory-budget BYTES] [--accum K]
 //          [--devices cpu:1,cpu:2 [--micro-batches M] [--schedule gpipe|1f1b]
 //           [--placement memory|time|fill] [--capacity BYTES]] [--optim adamw|adamw8bit]
-//          [--amp f16|bf16]
+//          [--amp f16|bf16] [--bucket-mb X]
 //
 // Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
 // weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
@@ -40,7 +40,8 @@
 // with --batch N*B sees); gradients are averaged across ranks during
 // backward (distributed::DataParallel). Rank 0 alone evaluates (on batches
 // of N*B windows, as the single process would), prints and saves; every rank
-// loads --resume. tokens/s counts all ranks' tokens.
+// loads --resume. tokens/s counts all ranks' tokens. --bucket-mb X sets the
+// gradient bucket size (default 25 MiB, as PyTorch's DDP).
 #include <unistd.h>
 
 #include <algorithm>
@@ -115,7 +116,7 @@ Flags parse(int argc, char** argv) {
                                               "seed", "eval-every", "eval-batches", "save", "save-every", "resume",
                                               "threads", "generate", "profile", "profile-steps", "json", "help",
                                               "checkpoint", "memory-budget", "accum", "devices", "micro-batches",
-                                              "schedule", "placement", "capacity", "optim", "amp"};
+                                              "schedule", "placement", "capacity", "optim", "amp", "bucket-mb"};
   static const std::set<std::string> boolean = {"json", "help"};
   Flags f;
   for (int a = 1; a < argc; ++a) {
@@ -408,7 +409,10 @@ int run(int argc, char** argv) {
   // Several ranks: average gradients across them during backward (rank 0's
   // parameters are copied to all first; with --resume they are the same anyway).
   std::optional<distributed::DataParallel> dp;
-  if (world > 1) dp.emplace(model, pg);
+  const double bucket_mb = fl.f("bucket-mb", 25.0);
+  SNUG_CHECK(bucket_mb > 0, ValueError, "charlm: --bucket-mb must be positive, got ", bucket_mb);
+  if (world > 1)
+    dp.emplace(model, pg, distributed::DataParallelOptions{.bucket_bytes = static_cast<int64_t>(bucket_mb * 1048576.0)});
   if (!json && lead)
     std::fprintf(stderr, "charlm: %s, %lld params, vocab %lld, train %zu / val %zu chars, %d threads%s\n",
                  model.repr().c_str(), (long long)model.num_parameters(), (long long)cfg.vocab, corpus.train.size(),
