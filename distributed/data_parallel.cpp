@@ -118,9 +118,10 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<ProcessGroup> gro
 
 DataParallel::~DataParallel() {
   for (size_t k = 0; k < params_.size(); ++k) autograd::remove_post_accumulate_grad_hook(params_[k], hook_ids_[k]);
-  // Started reductions must end before their buffers go; errors cannot leave a destructor.
+  // Started reductions must end before their buffers go (a broken group's
+  // never will: the group keeps the buffers); errors cannot leave a destructor.
   for (auto& b : buckets_)
-    if (b->work) try {
+    if (b->work && !group_->broken()) try {
         b->work->wait();
       } catch (...) {
       }

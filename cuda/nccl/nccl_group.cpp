@@ -178,6 +178,9 @@ class NcclGroup : public ProcessGroup {
 };
 
 void NcclWork::wait() {
+  if (is_completed()) return;
+  SNUG_CHECK(!group_->broken(), DistributedError, what_, ": the process group is broken (an earlier collective "
+             "timed out or failed); end the job");
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   const auto timeout = group_->timeout();

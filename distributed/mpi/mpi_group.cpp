@@ -8,6 +8,7 @@
 // serializes every MPI call snug makes, so hooks may run on any thread.
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -50,6 +51,9 @@ std::set<MpiGroup*>& live_groups() {  // guarded by mpi_mutex()
 }
 
 void finalize_at_exit();
+// Collectives still outstanding when their group went (a broken group does not
+// wait long for them): MPI_Finalize would wait for them forever.
+std::atomic<size_t> g_orphaned{0};
 
 // Initializes MPI once per process (unless the program did).
 void ensure_mpi() {
@@ -101,15 +105,19 @@ class MpiGroup : public ProcessGroup {
     live_groups().insert(this);
   }
   ~MpiGroup() override {
-    // Give outstanding collectives (a Work dropped without wait, or one that
-    // timed out) the timeout to end; the communicator can only go after them.
-    drain(std::chrono::steady_clock::now() + timeout_);
+    // Give outstanding collectives (a Work dropped without wait) the timeout
+    // to end, and those of a broken group a moment; the communicator can only
+    // be freed after them.
+    const auto grace = broken() ? std::chrono::milliseconds(2000) : timeout_;
+    drain(std::chrono::steady_clock::now() + grace);
     std::lock_guard<std::mutex> lock(mpi_mutex());
     live_groups().erase(this);
     for (auto& w : inflight_) w->group_ = nullptr;
+    const size_t left = pending_count();
+    g_orphaned += left;
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin && pending_count() == 0) MPI_Comm_free(&comm_);
+    if (!fin && left == 0) MPI_Comm_free(&comm_);
   }
   const char* backend() const override { return "mpi"; }
 
@@ -125,10 +133,10 @@ class MpiGroup : public ProcessGroup {
     MPI_Op mop = op == ReduceOp::max ? MPI_MAX : op == ReduceOp::min ? MPI_MIN : MPI_SUM;
     std::function<void()> finish;
     if (op == ReduceOp::avg && size_ > 1) finish = [t, n = size_] { t.detach().div_(static_cast<double>(n)); };
+    if (t.numel() == 0) return completed_work();
     auto w = make_work(str("all_reduce(", reduce_op_name(op), ") of ", t.nbytes(), " bytes (", dtype_name(t.dtype()),
                            " ", shape_str(t.shape()), ")"),
                        {t}, std::move(finish));
-    if (t.numel() == 0) return completed_work();
     start(w, "MPI_Iallreduce", [&](MPI_Request* r) {
       return MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), static_cast<int>(t.numel()), type, mop, comm_, r);
     });
@@ -262,9 +270,12 @@ bool MpiWork::wait_until(std::chrono::steady_clock::time_point deadline) {
 }
 
 void MpiWork::wait() {
-  if (done_) return;
-  SNUG_CHECK(group_ != nullptr || req == MPI_REQUEST_NULL, DistributedError, what_,
+  if (is_completed()) return;
+  SNUG_CHECK(group_ != nullptr, DistributedError, what_,
              ": its process group was destroyed before the collective finished");
+  // A broken group's peers are out of step: waiting again would only time out again.
+  SNUG_CHECK(!group_->broken(), DistributedError, what_, ": the process group is broken (an earlier collective "
+             "timed out); end the job");
   const auto t0 = std::chrono::steady_clock::now();
   const auto timeout = group_->timeout();
   if (wait_until(t0 + timeout)) return;
@@ -291,7 +302,7 @@ void finalize_at_exit() {
     std::lock_guard<std::mutex> lock(mpi_mutex());
     groups.assign(live_groups().begin(), live_groups().end());
   }
-  size_t pending = 0;
+  size_t pending = g_orphaned;
   for (MpiGroup* g : groups) {
     g->drain(std::chrono::steady_clock::now() + g->timeout());
     pending += g->pending_count();
