@@ -87,8 +87,13 @@ class NcclGroup : public ProcessGroup {
   }
   ~NcclGroup() override {
     cudaSetDevice(device_);
-    if (broken()) ncclCommAbort(comm_);
-    else ncclCommDestroy(comm_);
+    if (broken()) {
+      ncclCommAbort(comm_);  // ends what is stuck on the stream
+    } else {
+      cudaStreamSynchronize(stream_);  // collectives of dropped Works end before their buffers go
+      ncclCommDestroy(comm_);
+    }
+    inflight_.clear();
     cudaStreamDestroy(stream_);
   }
   const char* backend() const override { return "nccl"; }
@@ -168,13 +173,19 @@ class NcclGroup : public ProcessGroup {
     SNUG_NCCL_CHECK(f(), what);
     SNUG_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     SNUG_CUDA_CHECK(cudaEventRecord(done, stream_));
-    return std::make_shared<NcclWork>(this, std::move(what), std::move(keep), done);
+    auto w = std::make_shared<NcclWork>(this, std::move(what), std::move(keep), done);
+    // The group keeps every Work (and so its tensors) until it completes,
+    // even one the caller drops without waiting.
+    std::erase_if(inflight_, [](const std::shared_ptr<NcclWork>& x) { return x->is_completed(); });
+    inflight_.push_back(w);
+    return w;
   }
 
   ncclComm_t comm_;
   int device_;
   cudaStream_t stream_ = nullptr;
   Tensor scratch_;
+  std::vector<std::shared_ptr<NcclWork>> inflight_;
 };
 
 void NcclWork::wait() {
