@@ -37,11 +37,12 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<ProcessGroup> gro
 
   // 1. Every rank must hold the same model: compare (count, shapes) digests.
   {
-    int64_t h = static_cast<int64_t>(params_.size());
+    uint64_t u = params_.size();  // unsigned: the digest wraps around
     for (const Tensor& p : params_) {
-      for (int64_t s : p.shape()) h = h * 1000003 + s;
-      h = h * 31 + static_cast<int64_t>(p.dtype());
+      for (int64_t s : p.shape()) u = u * 1000003u + static_cast<uint64_t>(s);
+      u = u * 31u + static_cast<uint64_t>(p.dtype());
     }
+    const int64_t h = static_cast<int64_t>(u);
     Tensor mine = from_vector(std::vector<int64_t>{h});
     Tensor all = group_->all_gather(mine);
     std::vector<int64_t> v = all.to_vector<int64_t>();
