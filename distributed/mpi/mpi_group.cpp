@@ -5,7 +5,9 @@
 // that includes mpi.h.
 //
 // Threads: MPI is initialized with MPI_THREAD_SERIALIZED and one mutex
-// serializes every MPI call snug makes, so hooks may run on any thread.
+// serializes every MPI call snug makes, so a group may be used from any
+// thread, one thread at a time (its list of collectives in flight is not
+// locked).
 #include <mpi.h>
 
 #include <atomic>
