@@ -14,7 +14,9 @@ required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-js
 # CI installs it so those tests run.
 required+=(openmpi-bin libopenmpi-dev)
 # --fuzz: also clang with libFuzzer and its OpenMP runtime (tools/fuzz.sh).
-if [ "${1:-}" = "--fuzz" ]; then required+=(clang libclang-rt-14-dev libomp-14-dev); fi
+# --tsan: the same packages: the tsan preset is clang with LLVM's OpenMP and its
+# Archer tool (libarcher.so), which makes OpenMP's barriers visible to TSan.
+if [ "${1:-}" = "--fuzz" ] || [ "${1:-}" = "--tsan" ]; then required+=(clang libclang-rt-14-dev libomp-14-dev); fi
 optional=(ninja-build)  # faster builds; the scripts use it when present
 
 is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
