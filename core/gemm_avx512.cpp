@@ -33,7 +33,9 @@
 #if defined(__AVX512F__)
 // GCC 12 flags the intrinsics' internal _mm512_undefined_ps() pass-through
 // operands as "maybe uninitialized" once they are inlined; a false positive.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #endif
 
