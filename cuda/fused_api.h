@@ -27,4 +27,14 @@ void fused_sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const update
 // device: a caller unscaling many gradients reads them back once.
 void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot);
 
+// Fused causal self-attention (nn::functional::causal_self_attention on a GPU;
+// NOTE [ CUDA fused attention ] in cuda/attention.cu). qkv (B, T, 3C) f32
+// contiguous, C = heads * D with D <= 256; y (B, T, C) and lse (B, heads, T)
+// are written. Backward writes every element of dqkv (B, T, 3C) from gy (B, T, C).
+void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse);
+void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
+                               int64_t heads, double scale, const Tensor& dqkv);
+// The head sizes the kernels take (D <= 256).
+inline constexpr int64_t kMaxFusedAttentionHeadSize = 256;
+
 }  // namespace snug::cuda

@@ -103,4 +103,54 @@ void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor&
                          static_cast<int32_t*>(flags.data_ptr()) + slot, guard.stream());
 }
 
+namespace {
+// (B, T, 3C) f32 contiguous on a GPU, heads dividing C, D within the kernels' reach.
+int check_attention(const char* op, const Tensor& qkv, int64_t heads) {
+  SNUG_CHECK(qkv.defined() && qkv.device().is_cuda(), DeviceError, "cuda::", op, ": qkv is not on a CUDA device");
+  SNUG_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, ShapeError, "cuda::", op, ": expected qkv (B, T, 3C), got ",
+             shape_str(qkv.shape()));
+  const int64_t C = qkv.size(2) / 3;
+  SNUG_CHECK(heads > 0 && C % heads == 0, ValueError, "cuda::", op, ": ", heads, " heads do not divide the width ", C);
+  SNUG_CHECK(C / heads <= kMaxFusedAttentionHeadSize, ValueError, "cuda::", op, ": head size ", C / heads,
+             " is over ", kMaxFusedAttentionHeadSize);
+  check_dtype(op, "qkv", qkv, {DType::f32});
+  SNUG_CHECK(qkv.is_contiguous(), ValueError, "cuda::", op, ": qkv must be contiguous");
+  return qkv.device().index;
+}
+void check_like(const char* op, const char* name, const Tensor& t, const Tensor& qkv, const Shape& shape) {
+  SNUG_CHECK(t.defined() && t.device() == qkv.device() && t.dtype() == DType::f32 && t.is_contiguous() &&
+                 t.shape() == shape,
+             ValueError, "cuda::", op, ": ", name, " must be a contiguous f32 tensor of shape ", shape_str(shape),
+             " on ", qkv.device().str());
+}
+}  // namespace
+
+void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
+  const int dev = check_attention("causal_attention_forward", qkv, heads);
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  check_like("causal_attention_forward", "y", y, qkv, {B, T, C});
+  check_like("causal_attention_forward", "lse", lse, qkv, {B, heads, T});
+  OnDevice guard(dev);
+  kernels::causal_attention_forward(B, T, heads, C / heads, static_cast<float>(scale),
+                                    static_cast<const float*>(qkv.data_ptr()), static_cast<float*>(y.data_ptr()),
+                                    static_cast<float*>(lse.data_ptr()), guard.stream());
+}
+
+void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
+                               int64_t heads, double scale, const Tensor& dqkv) {
+  const int dev = check_attention("causal_attention_backward", qkv, heads);
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+  check_like("causal_attention_backward", "y", y, qkv, {B, T, C});
+  check_like("causal_attention_backward", "lse", lse, qkv, {B, heads, T});
+  check_like("causal_attention_backward", "gy", gy, qkv, {B, T, C});
+  check_like("causal_attention_backward", "dqkv", dqkv, qkv, {B, T, 3 * C});
+  Tensor dsum = empty({B, heads, T}, qkv.options());  // scratch: rowsum(dO o O), from the caching allocator
+  OnDevice guard(dev);
+  kernels::causal_attention_backward(B, T, heads, C / heads, static_cast<float>(scale),
+                                     static_cast<const float*>(qkv.data_ptr()), static_cast<const float*>(y.data_ptr()),
+                                     static_cast<const float*>(lse.data_ptr()), static_cast<const float*>(gy.data_ptr()),
+                                     static_cast<float*>(dqkv.data_ptr()), static_cast<float*>(dsum.data_ptr()),
+                                     guard.stream());
+}
+
 }  // namespace snug::cuda

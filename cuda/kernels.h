@@ -89,4 +89,15 @@ void fused_sgd(DType gt, int64_t n, float* p, const void* g, float* buf, const u
 void unscale_check(DType gt, DType out_t, int64_t n, const void* g, void* out, double inv, int32_t* flag,
                    StreamHandle s);
 
+// ---- attention.cu: fused causal self-attention (NOTE [ CUDA fused attention ]) ----
+// qkv (B, T, 3 H D), y (B, T, H D), lse and dsum (B, H, T), gy (B, T, H D),
+// dqkv (B, T, 3 H D): f32, contiguous. D <= 32 * kAttentionMaxSlices.
+constexpr int kAttentionMaxSlices = 8;
+void causal_attention_forward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const float* qkv, float* y,
+                              float* lse, StreamHandle s);
+// Writes every element of dqkv; dsum is scratch (B, H, T).
+void causal_attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const float* qkv,
+                               const float* y, const float* lse, const float* gy, float* dqkv, float* dsum,
+                               StreamHandle s);
+
 }  // namespace snug::cuda::kernels

@@ -59,6 +59,13 @@ void fused_adam(const Tensor&, const Tensor&, const Tensor&, const Tensor&, cons
   no_cuda("fused_adam");
 }
 void fused_sgd(const Tensor&, const Tensor&, const Tensor&, const update::SgdConsts&) { no_cuda("fused_sgd"); }
+void causal_attention_forward(const Tensor&, int64_t, double, const Tensor&, const Tensor&) {
+  no_cuda("causal_attention_forward");
+}
+void causal_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, double,
+                               const Tensor&) {
+  no_cuda("causal_attention_backward");
+}
 void unscale_check(const Tensor&, const Tensor&, double, const Tensor&, int64_t) { no_cuda("unscale_check"); }
 
 }  // namespace snug::cuda

@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "core/cpu_fused_attention.h"
 #include "core/gemm.h"
+#include "cuda/fused_api.h"
 #include "core/profiler.h"
 #include "core/raw_ops.h"
 
@@ -323,7 +324,9 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
              " heads do not divide the width ", C);
   const int64_t D = C / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(D, 1)));
-  const bool kernel_ok = qkv.device().is_cpu() && (qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64);
+  const bool on_gpu = qkv.device().is_cuda();
+  const bool kernel_ok = on_gpu ? qkv.dtype() == DType::f32 && D <= cuda::kMaxFusedAttentionHeadSize
+                                : qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64;
   if (!fused || !kernel_ok || (dropout_p > 0 && training)) {
     Tensor split = qkv.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
     Tensor y = scaled_dot_product_attention(split.select(0, 0), split.select(0, 1), split.select(0, 2), true,
@@ -334,7 +337,8 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
   Tensor xc = raw::contiguous(qkv);
   std::vector<Tensor> outs = autograd::keep_or_compute("causal_attention", [&] {
     Tensor y = empty({B, T, C}, qkv.options()), lse = empty({B, heads, T}, qkv.options());
-    cpu::causal_attention_forward(xc, heads, scale, y, lse);
+    if (on_gpu) cuda::causal_attention_forward(xc, heads, scale, y, lse);  // cuda/attention.cu
+    else cpu::causal_attention_forward(xc, heads, scale, y, lse);
     return std::vector<Tensor>{y, lse};
   });
   Tensor y = outs[0];
@@ -344,7 +348,10 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
       profiler::RecordOp rec("causal_attention_backward", x.device(),
                              2.5 * cpu::causal_attention_flops(x.size(0), x.size(1), heads, x.size(2) / 3 / heads));
       Tensor gx = empty(x.shape(), x.options());
-      cpu::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(g[0]), heads, scale, gx);
+      if (x.device().is_cuda())
+        cuda::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(g[0]), heads, scale, gx);
+      else
+        cpu::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(g[0]), heads, scale, gx);
       return {gx};
     });
   return y;

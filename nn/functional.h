@@ -47,11 +47,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // Causal self-attention from the packed projection of MultiheadAttention:
 // qkv (B, T, 3C) holding q | k | v, each (B, T, heads, C / heads) -> (B, T, C),
 // the heads merged back. The same as splitting q, k and v into heads, calling
-// scaled_dot_product_attention(causal) and merging. On the CPU in f32/f64 and
-// without attention dropout this is one fused op that never builds the
-// (B, heads, T, T) scores and keeps only a (B, heads, T) logsumexp for backward
-// (NOTE [ Fused causal attention ] in core/cpu_fused_attention.h); anything
-// else takes the unfused path. `fused = false` forces the unfused path (tests,
+// scaled_dot_product_attention(causal) and merging. On the CPU in f32/f64, and
+// on a GPU in f32 with heads of up to 256, without attention dropout, this is
+// one fused op that never builds the (B, heads, T, T) scores and keeps only a
+// (B, heads, T) logsumexp for backward (NOTE [ Fused causal attention ] in
+// core/cpu_fused_attention.h, NOTE [ CUDA fused attention ] in
+// cuda/attention.cu); anything else takes the unfused path. `fused = false` forces the unfused path (tests,
 // benchmarks).
 Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p = 0.0, bool training = false,
                              bool fused = true);

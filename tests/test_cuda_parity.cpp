@@ -198,6 +198,26 @@ TEST_CASE("cuda parity: softmax, log_softmax, causal softmax, layer norm, forwar
   }
 }
 
+TEST_CASE("cuda parity: fused causal self-attention, forward and backward (head sizes 8 to 256, T across warps)") {
+  if (skip_without_gpu()) return;
+  manual_seed(5);
+  struct Case { int64_t B, T, C, H; };
+  for (Case c : {Case{2, 45, 24, 3}, Case{1, 1, 4, 1}, Case{2, 130, 128, 4}, Case{1, 33, 512, 2}}) {
+    CAPTURE(c.T);
+    CAPTURE(c.C / c.H);
+    const Tensor qkv = randn({c.B, c.T, 3 * c.C}), w = randn({c.B, c.T, c.C});
+    // y and d(sum(y * w))/dqkv, through the fused op on both devices.
+    auto run = [&](const std::vector<Tensor>& v) {
+      Tensor x = v[0].detach();
+      x.requires_grad_();
+      Tensor y = nn::functional::causal_self_attention(x, c.H);
+      sum(mul(y, v[1])).backward();
+      return cat({y.detach().flatten(), x.grad().flatten()});
+    };
+    parity("causal_self_attention", {qkv, w}, run, 1e-4);
+  }
+}
+
 TEST_CASE("cuda parity: index_select, index_add, gather, scatter_add, embedding") {
   if (skip_without_gpu()) return;
   manual_seed(5);
