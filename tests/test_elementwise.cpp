@@ -407,7 +407,8 @@ TEST_CASE("f16/bf16 inputs compute in f32 and keep their dtype") {
              {"div", x / make1({3}, dt), ref([](double v) { return v / 3; })},
              {"scalar", x * 3.0 + 1.0, ref([](double v) { return 3 * v + 1; })},
          }) {
-      INFO(name);
+      const char* op_name = name;  // clang 14: a structured binding cannot be captured (INFO's lambda)
+      INFO(op_name);
       CHECK(t.dtype() == dt);
       V got = vals(t);
       for (size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= tol * std::fabs(want[i]) + 1e-7);

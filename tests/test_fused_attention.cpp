@@ -45,7 +45,8 @@ TEST_CASE("causal_self_attention: fused equals unfused, forward and backward, f3
     for (auto [B, T, C, H] : std::vector<std::array<int64_t, 4>>{{2, 45, 24, 3}, {3, 7, 8, 2}, {1, 1, 4, 1},
                                                                {2, 64, 32, 4}}) {
       CAPTURE(dtype_name(dt));
-      CAPTURE(T);
+      const int64_t rows = T;  // clang 14 cannot capture structured bindings
+      CAPTURE(rows);
       Generator g(uint64_t(T) * 7 + uint64_t(C));
       Tensor qkv = randn({B, T, 3 * C}, TensorOptions(dt), &g);
       Tensor w = randn({B, T, C}, TensorOptions(dt), &g);

@@ -33,9 +33,10 @@ TEST_CASE("VNNI and portable int8 GEMMs agree exactly with a plain sum") {
   uint32_t seed = 1;
   for (bool extreme : {false, true})
     for (auto [M, N, K] : cases) {
-      CAPTURE(M);
-      CAPTURE(N);
-      CAPTURE(K);
+      const int64_t m_ = M, n_ = N, k_ = K;  // clang 14 cannot capture structured bindings
+      CAPTURE(m_);
+      CAPTURE(n_);
+      CAPTURE(k_);
       const int64_t lda = K + 3, ldb = K + 1, ldc = N + 2;  // strided on purpose
       std::vector<uint8_t> A(size_t(M * lda));
       std::vector<int8_t> B(size_t(N * ldb));

@@ -120,7 +120,8 @@ TEST_CASE("init: N(0, 0.02) weights, N(0, 0.02/sqrt(2 L)) output projections, ze
   manual_seed(1337);
   GPT m(GPTConfig{});
   auto check_std = [](const Tensor& t, double want, const char* what) {
-    auto [mu, sd] = mean_std(t);
+    const auto ms = mean_std(t);
+    const double mu = ms.first, sd = ms.second;
     INFO(what, ": mean ", mu, " std ", sd, " want ", want);
     CHECK(std::fabs(mu) < 0.1 * want);
     CHECK(sd == doctest::Approx(want).epsilon(0.05));

@@ -322,7 +322,8 @@ void check_param_grads(Module& m, const std::function<Tensor()>& loss_fn, int pe
         d[e] = orig;
       }
       double num = (lp - lm) / (2 * h);
-      INFO(name, " element ", e, ": analytic ", g[e], " numeric ", num);
+      const std::string pname = name;  // clang 14 cannot capture structured bindings
+      INFO(pname, " element ", e, ": analytic ", g[e], " numeric ", num);
       CHECK(std::fabs(num - g[e]) <= 1e-6 + 1e-4 * std::fabs(num));
     }
   }

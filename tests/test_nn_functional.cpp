@@ -398,7 +398,8 @@ TEST_CASE("scaled_dot_product_attention: causal and not, vs naive attention, Tq 
       CHECK(o.shape() == Shape{B, H, Tq, D});
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
-          INFO("Tq ", Tq, " Tk ", Tk, " causal ", causal, " b ", b, " h ", h);
+          const int64_t tq = Tq, tk = Tk;  // clang 14 cannot capture structured bindings
+          INFO("Tq ", tq, " Tk ", tk, " causal ", causal, " b ", b, " h ", h);
           check_approx(o.select(0, b).select(0, h),
                      naive_attention(slice_bh(q, b, h), slice_bh(k, b, h), slice_bh(v, b, h), Tq, Tk, D, D, causal),
                      1e-10);

@@ -50,7 +50,8 @@ Batch make_batch(int64_t B, int64_t T, uint64_t seed) {
 std::map<std::string, Tensor> grads_of(const nn::Module& m) {
   std::map<std::string, Tensor> out;
   for (const auto& [name, p] : m.named_parameters()) {
-    REQUIRE_MESSAGE(p.grad().defined(), name);
+    const std::string pname = name;  // clang 14 cannot capture structured bindings
+    REQUIRE_MESSAGE(p.grad().defined(), pname);
     out[name] = p.grad().to(kCPU).contiguous();
   }
   return out;
@@ -145,7 +146,10 @@ TEST_CASE("run_stack across devices: the differentiable copy gives the single-de
   l1.backward();
   auto g0 = grads_of(ref), g1 = grads_of(gpt);
   REQUIRE(g0.size() == g1.size());
-  for (const auto& [name, g] : g0) CHECK_MESSAGE(rel_diff(g1[name], g) < 1e-6, name);
+  for (const auto& [name, g] : g0) {
+    const std::string pname = name;  // clang 14 cannot capture structured bindings
+    CHECK_MESSAGE(rel_diff(g1[pname], g) < 1e-6, pname);
+  }
 }
 
 TEST_CASE("pipeline: losses and gradients equal the single-device run, 2 and 3 stages, both schedules") {
@@ -185,7 +189,8 @@ TEST_CASE("pipeline: losses and gradients equal the single-device run, 2 and 3 s
         const auto g = grads_of(gpt);
         REQUIRE(g.size() == ref_grads.size());
         for (const auto& [name, rg] : ref_grads) {
-          CAPTURE(name);
+          const std::string pname = name;  // clang 14 cannot capture structured bindings
+          CAPTURE(pname);
           // The tied embedding gets one part from the first stage and one from
           // the last; they may arrive in either order.
           if (name == "wte.weight") CHECK(rel_diff(g.at(name), rg) < 1e-6);
