@@ -103,6 +103,17 @@ TEST_CASE("sum: dtypes -- integers widen to i64, halves accumulate in f32") {
   CHECK(d.sum().dtype() == kFloat64);
 }
 
+TEST_CASE("sum and prod of int64 wrap around on overflow, as in PyTorch (no undefined behaviour)") {
+  // Found by the safetensors fuzzer: a file's random int64 tensor summed overflowed (UBSan).
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  Tensor x = from_vector<int64_t>({big, 1, 2}, {3}, TensorOptions(kInt64));
+  CHECK(x.sum().data<int64_t>()[0] == std::numeric_limits<int64_t>::min() + 2);  // 2^63 - 1 + 3 wraps
+  Tensor y = from_vector<int64_t>({int64_t(1) << 62, 4}, {2}, TensorOptions(kInt64));
+  CHECK(raw::reduce(ReduceOp::prod, y, {}, false).data<int64_t>()[0] == 0);  // 2^64 wraps to 0
+  Tensor z = from_vector<int64_t>({-big, -big, -big}, {3}, TensorOptions(kInt64));
+  CHECK(z.sum().data<int64_t>()[0] == int64_t(uint64_t(-big) * 3));
+}
+
 TEST_CASE("sum: f32 accuracy and fast paths agree with an f64 reference") {
   Generator g(7);
   Tensor x = rand({2048, 512}, {}, &g);
