@@ -86,6 +86,18 @@ double reference_step(nn::models::GPT& gpt, const Batch& b, int64_t M) {
   return total;
 }
 
+// `steps` pipelined steps on the same batch: the first and the last loss.
+std::pair<double, double> train_same_batch(Pipeline& pipe, nn::optim::Optimizer& opt, const Batch& b, int steps) {
+  double first = 0, last = 0;
+  for (int step = 0; step < steps; ++step) {
+    opt.zero_grad();
+    last = pipe.step(b.x, b.y);
+    if (step == 0) first = last;
+    opt.step();
+  }
+  return {first, last};
+}
+
 void reset_device(Device d) {
   memory::set_capacity(d, std::numeric_limits<std::size_t>::max());
   memory::empty_cache(d);
@@ -293,13 +305,7 @@ TEST_CASE("placement: a 16-layer GPT that runs out of memory on one device train
     place(s, p);
     nn::optim::AdamW opt(s.parameters(), {.lr = 1e-3});
     Pipeline pipe(s, p, {.micro_batches = 1});
-    double first = 0, last = 0;
-    for (int step = 0; step < 3; ++step) {
-      opt.zero_grad();
-      last = pipe.step(b.x, b.y);
-      if (step == 0) first = last;
-      opt.step();
-    }
+    const auto [first, last] = train_same_batch(pipe, opt, b, 3);
     CHECK(last < first);  // it trains (same batch three times)
     for (const Device& d : devs) {
       MESSAGE(d.str(), " peak ", memory::peak_allocated(d), " of ", C);
@@ -388,13 +394,7 @@ TEST_CASE("placement: the fill (offload) policy keeps all it can on the first de
   place(s, p);
   nn::optim::AdamW opt(s.parameters(), {.lr = 1e-3});
   Pipeline pipe(s, p, {.micro_batches = 1});
-  double first = 0, last = 0;
-  for (int step = 0; step < 3; ++step) {
-    opt.zero_grad();
-    last = pipe.step(b.x, b.y);
-    if (step == 0) first = last;
-    opt.step();
-  }
+  const auto [first, last] = train_same_batch(pipe, opt, b, 3);
   CHECK(last < first);
   CHECK(static_cast<double>(memory::peak_allocated(devs[0])) <= 1.10 * static_cast<double>(cap0));
   // When even one layer does not fit the first device, it says so.
