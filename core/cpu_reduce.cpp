@@ -249,26 +249,6 @@ void run_reduce(const R& r, const Plan& P, const T* x, O* out) {
   }
 }
 
-// NOTE [ Integer sums wrap ]
-// Signed overflow is undefined behaviour in C++, and a sum or product of
-// int64 values overflows easily (the safetensors fuzzer found it summing a
-// file's random int64 tensor). PyTorch's integer sums wrap around (two's
-// complement); here sums, means and products of signed integers are computed
-// in uint64_t, where wrapping is defined, and converted back (modular since
-// C++20): the same results, without the undefined behaviour.
-template <class A, class R>
-inline constexpr bool kWraps = std::is_integral_v<A> && std::is_signed_v<A> &&
-                               (std::is_same_v<R, SumR<A>> || std::is_same_v<R, MeanR<A>> || std::is_same_v<R, ProdR<A>>);
-
-template <class A, class R>
-struct Wrapping : R {
-  A combine(A acc, A x) const {
-    const uint64_t a = static_cast<uint64_t>(acc), b = static_cast<uint64_t>(x);
-    if constexpr (std::is_same_v<R, ProdR<A>>) return static_cast<A>(a * b);
-    else return static_cast<A>(a + b);
-  }
-};
-
 }  // namespace
 
 // x is any shape and strides; out has x's shape with the reduced dims set to
@@ -279,9 +259,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>
     using A = typename Acc<T>::type;
     auto go = [&]<class O>() {
       visit_supported<A>(op, [&](auto r) {
-        using R = decltype(r);
-        if constexpr (kWraps<A, R>) run_reduce<T, O, A>(Wrapping<A, R>{r}, P, x.data<T>(), out.data<O>());  // NOTE [ Integer sums wrap ]
-        else run_reduce<T, O, A>(r, P, x.data<T>(), out.data<O>());
+        run_reduce<T, O, A>(r, P, x.data<T>(), out.data<O>());  // NOTE [ Integer sums wrap ] (core/functors.h)
       });
     };
     if (out.dtype() == x.dtype()) {

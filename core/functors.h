@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/macros.h"
 
@@ -329,14 +330,30 @@ enum class ReduceOp : int { sum, mean, max, min, prod, count };
 inline constexpr int kNumReduceOps = 5;
 static_assert(static_cast<int>(ReduceOp::count) == kNumReduceOps, "add the new op to visit_reduce");
 
+// NOTE [ Integer sums wrap ]
+// Signed overflow is undefined behaviour in C++, and a sum or product of
+// int64 values overflows easily (the safetensors fuzzer found it summing a
+// file's random int64 tensor). PyTorch's integer sums wrap around (two's
+// complement); here sums, means and products of signed integers are computed
+// in uint64_t, where wrapping is defined, and converted back (modular since
+// C++20): the same results, without the undefined behaviour, on every backend.
+template <class A> SNUG_HOST_DEVICE SNUG_INLINE A add_wrapping(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) return A(uint64_t(a) + uint64_t(b));
+  else return a + b;
+}
+template <class A> SNUG_HOST_DEVICE SNUG_INLINE A mul_wrapping(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) return A(uint64_t(a) * uint64_t(b));
+  else return a * b;
+}
+
 template <class A> struct SumR {
   SNUG_HOST_DEVICE A init() const { return A(0); }
-  SNUG_HOST_DEVICE A combine(A acc, A x) const { return acc + x; }
+  SNUG_HOST_DEVICE A combine(A acc, A x) const { return add_wrapping(acc, x); }
   SNUG_HOST_DEVICE A finish(A acc, int64_t) const { return acc; }
 };
 template <class A> struct MeanR {
   SNUG_HOST_DEVICE A init() const { return A(0); }
-  SNUG_HOST_DEVICE A combine(A acc, A x) const { return acc + x; }
+  SNUG_HOST_DEVICE A combine(A acc, A x) const { return add_wrapping(acc, x); }
   SNUG_HOST_DEVICE A finish(A acc, int64_t n) const { return n ? acc / A(n) : A(NAN); }
 };
 // Identity of max/min: -inf/+inf for floating A, the type's extremes for
@@ -361,7 +378,7 @@ template <class A> struct MinR {
 };
 template <class A> struct ProdR {
   SNUG_HOST_DEVICE A init() const { return A(1); }
-  SNUG_HOST_DEVICE A combine(A acc, A x) const { return acc * x; }
+  SNUG_HOST_DEVICE A combine(A acc, A x) const { return mul_wrapping(acc, x); }
   SNUG_HOST_DEVICE A finish(A acc, int64_t) const { return acc; }
 };
 

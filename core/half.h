@@ -158,52 +158,53 @@ static_assert(sizeof(BFloat16) == 2 && std::is_trivially_copyable_v<BFloat16>);
 // int keeps the 16-bit type, float or double widens the result to that type,
 // and Half op BFloat16 is float (neither holds the other; as dtype promotion).
 
-template <class T>
-concept LowPrecisionFloat = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+// Plain overloads per type rather than one constrained template: clang 14
+// instantiates a template's declaration before it checks the constraint, and
+// `float operator+(float, T)` with T = float is then a hard error.
 
-#define SNUG_LOWP_BINARY_OP(op)                                                              \
-  template <LowPrecisionFloat T>                                                             \
+#define SNUG_LOWP_BINARY_OP(T, op)                                                           \
   SNUG_HOST_DEVICE SNUG_INLINE T operator op(T a, T b) { return T(float(a) op float(b)); }   \
-  template <LowPrecisionFloat A, LowPrecisionFloat B>                                        \
-    requires(!std::is_same_v<A, B>)                                                          \
-  SNUG_HOST_DEVICE SNUG_INLINE float operator op(A a, B b) { return float(a) op float(b); }  \
-  template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE float operator op(T a, float b) { return float(a) op b; }     \
-  template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE float operator op(float a, T b) { return a op float(b); }     \
-  template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE double operator op(T a, double b) {                           \
     return double(float(a)) op b;                                                            \
   }                                                                                          \
-  template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE double operator op(double a, T b) {                           \
     return a op double(float(b));                                                            \
   }                                                                                          \
-  template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE T operator op(T a, int b) { return T(float(a) op float(b)); } \
-  template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE T operator op(int a, T b) { return T(float(a) op float(b)); } \
-  template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE T& operator op##=(T & a, T b) {                               \
     a = a op b;                                                                              \
     return a;                                                                                \
   }                                                                                          \
-  template <LowPrecisionFloat T>                                                             \
   SNUG_HOST_DEVICE SNUG_INLINE T& operator op##=(T & a, float b) {                           \
     a = T(float(a) op b);                                                                    \
     return a;                                                                                \
   }
 
-SNUG_LOWP_BINARY_OP(+)
-SNUG_LOWP_BINARY_OP(-)
-SNUG_LOWP_BINARY_OP(*)
-SNUG_LOWP_BINARY_OP(/)
+// Half op BFloat16: float, in either order.
+#define SNUG_MIXED_LOWP_OP(op)                                                                       \
+  SNUG_HOST_DEVICE SNUG_INLINE float operator op(Half a, BFloat16 b) { return float(a) op float(b); } \
+  SNUG_HOST_DEVICE SNUG_INLINE float operator op(BFloat16 a, Half b) { return float(a) op float(b); }
+
+#define SNUG_LOWP_OPS(op)        \
+  SNUG_LOWP_BINARY_OP(Half, op)     \
+  SNUG_LOWP_BINARY_OP(BFloat16, op) \
+  SNUG_MIXED_LOWP_OP(op)
+
+SNUG_LOWP_OPS(+)
+SNUG_LOWP_OPS(-)
+SNUG_LOWP_OPS(*)
+SNUG_LOWP_OPS(/)
+#undef SNUG_LOWP_OPS
+#undef SNUG_MIXED_LOWP_OP
 #undef SNUG_LOWP_BINARY_OP
 
 // Negation flips the sign bit: exact, and keeps NaN payloads (as IEEE negate does).
-template <LowPrecisionFloat T>
-SNUG_HOST_DEVICE SNUG_INLINE T operator-(T a) {
-  return T::from_bits(uint16_t(a.bits ^ 0x8000u));
+SNUG_HOST_DEVICE SNUG_INLINE Half operator-(Half a) { return Half::from_bits(uint16_t(a.bits ^ 0x8000u)); }
+SNUG_HOST_DEVICE SNUG_INLINE BFloat16 operator-(BFloat16 a) {
+  return BFloat16::from_bits(uint16_t(a.bits ^ 0x8000u));
 }
 
 // Comparisons go through operator float (built-in float comparisons), so NaN
