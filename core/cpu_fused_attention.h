@@ -16,8 +16,11 @@
 //             dP = dO V^T, dS = P (dP - rowsum(dO o O)), dQ = scale dS K,
 //             dK += scale dS^T Q, dV += P^T dO, written straight into the
 //             (B, T, 3C) gradient of the projection.
-// Scratch is one (kBlockRows x T) tile pair per thread (thread-local, not
-// tensor memory, like the GEMM's packing buffers). Every (batch, head) is done
+// The products are core/tile_gemm.h's unpacked small-tile GEMM; the head's K
+// (and in backward V) is transposed once into scratch so that every block's
+// Q K^T (dO V^T) reads unit-stride rows. Scratch is that, plus one
+// (kBlockRows x T) tile pair per thread (thread-local, not tensor memory, like
+// the GEMM's packing buffers). Every (batch, head) is done
 // by one thread in a fixed order, so results do not depend on the thread count.
 #pragma once
 #include <cstdint>
