@@ -308,9 +308,17 @@ ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_sl
     }
     clear_grads();
   }
+  // The median, not the fastest: a step recomputes at the layer's typical
+  // speed, and the fastest of five predicted 15-25% too little once layers got
+  // short (docs/checkpointing.md (b3)).
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
   for (size_t i = 0; i < model.layers.size(); ++i) {
-    prof.layers[i].forward_ms = *std::min_element(fwd[i].begin(), fwd[i].end());
-    prof.layers[i].backward_ms = *std::min_element(bwd[i].begin(), bwd[i].end());
+    prof.layers[i].forward_ms = median(fwd[i]);
+    prof.layers[i].backward_ms = median(bwd[i]);
   }
   prof.head = measure("head", model.head, x, dev, nullptr, clock);
   clear_grads();

@@ -62,10 +62,11 @@ struct ChainProfile {
 // leaves every parameter's .grad unset. Draws from the default generator
 // (dropout) and puts its state back.
 struct ProfileOptions {
-  // Times the chain's layers this many times and keeps each layer's fastest
-  // run: other processes only ever add time, so on a busy machine one pass
-  // can be off by tens of percent while the fastest of a few is close to the
-  // undisturbed cost (bytes are exact and measured once).
+  // Times the chain's layers this many times and keeps each layer's median
+  // run: on a busy machine one pass can be off by tens of percent, and the
+  // median of a few ignores the outliers while still predicting the typical
+  // cost a step pays (the fastest run underestimates it; bytes are exact and
+  // measured once).
   int repeats = 1;
   // Process CPU time instead of wall time. With one compute thread it leaves
   // out the time other processes take the core away, so predictions made on
