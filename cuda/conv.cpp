@@ -11,8 +11,6 @@
 //
 // f16/bf16 convolve with f32 accumulation (compute type f32); f32 uses plain
 // FMA math unless TF32 is allowed (cuda::set_allow_tf32), as for matmul.
-#include <cudnn.h>
-
 #include <array>
 #include <cstring>
 #include <map>
@@ -21,66 +19,22 @@
 #include "cuda/check.h"
 #include "cuda/cuda_api.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cudnn_util.h"
 #include "memory/allocator.h"
 #include "memory/stream.h"
-
-#define SNUG_CUDNN_CHECK(call)                                                                            \
-  do {                                                                                                    \
-    const cudnnStatus_t snug_st_ = (call);                                                                \
-    if (snug_st_ != CUDNN_STATUS_SUCCESS)                                                                 \
-      throw ::snug::DeviceError(::snug::str("cuDNN error: ", #call, " failed with ",                      \
-                                            cudnnGetErrorString(snug_st_), " at ", __FILE__, ":", __LINE__)); \
-  } while (0)
 
 namespace snug::cuda {
 
 namespace {
 
 constexpr std::size_t kMaxWorkspace = std::size_t{1} << 30;  // never pick an algorithm needing more
-constexpr int kMaxHandles = 64;
-
-// One handle per device, kept for the process, pointed at the calling
-// thread's current stream (memory/stream.h) for each call. Its lock is held
-// from setting the stream until the call is queued, so threads on different
-// streams do not re-point it under each other.
-struct LockedCudnn {
-  std::unique_lock<std::mutex> lock;
-  cudnnHandle_t h;
-};
-LockedCudnn cudnn_for(int device, std::uintptr_t stream) {
-  static std::mutex mu[kMaxHandles];
-  static cudnnHandle_t handles[kMaxHandles] = {};
-  SNUG_CHECK(device >= 0 && device < kMaxHandles, DeviceError, "cuDNN: device index ", device, " out of range");
-  std::unique_lock<std::mutex> lock(mu[device]);
-  if (!handles[device]) SNUG_CUDNN_CHECK(cudnnCreate(&handles[device]));
-  SNUG_CUDNN_CHECK(cudnnSetStream(handles[device], reinterpret_cast<cudaStream_t>(stream)));
-  return {std::move(lock), handles[device]};
-}
-
-cudnnDataType_t cudnn_type(DType t) {
-  switch (t) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f64: return CUDNN_DATA_DOUBLE;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    default: throw DTypeError(str("conv2d: expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(t)));
-  }
-}
 
 // RAII descriptors.
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(DType t, int64_t n, int64_t c, int64_t h, int64_t w) {
-    SNUG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-    SNUG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, cudnn_type(t), int(n), int(c), int(h), int(w)));
-  }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-};
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
   FilterDesc(DType t, int64_t k, int64_t c, int64_t h, int64_t w) {
     SNUG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
-    SNUG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, cudnn_type(t), CUDNN_TENSOR_NCHW, int(k), int(c), int(h), int(w)));
+    SNUG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, cudnn_type(t, "conv2d"), CUDNN_TENSOR_NCHW, int(k), int(c), int(h), int(w)));
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
 };
@@ -149,14 +103,6 @@ struct Workspace {
   }
   ~Workspace() { memory::deallocate(d, p); }
 };
-
-// alpha/beta: float for every type but f64 (cuDNN's rule for the scaling factors).
-struct Scale {
-  float f;
-  double d;
-  const void* get(DType t) const { return t == DType::f64 ? static_cast<const void*>(&d) : &f; }
-};
-const Scale kOne{1.0f, 1.0}, kZero{0.0f, 0.0};
 
 }  // namespace
 

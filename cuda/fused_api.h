@@ -1,8 +1,9 @@
-// Fused optimizer updates and the loss scaler's unscale on CUDA, as plain C++
-// (no CUDA header): nn/optim/fused.cpp and nn/amp/grad_scaler.cpp call these
-// for tensors on a cuda:N device. cuda/fused_ops.cpp implements them with the
-// kernels of cuda/fused.cu; cuda/no_cuda.cpp, in a build without CUDA, throws
-// DeviceError. The per-element math is core/update_math.h, the same the CPU
+// Fused optimizer updates, the loss scaler's unscale, fused attention and
+// cuDNN's batch norm on CUDA, as plain C++ (no CUDA header): nn/optim/fused.cpp,
+// nn/amp/grad_scaler.cpp and nn/functional*.cpp call these for tensors on a
+// cuda:N device. cuda/fused_ops.cpp implements them with the kernels of
+// cuda/fused.cu (and cuda/attention.cu), cuda/batch_norm.cpp with cuDNN;
+// cuda/no_cuda.cpp, in a build without CUDA, throws DeviceError. The per-element math is core/update_math.h, the same the CPU
 // loops use. Each call queues one kernel on the device's current stream
 // (memory/stream.h) and does not wait for it.
 #pragma once
@@ -36,5 +37,24 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor&
                                int64_t heads, double scale, const Tensor& dqkv);
 // The head sizes the kernels take (D <= 256).
 inline constexpr int64_t kMaxFusedAttentionHeadSize = 256;
+
+// Batch normalization through cuDNN (nn::functional::batch_norm on a GPU;
+// cuda/batch_norm.cpp), per channel over N and the spatial dims.
+// x: (N, C), (N, C, L) or (N, C, H, W), contiguous, f32/f16/f64; y like x.
+// weight, bias, save_mean, save_invstd, running_mean, running_var: (C),
+// contiguous, f32 (f64 for f64 x), on x's device. Training writes y and the
+// batch's mean and 1/sqrt(var + eps) for backward, and, when running_mean and
+// running_var are given (both or neither), updates them in place:
+// r = (1 - momentum) r + momentum * batch value, with the unbiased variance.
+void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 const Tensor& running_mean, const Tensor& running_var, double momentum, double eps,
+                                 const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd);
+// Evaluation: y from the running statistics.
+void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& running_mean, const Tensor& running_var, double eps, const Tensor& y);
+// Backward of the training forward: gx like x, gweight and gbias (C), all written.
+void batch_norm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, const Tensor& save_mean,
+                         const Tensor& save_invstd, double eps, const Tensor& gx, const Tensor& gweight,
+                         const Tensor& gbias);
 
 }  // namespace snug::cuda

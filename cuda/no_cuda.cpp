@@ -62,6 +62,18 @@ void fused_sgd(const Tensor&, const Tensor&, const Tensor&, const update::SgdCon
 void causal_attention_forward(const Tensor&, int64_t, double, const Tensor&, const Tensor&) {
   no_cuda("causal_attention_forward");
 }
+void batch_norm_forward_training(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                                 double, const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("batch_norm_forward_training");
+}
+void batch_norm_forward_inference(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                                  const Tensor&) {
+  no_cuda("batch_norm_forward_inference");
+}
+void batch_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                         const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("batch_norm_backward");
+}
 void causal_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, double,
                                const Tensor&) {
   no_cuda("causal_attention_backward");

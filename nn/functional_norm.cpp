@@ -1,11 +1,14 @@
 // nn::functional::batch_norm, composed from raw ops (so it runs on every
 // backend that has them) with its backward beside it. Statistics are taken
-// in f32 (f64 for f64 inputs), whatever the input's dtype.
+// in f32 (f64 for f64 inputs), whatever the input's dtype. On a GPU the
+// cases cuDNN takes go to its fused batch norm instead (cuda/batch_norm.cpp):
+// one call each way, the same formulas.
 #include <cmath>
 
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "core/raw_ops.h"
+#include "cuda/fused_api.h"
 #include "nn/functional.h"
 
 namespace snug::nn::functional {
@@ -13,6 +16,58 @@ namespace snug::nn::functional {
 using autograd::any_requires_grad;
 using autograd::record;
 using G = std::vector<Tensor>;
+
+namespace {
+
+// cuDNN's batch norm takes x of 2 to 4 dims in f32/f16/f64 with the per-channel
+// tensors in f32 (f64 for f64 x). Evaluation goes to it only when no gradient
+// is wanted (its inference call has no backward); anything else composes.
+bool cudnn_takes(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                 const Tensor& bias, bool training) {
+  if (!x.device().is_cuda() || x.dim() > 4) return false;
+  if (x.dtype() != DType::f32 && x.dtype() != DType::f16 && x.dtype() != DType::f64) return false;
+  const DType pd = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  for (const Tensor* t : {&running_mean, &running_var, &weight, &bias})
+    if (t->defined() && t->dtype() != pd) return false;
+  if (!training && any_requires_grad({x, weight, bias})) return false;
+  return true;
+}
+
+// The cuDNN path (checks done by batch_norm). Missing weight and bias are
+// ones and zeros; their gradients are then dropped.
+Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                        const Tensor& bias, bool training, double momentum, double eps) {
+  const int64_t C = x.size(1);
+  const TensorOptions po(x.dtype() == DType::f64 ? DType::f64 : DType::f32, x.device());
+  Tensor xc = raw::contiguous(x);
+  Tensor w = weight.defined() ? raw::contiguous(weight) : ones({C}, po);
+  Tensor b = bias.defined() ? raw::contiguous(bias) : zeros({C}, po);
+  Tensor y = empty(x.shape(), x.options());
+  if (!training) {
+    cuda::batch_norm_forward_inference(xc, w, b, raw::contiguous(running_mean), raw::contiguous(running_var), eps, y);
+    return y;
+  }
+  Tensor mean = empty({C}, po), invstd = empty({C}, po);
+  cuda::batch_norm_forward_training(xc, w, b, running_mean, running_var, momentum, eps, y, mean, invstd);
+  if (running_mean.defined()) {
+    running_mean.bump_version();
+    running_var.bump_version();
+  }
+  if (any_requires_grad({x, weight, bias})) {
+    record("batch_norm", {x, weight, bias}, {y}, {xc, w, mean, invstd}, [eps](FunctionNode& self, const G& g) -> G {
+      Tensor xs = self.saved_at(0), ws = self.saved_at(1);
+      Tensor go = raw::contiguous(raw::to_dtype(g[0], xs.dtype()));
+      Tensor gx = empty(xs.shape(), xs.options()), gw = empty(ws.shape(), ws.options()),
+             gb = empty(ws.shape(), ws.options());
+      cuda::batch_norm_backward(xs, go, ws, self.saved_at(2), self.saved_at(3), eps, gx, gw, gb);
+      return {self.needs_grad(0) ? gx : Tensor(), self.needs_grad(1) ? gw : Tensor(),
+              self.needs_grad(2) ? gb : Tensor()};
+    });
+  }
+  return y;
+}
+
+}  // namespace
 
 // x (N, C, *) normalized per channel c over the M = N * prod(*) values of that channel:
 //   training: mu, var = mean and biased variance over (N, *);  eval: the running buffers
@@ -47,6 +102,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     SNUG_CHECK(running_mean.defined(), ValueError,
                "batch_norm: evaluation mode needs running_mean and running_var (none were given)");
   SNUG_CHECK(momentum >= 0 && momentum <= 1, ValueError, "batch_norm: momentum must be in [0, 1], got ", momentum);
+  if (cudnn_takes(x, running_mean, running_var, weight, bias, training))
+    return batch_norm_cudnn(x, running_mean, running_var, weight, bias, training, momentum, eps);
 
   const DType dt = x.dtype(), cd = dt == DType::f64 ? DType::f64 : DType::f32;
   std::vector<int64_t> dims{0};  // every dim but the channel dim

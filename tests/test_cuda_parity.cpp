@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "core/backend.h"
 #include "core/generator.h"
@@ -215,6 +216,47 @@ TEST_CASE("cuda parity: fused causal self-attention, forward and backward (head 
       return cat({y.detach().flatten(), x.grad().flatten()});
     };
     parity("causal_self_attention", {qkv, w}, run, 1e-4);
+  }
+}
+
+TEST_CASE("cuda parity: batch norm through cuDNN (training, evaluation, f16 input, no affine), forward and backward") {
+  if (skip_without_gpu()) return;
+  manual_seed(9);
+  for (const Shape& xs : {Shape{6, 5, 7, 3}, Shape{8, 4}, Shape{4, 3, 10}}) {
+    CAPTURE(shape_str(xs));
+    const int64_t C = xs[1];
+    const Tensor x = randn(xs) * 2.0 + 0.5, w = randn({C}), b = randn({C}), g = randn(xs);
+    const Tensor rm0 = randn({C}) * 0.1, rv0 = rand({C}) + 0.5;
+    // Training: y, the three gradients of sum(y * g), and the running statistics after the update.
+    auto train = [&](const std::vector<Tensor>& v, bool affine) {
+      Tensor xv = v[0].detach(), wv = v[1].detach(), bv = v[2].detach(), rm = v[4].clone(), rv = v[5].clone();
+      xv.requires_grad_();
+      wv.requires_grad_();
+      bv.requires_grad_();
+      Tensor y = affine ? nn::functional::batch_norm(xv, rm, rv, wv, bv, true, 0.1, 1e-5)
+                        : nn::functional::batch_norm(xv, rm, rv, Tensor(), Tensor(), true, 0.1, 1e-5);
+      sum(mul(y, v[3])).backward();
+      std::vector<Tensor> parts{y.detach().flatten(), xv.grad().flatten(), rm, rv};
+      if (affine) {
+        parts.push_back(wv.grad());
+        parts.push_back(bv.grad());
+      }
+      return cat(parts);
+    };
+    parity("batch_norm training", {x, w, b, g, rm0, rv0}, [&](const std::vector<Tensor>& v) { return train(v, true); }, 1e-4);
+    parity("batch_norm training, no affine", {x, w, b, g, rm0, rv0},
+           [&](const std::vector<Tensor>& v) { return train(v, false); }, 1e-4);
+    // Evaluation without gradients (cuDNN's inference call).
+    parity("batch_norm eval", {x, w, b, rm0, rv0}, [&](const std::vector<Tensor>& v) {
+      NoGradGuard ng;
+      return nn::functional::batch_norm(v[0], v[3], v[4], v[1], v[2], false);
+    }, 1e-5);
+    // f16 data with f32 weights and statistics.
+    parity("batch_norm training f16", {x.to(kFloat16), w, b, rm0, rv0}, [&](const std::vector<Tensor>& v) {
+      Tensor rm = v[3].clone(), rv = v[4].clone();
+      Tensor y = nn::functional::batch_norm(v[0], rm, rv, v[1], v[2], true, 0.1, 1e-5);
+      return cat({y.to(kFloat32).flatten(), rm, rv});
+    }, 1e-2);
   }
 }
 

@@ -1,0 +1,132 @@
+// Batch normalization through cuDNN (cuda/fused_api.h), what
+// nn::functional::batch_norm runs on a GPU in place of its ten or so raw ops.
+//
+// cuDNN 9 marks the batch-norm entry points deprecated in favour of its graph
+// API, but ships and supports them; they are one call each way with the
+// per-channel statistics kept in f32 (f64 for f64 data), which is the whole
+// job here. The deprecation warnings are silenced for this file only.
+#include <initializer_list>
+
+#include "core/profiler.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cudnn_util.h"
+#include "cuda/fused_api.h"
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+
+namespace snug::cuda {
+
+namespace {
+
+// x viewed as NCHW: (N, C) -> (N, C, 1, 1), (N, C, L) -> (N, C, L, 1).
+struct Nchw {
+  int64_t n, c, h, w;
+};
+
+struct Param {
+  const char* name;
+  const Tensor* t;
+};
+
+// x and y: same shape, contiguous, f32/f16/f64, on one CUDA device. Each
+// defined parameter: (C), contiguous, the statistics' dtype, on that device.
+Nchw check(const char* op, const Tensor& x, const Tensor& y, std::initializer_list<Param> params) {
+  SNUG_CHECK(x.device().is_cuda(), DeviceError, "cuda::", op, ": x is on ", x.device().str(), ", not a CUDA device");
+  SNUG_CHECK(x.dim() >= 2 && x.dim() <= 4, ShapeError, "cuda::", op,
+             ": expected x (N, C), (N, C, L) or (N, C, H, W), got ", shape_str(x.shape()));
+  SNUG_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::f64, DTypeError, "cuda::", op,
+             ": x must be f32, f16 or f64, got ", dtype_name(x.dtype()));
+  SNUG_CHECK(x.is_contiguous() && y.is_contiguous(), ValueError, "cuda::", op, ": x and y must be contiguous");
+  SNUG_CHECK(y.shape() == x.shape() && y.dtype() == x.dtype() && y.device() == x.device(), ValueError, "cuda::", op,
+             ": y ", shape_str(y.shape()), " ", dtype_name(y.dtype()), " on ", y.device().str(),
+             " does not match x ", shape_str(x.shape()), " ", dtype_name(x.dtype()), " on ", x.device().str());
+  const int64_t C = x.size(1);
+  const DType pd = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  for (const Param& p : params) {
+    if (!p.t->defined()) continue;
+    SNUG_CHECK(p.t->dim() == 1 && p.t->size(0) == C && p.t->is_contiguous() && p.t->dtype() == pd &&
+                   p.t->device() == x.device(),
+               ValueError, "cuda::", op, ": ", p.name, " must be a contiguous (", C, ") ", dtype_name(pd), " tensor on ",
+               x.device().str(), ", got ", shape_str(p.t->shape()), " ", dtype_name(p.t->dtype()), " on ",
+               p.t->device().str());
+  }
+  return {x.size(0), C, x.dim() > 2 ? x.size(2) : 1, x.dim() > 3 ? x.size(3) : 1};
+}
+
+void require(const char* op, std::initializer_list<Param> params) {
+  for (const Param& p : params) SNUG_CHECK(p.t->defined(), ValueError, "cuda::", op, ": ", p.name, " is undefined");
+}
+
+DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
+}  // namespace
+
+void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 const Tensor& running_mean, const Tensor& running_var, double momentum, double eps,
+                                 const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd) {
+  const char* op = "batch_norm_forward_training";
+  require(op, {{"weight", &weight}, {"bias", &bias}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd}});
+  SNUG_CHECK(running_mean.defined() == running_var.defined(), ValueError, "cuda::", op,
+             ": give both running_mean and running_var, or neither");
+  const Nchw s = check(op, x, y,
+                       {{"weight", &weight}, {"bias", &bias}, {"running_mean", &running_mean},
+                        {"running_var", &running_var}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd}});
+  profiler::RecordOp rec("batch_norm", x.device());
+  if (x.numel() == 0) return;
+  const int dev = x.device().index;
+  OnDevice guard(dev);
+  const DType t = x.dtype();
+  const LockedCudnn handle = cudnn_for(dev, guard.stream());
+  TensorDesc xd(t, s.n, s.c, s.h, s.w, op), pd(stats_dtype(t), 1, s.c, 1, 1, op);
+  SNUG_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+      handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t), xd.d, x.data_ptr(), xd.d, y.data_ptr(), pd.d,
+      weight.data_ptr(), bias.data_ptr(), momentum, running_mean.defined() ? running_mean.data_ptr() : nullptr,
+      running_var.defined() ? running_var.data_ptr() : nullptr, eps, save_mean.data_ptr(), save_invstd.data_ptr()));
+}
+
+void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& running_mean, const Tensor& running_var, double eps, const Tensor& y) {
+  const char* op = "batch_norm_forward_inference";
+  require(op, {{"weight", &weight}, {"bias", &bias}, {"running_mean", &running_mean}, {"running_var", &running_var}});
+  const Nchw s = check(
+      op, x, y, {{"weight", &weight}, {"bias", &bias}, {"running_mean", &running_mean}, {"running_var", &running_var}});
+  profiler::RecordOp rec("batch_norm", x.device());
+  if (x.numel() == 0) return;
+  const int dev = x.device().index;
+  OnDevice guard(dev);
+  const DType t = x.dtype();
+  const LockedCudnn handle = cudnn_for(dev, guard.stream());
+  TensorDesc xd(t, s.n, s.c, s.h, s.w, op), pd(stats_dtype(t), 1, s.c, 1, 1, op);
+  SNUG_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+      handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t), xd.d, x.data_ptr(), xd.d, y.data_ptr(), pd.d,
+      weight.data_ptr(), bias.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(), eps));
+}
+
+void batch_norm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, const Tensor& save_mean,
+                         const Tensor& save_invstd, double eps, const Tensor& gx, const Tensor& gweight,
+                         const Tensor& gbias) {
+  const char* op = "batch_norm_backward";
+  require(op, {{"weight", &weight}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd}, {"gweight", &gweight},
+               {"gbias", &gbias}});
+  const Nchw s = check(op, x, gy,
+                       {{"weight", &weight}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd},
+                        {"gweight", &gweight}, {"gbias", &gbias}});
+  check(op, x, gx, {});
+  profiler::RecordOp rec("batch_norm_backward", x.device());
+  if (x.numel() == 0) return;
+  const int dev = x.device().index;
+  OnDevice guard(dev);
+  const DType t = x.dtype();
+  const LockedCudnn handle = cudnn_for(dev, guard.stream());
+  TensorDesc xd(t, s.n, s.c, s.h, s.w, op), pd(stats_dtype(t), 1, s.c, 1, 1, op);
+  // Data and parameter gradients are written, not accumulated (beta = 0).
+  SNUG_CUDNN_CHECK(cudnnBatchNormalizationBackward(handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t),
+                                                   kOne.get(t), kZero.get(t), xd.d, x.data_ptr(), xd.d, gy.data_ptr(),
+                                                   xd.d, gx.data_ptr(), pd.d, weight.data_ptr(), gweight.data_ptr(),
+                                                   gbias.data_ptr(), eps, save_mean.data_ptr(),
+                                                   save_invstd.data_ptr()));
+}
+
+}  // namespace snug::cuda
