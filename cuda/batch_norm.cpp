@@ -33,7 +33,7 @@ struct Param {
 // x and y: same shape, contiguous, f32/f16/f64, on one CUDA device. Each
 // defined parameter: (C), contiguous, the statistics' dtype, on that device.
 Nchw check(const char* op, const Tensor& x, const Tensor& y, std::initializer_list<Param> params) {
-  SNUG_CHECK(x.device().is_cuda(), DeviceError, "cuda::", op, ": x is on ", x.device().str(), ", not a CUDA device");
+  SNUG_CHECK(x.device().is_cuda(), DeviceError, "cuda::", op, ": x is on ", x.device().str(), ", not on a CUDA device");
   SNUG_CHECK(x.dim() >= 2 && x.dim() <= 4, ShapeError, "cuda::", op,
              ": expected x (N, C), (N, C, L) or (N, C, H, W), got ", shape_str(x.shape()));
   SNUG_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f16 || x.dtype() == DType::f64, DTypeError, "cuda::", op,

@@ -126,4 +126,12 @@ TEST_CASE("cuda fused entry points refuse tensors that are not on a GPU, in ever
   CHECK(error_of<DeviceError>([&] { cuda::fused_sgd(p, g, Tensor(), sk); }).find(want) != std::string::npos);
   CHECK(error_of<DeviceError>([&] { cuda::unscale_check(g, g, 1.0, zeros({1}, kInt32), 0); }).find(want) !=
         std::string::npos);
+  // cuDNN's batch norm: x (N, C) = (3, 4), per-channel tensors (4).
+  const Tensor x = zeros({3, 4}), y = zeros({3, 4});
+  CHECK(error_of<DeviceError>([&] { cuda::batch_norm_forward_training(x, p, p, m, v, 0.1, 1e-5, y, g, g); })
+            .find(want) != std::string::npos);
+  CHECK(error_of<DeviceError>([&] { cuda::batch_norm_forward_inference(x, p, p, m, v, 1e-5, y); }).find(want) !=
+        std::string::npos);
+  CHECK(error_of<DeviceError>([&] { cuda::batch_norm_backward(x, y, p, m, v, 1e-5, y, g, g); }).find(want) !=
+        std::string::npos);
 }
