@@ -32,6 +32,10 @@ struct Registrar {
   }
 };
 
+// GFLOP/s of `threads` threads each running `iters` steps of 12 independent
+// float32 FMA chains at once (bench_fma.cpp): the machine's FMA peak, measured.
+double fma_peak_gflops(int threads, long long iters);
+
 inline double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -80,6 +80,8 @@ double measure(int threads, long long iters) {
 
 }  // namespace
 
+double snug::bench::fma_peak_gflops(int threads, long long iters) { return measure(threads, iters); }
+
 SNUG_BENCH(fma, "measured float32 FMA peak, 1 thread and 2 threads (--runs R)") {
   const int runs = int(args.get_int("runs", 7));
   const long long iters = args.get_int("iters", 20000000);  // ~0.1 s per run at ~3 GHz

@@ -10,6 +10,7 @@
 // warm-up; a sample repeats the call until it lasts ~20 ms so that small
 // shapes are timed above the clock's noise.
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -31,7 +32,7 @@ struct Rate {
 // Median (and best) GFLOP/s of fn() doing `flops` each call. The best sample
 // says what the code can do; the median is what to quote on a shared machine.
 template <class Fn>
-Rate time_gflops(Fn fn, double flops, int samples) {
+Rate time_gflops(Fn fn, double flops, int samples, const std::function<void()>& before_sample = {}) {
   using snug::bench::now_seconds;
   fn();
   double t0 = now_seconds();
@@ -40,6 +41,7 @@ Rate time_gflops(Fn fn, double flops, int samples) {
   const int reps = std::max(1, int(0.02 / once));
   std::vector<double> g;
   for (int s = 0; s < samples; ++s) {
+    if (before_sample) before_sample();
     double t = now_seconds();
     for (int r = 0; r < reps; ++r) fn();
     g.push_back(flops * reps / (now_seconds() - t) / 1e9);
@@ -131,6 +133,11 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
   for (auto& x : B) x = d(rng);
   const double flops = 2.0 * double(M) * double(N) * double(K) * double(batch);
 
+  // The FMA peak is measured between the GEMM's samples, with the same thread
+  // count, so the fraction of peak compares the two under the same load (on a
+  // shared machine the peak itself moves by tens of percent over minutes).
+  std::vector<double> peak;
+  const bool with_peak = args.get_int("peak", 1) != 0;
   Rate g_snug = time_gflops(
       [&] {
         if (batch == 1)
@@ -140,7 +147,10 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
           snug::kernels::gemm_f32_batched(ta, tb, M, N, K, 1.0f, A.data(), lda, sa, B.data(), ldb,
                                           sb, 0.0f, C.data(), N, sc, batch);
       },
-      flops, samples);
+      flops, samples, [&] {
+        if (with_peak) peak.push_back(snug::bench::fma_peak_gflops(threads, 4000000));
+      });
+  const double fma_peak = peak.empty() ? 0.0 : snug::bench::median(peak);
 
   Rate g_eigen{0, 0};
   double max_diff = 0;
@@ -167,15 +177,17 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
     std::printf(
         "{\"bench\":\"gemm\",\"n\":%lld,\"m\":%lld,\"k\":%lld,\"batch\":%lld,\"ta\":%d,\"tb\":%d,\"threads\":%d,"
         "\"gflops\":%.1f,\"eigen_gflops\":%.1f,\"ratio_to_eigen\":%.3f,\"gflops_best\":%.1f,"
-        "\"eigen_gflops_best\":%.1f,\"backend\":\"%s\",\"samples\":%d,\"max_abs_diff_vs_eigen\":%.3g}\n",
+        "\"eigen_gflops_best\":%.1f,\"backend\":\"%s\",\"samples\":%d,\"max_abs_diff_vs_eigen\":%.3g,"
+        "\"fma_peak_gflops\":%.1f,\"peak_fraction\":%.3f}\n",
         (long long)N, (long long)M, (long long)K, (long long)batch, int(ta), int(tb), threads,
         g_snug.median,
         g_eigen.median, g_eigen.median > 0 ? g_snug.median / g_eigen.median : 0.0, g_snug.best,
-        g_eigen.best, snug::kernels::gemm_f32_backend(), samples, max_diff);
+        g_eigen.best, snug::kernels::gemm_f32_backend(), samples, max_diff, fma_peak,
+        fma_peak > 0 ? g_snug.median / fma_peak : 0.0);
   } else {
-    std::printf("gemm %lldx%lldx%lld ta=%d tb=%d threads=%d: snug %.1f GFLOP/s, Eigen %.1f GFLOP/s\n",
+    std::printf("gemm %lldx%lldx%lld ta=%d tb=%d threads=%d: snug %.1f GFLOP/s, Eigen %.1f GFLOP/s, FMA peak %.1f (%.0f%%)\n",
                 (long long)M, (long long)N, (long long)K, int(ta), int(tb), threads, g_snug.median,
-                g_eigen.median);
+                g_eigen.median, fma_peak, fma_peak > 0 ? 100.0 * g_snug.median / fma_peak : 0.0);
   }
   return 0;
 }
