@@ -360,11 +360,9 @@ void CpuBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& ou
               }
             }
           T* oq = op + pl * Ho * Wo + oh * Wo;
-          int64_t* iq = ip + pl * Ho * Wo + oh * Wo;
-          for (int64_t ow = 0; ow < Wo; ++ow) {
-            oq[ow] = T(bq[ow]);
-            iq[ow] = aq[ow];
-          }
+          for (int64_t ow = 0; ow < Wo; ++ow) oq[ow] = T(bq[ow]);
+          if (ip)  // no indices when no backward follows (nn::functional's pool)
+            for (int64_t ow = 0; ow < Wo; ++ow) ip[pl * Ho * Wo + oh * Wo + ow] = aq[ow];
         }
       }
       return;
@@ -390,7 +388,7 @@ void CpuBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& ou
                 }
               }
             oq[oh * Wo + ow] = T(best);
-            iq[oh * Wo + ow] = arg;
+            if (iq) iq[oh * Wo + ow] = arg;
           } else {
             A s = 0;
             for (int64_t h = r.lo; h < r.hi; ++h)

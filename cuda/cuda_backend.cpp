@@ -242,10 +242,13 @@ PoolGeometry pool_geometry(const Pool2dParams& p, int64_t planes, int64_t H, int
 }
 }  // namespace
 
-// x (N, C, H, W) -> out (N, C, Ho, Wo), indices (max only); contiguous.
+// x (N, C, H, W) -> out (N, C, Ho, Wo), indices (max pooling that will be
+// differentiated); contiguous. cuDNN takes average pooling, and max pooling
+// when no indices are wanted (pool_cudnn.cpp); max pooling with indices and
+// adaptive pooling run the own kernels of pool.cu.
 void CudaBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
   OnDevice g(dev(out));
-  SNUG_CHECK(p.kind != PoolKind::max || indices.defined(), ValueError, "pool2d: max pooling needs an indices tensor");
+  if (cudnn_pool2d(x, p, out, indices, g.stream())) return;
   kernels::pool2d(x.dtype(), pool_geometry(p, x.size(0) * x.size(1), x.size(2), x.size(3), out.size(2), out.size(3)),
                   x.data_ptr(), out.data_ptr(), indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr,
                   g.stream());

@@ -2,7 +2,7 @@
 // through backend_for(DeviceType::CUDA) once cuda/register.cpp has run).
 // Methods are spread by family: cuda_backend.cpp (elementwise, reductions,
 // softmax, norms, index, random, copies), blas.cpp (matmul via cuBLAS),
-// conv.cpp (convolution via cuDNN), pool.cu (pooling kernels).
+// conv.cpp (convolution via cuDNN), pool.cu and pool_cudnn.cpp (pooling).
 // Every kernel is queued on the device's current stream (memory/stream.h; the
 // default stream unless a memory::StreamGuard says otherwise); copies to the
 // host wait for that stream.
@@ -50,6 +50,12 @@ struct CudaBackend final : Backend {
 };
 
 CudaBackend& cuda_backend();
+
+// Pooling forward through cuDNN (pool_cudnn.cpp) when it applies: average
+// pooling, or max pooling without indices, in f32/f16/f64. Returns false, having
+// done nothing, otherwise. Queued on `stream`; the device must be current.
+bool cudnn_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices,
+                  std::uintptr_t stream);
 
 // Makes `device` current for the scope and restores the previous one.
 class DeviceGuard {

@@ -62,7 +62,8 @@ SNUG_HOST_DEVICE SNUG_INLINE void pool_outputs_of(const PoolGeometry& g, int d, 
   o1 = o1 > no ? no : o1;
 }
 
-// Output element e (over planes * Ho * Wo): out[e], and indices[e] for max.
+// Output element e (over planes * Ho * Wo): out[e], and indices[e] for max
+// when indices is not null.
 template <class T>
 SNUG_HOST_DEVICE SNUG_INLINE void pool_forward_at(const PoolGeometry& g, const T* x, T* out, int64_t* indices,
                                                   int64_t e) {
@@ -82,7 +83,7 @@ SNUG_HOST_DEVICE SNUG_INLINE void pool_forward_at(const PoolGeometry& g, const T
         }
       }
     out[e] = T(best);
-    indices[e] = arg;
+    if (indices) indices[e] = arg;  // none when no backward follows
   } else {
     A s = 0;
     for (int64_t h = r.lo; h < r.hi; ++h)

@@ -26,13 +26,16 @@ void check_input(const char* op, const Tensor& x) {
 
 // Runs the backend and records the node. Max pooling saves its argmax
 // indices (i64, y's shape); average pooling needs nothing but x's shape.
+// Without a backward to come, max pooling asks for no indices (the backends
+// then skip them; on a GPU that is also what lets cuDNN's pooling take it).
 Tensor pool(const char* op, const Tensor& x, const Pool2dParams& p, int64_t Ho, int64_t Wo) {
   profiler::RecordOp rec(op, x.device());
   Tensor xc = raw::contiguous(x);
   Tensor y = empty({x.size(0), x.size(1), Ho, Wo}, x.options());
-  Tensor idx = p.kind == PoolKind::max ? empty(y.shape(), TensorOptions(DType::i64, x.device())) : Tensor();
+  const bool backward = any_requires_grad({x});
+  Tensor idx = p.kind == PoolKind::max && backward ? empty(y.shape(), TensorOptions(DType::i64, x.device())) : Tensor();
   backend_for(x.device()).pool2d(xc, p, y, idx);
-  if (any_requires_grad({x})) {
+  if (backward) {
     const Shape xs = x.shape();
     const DType dt = x.dtype();
     record(op, {x}, {y}, {idx}, [p, xs, dt](FunctionNode& self, const G& g) -> G {

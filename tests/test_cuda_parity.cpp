@@ -334,14 +334,28 @@ TEST_CASE("cuda parity: conv2d through cuDNN and pooling, forward and backward")
       };
       parity("conv2d backward", {x, w, b}, grads, dt == kFloat32 ? 1e-3 : 1e-9);
     }
-    parity("max_pool2d", {x}, [&](const std::vector<Tensor>& v) { return F::max_pool2d(v[0], {3, 2}, {2, 2}, {1, 1}); }, 0);
+    // Without gradients max pooling takes no indices and goes to cuDNN; with
+    // them, the own kernel (pool.cu). Average pooling is cuDNN's either way.
+    parity("max_pool2d (cuDNN)", {x}, [&](const std::vector<Tensor>& v) { return F::max_pool2d(v[0], {3, 2}, {2, 2}, {1, 1}); }, 0);
+    parity("max_pool2d (own kernel, indices)", {x}, [&](const std::vector<Tensor>& v) {
+      Tensor xs = v[0].detach();
+      xs.requires_grad_();
+      return F::max_pool2d(xs, {3, 2}, {2, 2}, {1, 1}).detach();
+    }, 0);
     parity("avg_pool2d", {x}, [&](const std::vector<Tensor>& v) { return F::avg_pool2d(v[0], {3, 3}, {2, 1}, {1, 0}); }, tol);
+    {
+      // NaN wins a max window on both paths, as on the CPU.
+      Tensor xn = x.clone();
+      raw::fill_(xn.narrow(2, 4, 1).narrow(3, 5, 1), std::nan(""));
+      parity("max_pool2d NaN (cuDNN)", {xn}, [&](const std::vector<Tensor>& v) { return F::max_pool2d(v[0], {2, 2}); }, 0);
+    }
     parity("adaptive_avg_pool2d", {x}, [&](const std::vector<Tensor>& v) { return F::adaptive_avg_pool2d(v[0], {4, 5}); }, tol);
     if (dt != kFloat16) {
       auto pool_grads = [&](const std::vector<Tensor>& v) {
         Tensor xs = v[0].detach();
         xs.requires_grad_();
-        Tensor y = add(F::max_pool2d(xs, {2, 2}).sum(), F::adaptive_avg_pool2d(xs, {3, 3}).sum());
+        Tensor y = add(add(F::max_pool2d(xs, {2, 2}).sum(), F::adaptive_avg_pool2d(xs, {3, 3}).sum()),
+                       F::avg_pool2d(xs, {3, 3}, {2, 1}, {1, 0}).sum());
         y.backward();
         return xs.grad();
       };

@@ -2,10 +2,12 @@
 // hand, gradients by hand and by finite differences, modules and errors.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
 #include "core/generator.h"
@@ -67,6 +69,28 @@ TEST_CASE("max_pool2d ties take the first maximum; NaN propagates") {
   check_vals(x.grad(), {1, 0, 0, 0});
   Tensor n = from_vector<double>({1, std::nan(""), 3, 2}, {1, 1, 2, 2}, DType::f32);
   CHECK(std::isnan(F::max_pool2d(n, {2, 2}).item()));
+}
+
+TEST_CASE("max_pool2d without a backward to come keeps no indices, with the same values") {
+  // Whole windows (the fast path) and padded ones (the general loop), with NaNs.
+  manual_seed(3);
+  Tensor x = randn({2, 3, 9, 10});
+  x.narrow(2, 4, 1).narrow(3, 3, 1).fill_(std::nan(""));
+  struct Case {
+    std::array<int64_t, 2> k, s, p;
+  };
+  for (const Case& c : {Case{{2, 2}, {2, 2}, {0, 0}}, Case{{3, 2}, {2, 1}, {1, 1}}}) {
+    Tensor xs = x.detach().requires_grad_();
+    const Tensor with_grad = F::max_pool2d(xs, c.k, c.s, c.p).detach();
+    Tensor plain;
+    {
+      NoGradGuard ng;
+      plain = F::max_pool2d(x, c.k, c.s, c.p);
+    }
+    REQUIRE(plain.shape() == with_grad.shape());
+    const auto a = plain.to_vector<float>(), b = with_grad.to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) CHECK((a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))));
+  }
 }
 
 TEST_CASE("max_pool2d: the whole-window fast path equals a plain scan (ties, NaN, strides, overlaps)") {
