@@ -61,6 +61,20 @@ void require(const char* op, std::initializer_list<Param> params) {
 
 DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
+// What every call needs, in this order: x's device current, the device's cuDNN
+// handle pointed at its current stream, and the descriptors of x (NCHW) and
+// of the per-channel tensors (1, C, 1, 1).
+struct Call {
+  OnDevice guard;
+  LockedCudnn handle;
+  TensorDesc xd, pd;
+  Call(const char* op, const Tensor& x, const Nchw& s)
+      : guard(x.device().index),
+        handle(cudnn_for(x.device().index, guard.stream())),
+        xd(x.dtype(), s.n, s.c, s.h, s.w, op),
+        pd(stats_dtype(x.dtype()), 1, s.c, 1, 1, op) {}
+};
+
 }  // namespace
 
 void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -75,14 +89,11 @@ void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Te
                         {"running_var", &running_var}, {"save_mean", &save_mean}, {"save_invstd", &save_invstd}});
   profiler::RecordOp rec("batch_norm", x.device());
   if (x.numel() == 0) return;
-  const int dev = x.device().index;
-  OnDevice guard(dev);
   const DType t = x.dtype();
-  const LockedCudnn handle = cudnn_for(dev, guard.stream());
-  TensorDesc xd(t, s.n, s.c, s.h, s.w, op), pd(stats_dtype(t), 1, s.c, 1, 1, op);
+  Call c(op, x, s);
   SNUG_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-      handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t), xd.d, x.data_ptr(), xd.d, y.data_ptr(), pd.d,
-      weight.data_ptr(), bias.data_ptr(), momentum, running_mean.defined() ? running_mean.data_ptr() : nullptr,
+      c.handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t), c.xd.d, x.data_ptr(), c.xd.d, y.data_ptr(),
+      c.pd.d, weight.data_ptr(), bias.data_ptr(), momentum, running_mean.defined() ? running_mean.data_ptr() : nullptr,
       running_var.defined() ? running_var.data_ptr() : nullptr, eps, save_mean.data_ptr(), save_invstd.data_ptr()));
 }
 
@@ -94,14 +105,11 @@ void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const T
       op, x, y, {{"weight", &weight}, {"bias", &bias}, {"running_mean", &running_mean}, {"running_var", &running_var}});
   profiler::RecordOp rec("batch_norm", x.device());
   if (x.numel() == 0) return;
-  const int dev = x.device().index;
-  OnDevice guard(dev);
   const DType t = x.dtype();
-  const LockedCudnn handle = cudnn_for(dev, guard.stream());
-  TensorDesc xd(t, s.n, s.c, s.h, s.w, op), pd(stats_dtype(t), 1, s.c, 1, 1, op);
+  Call c(op, x, s);
   SNUG_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
-      handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t), xd.d, x.data_ptr(), xd.d, y.data_ptr(), pd.d,
-      weight.data_ptr(), bias.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(), eps));
+      c.handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t), c.xd.d, x.data_ptr(), c.xd.d, y.data_ptr(),
+      c.pd.d, weight.data_ptr(), bias.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(), eps));
 }
 
 void batch_norm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, const Tensor& save_mean,
@@ -116,15 +124,13 @@ void batch_norm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight
   check(op, x, gx, {});
   profiler::RecordOp rec("batch_norm_backward", x.device());
   if (x.numel() == 0) return;
-  const int dev = x.device().index;
-  OnDevice guard(dev);
   const DType t = x.dtype();
-  const LockedCudnn handle = cudnn_for(dev, guard.stream());
-  TensorDesc xd(t, s.n, s.c, s.h, s.w, op), pd(stats_dtype(t), 1, s.c, 1, 1, op);
+  Call c(op, x, s);
   // Data and parameter gradients are written, not accumulated (beta = 0).
-  SNUG_CUDNN_CHECK(cudnnBatchNormalizationBackward(handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t),
-                                                   kOne.get(t), kZero.get(t), xd.d, x.data_ptr(), xd.d, gy.data_ptr(),
-                                                   xd.d, gx.data_ptr(), pd.d, weight.data_ptr(), gweight.data_ptr(),
+  SNUG_CUDNN_CHECK(cudnnBatchNormalizationBackward(c.handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t),
+                                                   kOne.get(t), kZero.get(t), c.xd.d, x.data_ptr(), c.xd.d,
+                                                   gy.data_ptr(), c.xd.d, gx.data_ptr(), c.pd.d, weight.data_ptr(),
+                                                   gweight.data_ptr(),
                                                    gbias.data_ptr(), eps, save_mean.data_ptr(),
                                                    save_invstd.data_ptr()));
 }
