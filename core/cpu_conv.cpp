@@ -18,6 +18,13 @@
 // per thread and then added in thread order, so results do not depend on timing.
 #include <omp.h>
 
+#if defined(__AVX512F__)
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // as in gemm_avx512.cpp: intrinsics' pass-through operands
+#endif
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -310,6 +317,54 @@ std::vector<Span> spans_of(const Pool2dParams& p, int d, int64_t n, int64_t no) 
   return out;
 }
 
+#if defined(__AVX512F__)
+// One output row of an f32 max pool whose windows are all whole, for column
+// stride 1 or 2, 16 output columns at a time with masks at the row's end
+// (W-CNN's rows are 12 outputs: a compiler-vectorized loop never fills 16
+// lanes there and runs its scalar remainder). Taps are visited in the general
+// loop's order, so ties and NaN resolve the same way. x: the plane; h0, c0:
+// the first window's top-left; out, idx (or null): the row's Wo outputs.
+void max_pool_row_f32(const float* x, int64_t W, int64_t h0, int64_t c0, int64_t kh, int64_t kw, int64_t sw,
+                      int64_t Wo, float* out, int64_t* idx) {
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i step = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int32_t(sw)));  // lane * sw
+  for (int64_t ow0 = 0; ow0 < Wo; ow0 += 16) {
+    const int64_t n = std::min<int64_t>(16, Wo - ow0);
+    const __mmask16 m = __mmask16((1u << n) - 1);
+    // Inputs one tap reads for these outputs: (n - 1) sw + 1 floats from column c0 + ow0 sw + tap.
+    const int64_t span = (n - 1) * sw + 1;
+    const __mmask16 m0 = __mmask16(span >= 16 ? 0xffff : (1u << span) - 1);
+    const __mmask16 m1 = __mmask16(span > 16 ? (1u << (span - 16)) - 1 : 0);
+    __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512i arg = _mm512_add_epi32(_mm512_set1_epi32(int32_t(h0 * W + c0 + ow0 * sw)), step);
+    for (int64_t h = h0; h < h0 + kh; ++h)
+      for (int64_t k = 0; k < kw; ++k) {
+        const int64_t w0 = h * W + c0 + ow0 * sw + k;  // flat index of this tap for output ow0
+        __m512 v;
+        if (sw == 1) {
+          v = _mm512_maskz_loadu_ps(m, x + w0);
+        } else {  // sw == 2: the even lanes of two consecutive vectors
+          const __m512 a = _mm512_maskz_loadu_ps(m0, x + w0), b = _mm512_maskz_loadu_ps(m1, x + w0 + 16);
+          v = _mm512_permutex2var_ps(a, evens, b);
+        }
+        // take = v > best or v is NaN (NaN propagates, as in PyTorch)
+        const __mmask16 take =
+            _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        best = _mm512_mask_blend_ps(take, best, v);
+        arg = _mm512_mask_blend_epi32(take, arg, _mm512_add_epi32(_mm512_set1_epi32(int32_t(w0)), step));
+      }
+    _mm512_mask_storeu_ps(out + ow0, m, best);
+    if (idx) {
+      _mm512_mask_storeu_epi64(idx + ow0, __mmask8(m & 0xff), _mm512_cvtepi32_epi64(_mm512_castsi512_si256(arg)));
+      if (n > 8)
+        _mm512_mask_storeu_epi64(idx + ow0 + 8, __mmask8(m >> 8),
+                                 _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(arg, 1)));
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 void CpuBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) {
@@ -331,6 +386,18 @@ void CpuBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& ou
     bool whole = p.kind == PoolKind::max && Wo > 0;
     for (const Span& r : rows) whole = whole && r.hi - r.lo == p.kernel[0];
     for (const Span& c : cols) whole = whole && c.hi - c.lo == p.kernel[1];
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      if (whole && (p.stride[1] == 1 || p.stride[1] == 2) && H * W <= std::numeric_limits<int32_t>::max()) {
+#pragma omp parallel for if (planes * H * W > cpu::kParallelGrain) schedule(static)
+        for (int64_t pl = 0; pl < planes; ++pl)
+          for (int64_t oh = 0; oh < Ho; ++oh)
+            max_pool_row_f32(xp + pl * H * W, W, rows[size_t(oh)].lo, cols[0].lo, p.kernel[0], p.kernel[1], p.stride[1],
+                             Wo, op + pl * Ho * Wo + oh * Wo, ip ? ip + pl * Ho * Wo + oh * Wo : nullptr);
+        return;
+      }
+    }
+#endif
     if (whole) {
       const int64_t sw = p.stride[1], c0 = cols[0].lo;
 #pragma omp parallel for if (planes * H * W > cpu::kParallelGrain) schedule(static)

@@ -96,19 +96,24 @@ TEST_CASE("max_pool2d without a backward to come keeps no indices, with the same
 TEST_CASE("max_pool2d: the whole-window fast path equals a plain scan (ties, NaN, strides, overlaps)") {
   // Small integers make ties common; a few NaNs; several window shapes that
   // take the fast path (no clipped window) and one with padding that does not.
+  // Widths 13 and 37: one partial 16-column chunk of outputs, and several
+  // (the f32 AVX-512 row kernel works 16 output columns at a time).
   Generator g(21);
-  Tensor x = randint(0, 4, Shape{2, 3, 11, 13}, DType::i64, &g).to(DType::f32);
+  for (const int64_t W : {13, 37}) {
+  CAPTURE(W);
+  const int64_t H = 11;
+  Tensor x = randint(0, 4, Shape{2, 3, H, W}, DType::i64, &g).to(DType::f32);
   std::vector<double> xv = x.to_vector<double>();
   for (size_t i = 5; i < xv.size(); i += 97) xv[i] = std::nan("");
-  x = from_vector<double>(xv, {2, 3, 11, 13}, DType::f32);
+  x = from_vector<double>(xv, {2, 3, H, W}, DType::f32);
   struct Case { int64_t k0, k1, s0, s1, p; };
-  for (Case c : {Case{2, 2, 2, 2, 0}, Case{3, 3, 1, 1, 0}, Case{3, 2, 2, 3, 0}, Case{2, 3, 2, 2, 1}}) {
+  for (Case c : {Case{2, 2, 2, 2, 0}, Case{3, 3, 1, 1, 0}, Case{3, 2, 2, 3, 0}, Case{2, 3, 2, 2, 1}, Case{1, 3, 1, 2, 0}}) {
     CAPTURE(c.k0);
     CAPTURE(c.s1);
     CAPTURE(c.p);
     Tensor xr = x.clone().requires_grad_();
     Tensor y = F::max_pool2d(xr, {c.k0, c.k1}, {c.s0, c.s1}, {c.p, c.p});
-    const int64_t Ho = y.size(2), Wo = y.size(3), H = 11, W = 13;
+    const int64_t Ho = y.size(2), Wo = y.size(3);
     // Gradient 1 per output shows where each argmax went.
     y.sum().backward();
     std::vector<double> got = y.to_vector<double>(), gx = xr.grad().to_vector<double>();
@@ -130,6 +135,7 @@ TEST_CASE("max_pool2d: the whole-window fast path equals a plain scan (ties, NaN
           want_gx[size_t(pl * H * W + arg)] += 1.0;
         }
     CHECK(gx == want_gx);
+  }
   }
 }
 
