@@ -84,7 +84,7 @@ void tile(int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col, 
     for (int r = 0; r < RR; ++r) {
       const __m512 av = _mm512_set1_ps(a[r * a_row]);
       SNUG_UNROLL
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
   const __m512 al = _mm512_set1_ps(alpha);

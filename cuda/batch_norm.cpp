@@ -25,6 +25,8 @@ struct Nchw {
   int64_t n, c, h, w;
 };
 
+DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
 struct Param {
   const char* name;
   const Tensor* t;
@@ -43,7 +45,7 @@ Nchw check(const char* op, const Tensor& x, const Tensor& y, std::initializer_li
              ": y ", shape_str(y.shape()), " ", dtype_name(y.dtype()), " on ", y.device().str(),
              " does not match x ", shape_str(x.shape()), " ", dtype_name(x.dtype()), " on ", x.device().str());
   const int64_t C = x.size(1);
-  const DType pd = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const DType pd = stats_dtype(x.dtype());
   for (const Param& p : params) {
     if (!p.t->defined()) continue;
     SNUG_CHECK(p.t->dim() == 1 && p.t->size(0) == C && p.t->is_contiguous() && p.t->dtype() == pd &&
@@ -58,8 +60,6 @@ Nchw check(const char* op, const Tensor& x, const Tensor& y, std::initializer_li
 void require(const char* op, std::initializer_list<Param> params) {
   for (const Param& p : params) SNUG_CHECK(p.t->defined(), ValueError, "cuda::", op, ": ", p.name, " is undefined");
 }
-
-DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
 // What every call needs, in this order: x's device current, the device's cuDNN
 // handle pointed at its current stream, and the descriptors of x (NCHW) and

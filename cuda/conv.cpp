@@ -34,7 +34,8 @@ struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
   FilterDesc(DType t, int64_t k, int64_t c, int64_t h, int64_t w) {
     SNUG_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
-    SNUG_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, cudnn_type(t, "conv2d"), CUDNN_TENSOR_NCHW, int(k), int(c), int(h), int(w)));
+    SNUG_CUDNN_CHECK(
+        cudnnSetFilter4dDescriptor(d, cudnn_type(t, "conv2d"), CUDNN_TENSOR_NCHW, int(k), int(c), int(h), int(w)));
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
 };

@@ -10,9 +10,9 @@
 #include "core/backend.h"
 #include "core/cpu_fused_attention.h"
 #include "core/gemm.h"
-#include "cuda/fused_api.h"
 #include "core/profiler.h"
 #include "core/raw_ops.h"
+#include "cuda/fused_api.h"
 
 namespace snug::nn::functional {
 
@@ -337,8 +337,7 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
   Tensor xc = raw::contiguous(qkv);
   std::vector<Tensor> outs = autograd::keep_or_compute("causal_attention", [&] {
     Tensor y = empty({B, T, C}, qkv.options()), lse = empty({B, heads, T}, qkv.options());
-    if (on_gpu) cuda::causal_attention_forward(xc, heads, scale, y, lse);  // cuda/attention.cu
-    else cpu::causal_attention_forward(xc, heads, scale, y, lse);
+    (on_gpu ? cuda::causal_attention_forward : cpu::causal_attention_forward)(xc, heads, scale, y, lse);
     return std::vector<Tensor>{y, lse};
   });
   Tensor y = outs[0];
@@ -348,10 +347,8 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
       profiler::RecordOp rec("causal_attention_backward", x.device(),
                              2.5 * cpu::causal_attention_flops(x.size(0), x.size(1), heads, x.size(2) / 3 / heads));
       Tensor gx = empty(x.shape(), x.options());
-      if (x.device().is_cuda())
-        cuda::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(g[0]), heads, scale, gx);
-      else
-        cpu::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(g[0]), heads, scale, gx);
+      const auto backward = x.device().is_cuda() ? cuda::causal_attention_backward : cpu::causal_attention_backward;
+      backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(g[0]), heads, scale, gx);
       return {gx};
     });
   return y;

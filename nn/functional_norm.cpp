@@ -19,6 +19,9 @@ using G = std::vector<Tensor>;
 
 namespace {
 
+// Statistics (and cuDNN's per-channel tensors) are f64 for f64 inputs, f32 otherwise.
+DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
 // cuDNN's batch norm takes x of 2 to 4 dims in f32/f16/f64 with the per-channel
 // tensors in f32 (f64 for f64 x). Evaluation goes to it only when no gradient
 // is wanted (its inference call has no backward); anything else composes.
@@ -26,9 +29,8 @@ bool cudnn_takes(const Tensor& x, const Tensor& running_mean, const Tensor& runn
                  const Tensor& bias, bool training) {
   if (!x.device().is_cuda() || x.dim() > 4) return false;
   if (x.dtype() != DType::f32 && x.dtype() != DType::f16 && x.dtype() != DType::f64) return false;
-  const DType pd = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
   for (const Tensor* t : {&running_mean, &running_var, &weight, &bias})
-    if (t->defined() && t->dtype() != pd) return false;
+    if (t->defined() && t->dtype() != stats_dtype(x.dtype())) return false;
   if (!training && any_requires_grad({x, weight, bias})) return false;
   return true;
 }
@@ -38,7 +40,7 @@ bool cudnn_takes(const Tensor& x, const Tensor& running_mean, const Tensor& runn
 Tensor batch_norm_cudnn(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                         const Tensor& bias, bool training, double momentum, double eps) {
   const int64_t C = x.size(1);
-  const TensorOptions po(x.dtype() == DType::f64 ? DType::f64 : DType::f32, x.device());
+  const TensorOptions po(stats_dtype(x.dtype()), x.device());
   Tensor xc = raw::contiguous(x);
   Tensor w = weight.defined() ? raw::contiguous(weight) : ones({C}, po);
   Tensor b = bias.defined() ? raw::contiguous(bias) : zeros({C}, po);
@@ -105,7 +107,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   if (cudnn_takes(x, running_mean, running_var, weight, bias, training))
     return batch_norm_cudnn(x, running_mean, running_var, weight, bias, training, momentum, eps);
 
-  const DType dt = x.dtype(), cd = dt == DType::f64 ? DType::f64 : DType::f32;
+  const DType dt = x.dtype(), cd = stats_dtype(dt);
   std::vector<int64_t> dims{0};  // every dim but the channel dim
   Shape bshape(size_t(x.dim()), 1);  // (1, C, 1, ...): per-channel values broadcast over x
   bshape[1] = C;
