@@ -6,6 +6,7 @@
 #
 #   tools/gpu_check.sh [--out DIR] [--third-party DIR] [--build-dir DIR] [--budget SECONDS]
 #                      [--jobs N] [--skip-build] [--tests-cap SECONDS] [--no-bench] [--no-torch] [--quick]
+#                      [--no-memcheck]
 #   tools/gpu_check.sh --pack DIR    (here: copy Eigen, doctest and zlib headers into DIR,
 #                                     the folder to put beside the tree on the GPU machine)
 #
@@ -24,7 +25,7 @@ third_party="${SNUG_THIRD_PARTY_DIR:-}"
 build_dir=""
 budget=450
 jobs="$(nproc 2>/dev/null || echo 4)"
-skip_build=0 bench=1 torch_peer=1 quick=0 pack="" tests_cap=150
+skip_build=0 bench=1 torch_peer=1 quick=0 pack="" tests_cap=150 sanitize=1
 
 die() { echo "gpu_check: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -38,6 +39,7 @@ while [ $# -gt 0 ]; do
     --tests-cap) tests_cap="${2:?--tests-cap needs seconds}"; shift 2 ;;
     --no-bench) bench=0; shift ;;
     --no-torch) torch_peer=0; shift ;;
+    --no-memcheck) sanitize=0; shift ;;
     --quick) quick=1; shift ;;
     --pack) pack="${2:?--pack needs a directory}"; shift 2 ;;
     -h|--help) sed -n '2,/^set /p' "$0" | grep '^#'; exit 0 ;;
@@ -160,15 +162,39 @@ if [ $build_ok = 1 ]; then
   # Were the CUDA tests run or skipped? (doctest prints the skip message.)
   # test_nccl is the one-GPU NCCL smoke run (a world of one through NCCL,
   # DataParallel included; docs/distributed.md); it skips without NCCL.
-  for t in test_cuda test_cuda_parity test_nccl; do
+  for t in test_cuda test_cuda_parity test_nccl test_cuda_host test_stream test_update_math; do
     if [ -x "$build_dir/tests/$t" ]; then
       timeout 120 "$build_dir/tests/$t" > "$out/$t.log" 2>&1
-      put "tests.$t" "\"rc $? ; $(grep -c 'skipped: no' "$out/$t.log") skipped cases; $(grep -E 'test cases' "$out/$t.log" | tail -1 | tr -s ' ')\""
+      trc=$?
+      put "tests.$t" "\"rc $trc ; $(grep -c 'skipped: no' "$out/$t.log") skipped cases; $(grep -E 'test cases' "$out/$t.log" | tail -1 | tr -s ' ')\""
+      # A crash or a sticky CUDA error ends the whole binary and hides the
+      # cases after it: when it failed, run each case alone, one line each.
+      if [ "$trc" != 0 ] && [ "$(left)" -gt 20 ]; then
+        "$build_dir/tests/$t" --list-test-cases --no-version 2>/dev/null | grep -v '^\[doctest\]' | grep -v '^=*$' |
+        while IFS= read -r tc; do
+          [ -n "$tc" ] || continue
+          [ "$(left)" -gt 10 ] || break
+          # doctest's filters are wildcards: escape the characters it treats as such.
+          pat="$(printf '%s' "$tc" | sed 's/[][*?,\\]/\\&/g')"
+          timeout 60 "$build_dir/tests/$t" --test-case="$pat" >> "$out/$t.cases.log" 2>&1
+          echo "rc $? : $tc" >> "$out/$t.cases.txt"
+        done
+        put "cases.$t" "\"$(tr '\n' ';' < "$out/$t.cases.txt" 2>/dev/null | sed 's/"/'"'"'/g')\""
+      fi
     fi
   done
   put "build.nccl" "\"$(sed -n 's/^SNUG_NCCL_ENABLED:INTERNAL=//p' "$build_dir/CMakeCache.txt" 2>/dev/null)\""
 fi
 put "tests.ok" "$([ $tests_ok = 1 ] && echo true || echo false)"
+
+# ---- compute-sanitizer's memcheck over the parity suite (out-of-bounds and
+# misaligned device accesses that a passing comparison can still hide) ----
+sanitizer="$(command -v compute-sanitizer || true)"
+[ -z "$sanitizer" ] && [ -n "$nvcc" ] && [ -x "$(dirname "$nvcc")/compute-sanitizer" ] && sanitizer="$(dirname "$nvcc")/compute-sanitizer"
+if [ "$sanitize" = 1 ] && [ $build_ok = 1 ] && [ -n "$sanitizer" ] && [ -x "$build_dir/tests/test_cuda_parity" ]; then
+  run_stage memcheck 100 "$sanitizer" --tool memcheck --error-exitcode 3 "$build_dir/tests/test_cuda_parity"
+  put "memcheck.errors" "\"$(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)\""
+fi
 
 # ---- benchmarks: snug beside PyTorch ---------------------------------------------------
 sb="$build_dir/bench/snug-bench"
