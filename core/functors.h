@@ -35,7 +35,10 @@ SNUG_HOST_DEVICE SNUG_INLINE double pow(double x, double y) { return ::pow(x, y)
 SNUG_HOST_DEVICE SNUG_INLINE float fabs(float x) { return ::fabsf(x); }
 SNUG_HOST_DEVICE SNUG_INLINE double fabs(double x) { return ::fabs(x); }
 // Integer fallbacks so integer tensors can use the same functors where sensible.
-template <class T> SNUG_HOST_DEVICE SNUG_INLINE T fabs(T x) { return x < 0 ? -x : x; }
+template <class T> SNUG_HOST_DEVICE SNUG_INLINE T fabs(T x) {
+  if constexpr (std::is_unsigned_v<T>) return x;  // (nvcc warns on `x < 0` for unsigned T)
+  else return x < 0 ? -x : x;
+}
 template <class T> SNUG_HOST_DEVICE SNUG_INLINE double exp(T x) { return ::exp(double(x)); }
 template <class T> SNUG_HOST_DEVICE SNUG_INLINE double log(T x) { return ::log(double(x)); }
 template <class T> SNUG_HOST_DEVICE SNUG_INLINE double sqrt(T x) { return ::sqrt(double(x)); }
@@ -167,7 +170,10 @@ struct SiluF {
   template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(x / (1 + fmath::exp(-x))); }
 };
 struct SignF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C((x > C(0)) - (x < C(0))); }
+  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    if constexpr (std::is_unsigned_v<C>) return C(x != C(0));
+    else return C((x > C(0)) - (x < C(0)));
+  }
 };
 struct SquareF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return x * x; } };
 struct ReciprocalF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(1) / x; } };

@@ -116,17 +116,22 @@ constexpr bool integer_unary(UnaryOp op) {
 }
 
 // visit_unary/visit_binary are SNUG_HOST_DEVICE, so their callbacks must be
-// too (else nvcc warns #20014); the launch itself happens on the host only.
+// too (else nvcc warns #20014), though they launch, and so run on the host
+// only. The launch must stay visible to nvcc's device pass: that pass is what
+// instantiates elementwise_kernel<N, Body> for each functor. (Hiding it behind
+// `#if !defined(__CUDA_ARCH__)` compiled no unary or binary kernel at all, and
+// every launch failed with cudaErrorInvalidDeviceFunction on the GPU.)
+// nv_exec_check_disable silences the host-call check for these two templates.
+#define SNUG_HOST_ONLY_CALLBACK _Pragma("nv_exec_check_disable")
 template <class T>
 struct LaunchUnary {
   const Geometry<2>* g;
   T* out;
   const T* x;
   StreamHandle s;
+  SNUG_HOST_ONLY_CALLBACK
   template <class F> SNUG_HOST_DEVICE void operator()(F f) const {
-#if !defined(__CUDA_ARCH__)
     launch_elementwise<2>("unary", *g, UnaryBody<T, F>{out, x, f}, s);
-#endif
   }
 };
 template <class T>
@@ -136,10 +141,9 @@ struct LaunchBinary {
   const T* a;
   const T* b;
   StreamHandle s;
+  SNUG_HOST_ONLY_CALLBACK
   template <class F> SNUG_HOST_DEVICE void operator()(F f) const {
-#if !defined(__CUDA_ARCH__)
     launch_elementwise<3>("binary", *g, BinaryBody<T, F>{out, a, b, f}, s);
-#endif
   }
 };
 

@@ -43,9 +43,9 @@ DataParallel::DataParallel(nn::Module& module, std::shared_ptr<ProcessGroup> gro
       u = u * 31u + static_cast<uint64_t>(p.dtype());
     }
     const int64_t h = static_cast<int64_t>(u);
-    Tensor mine = from_vector(std::vector<int64_t>{h});
+    Tensor mine = from_vector(std::vector<int64_t>{h}).to(group_->device());
     Tensor all = group_->all_gather(mine);
-    std::vector<int64_t> v = all.to_vector<int64_t>();
+    std::vector<int64_t> v = all.to(kCPU).to_vector<int64_t>();
     for (size_t r = 0; r < v.size(); ++r)
       SNUG_CHECK(v[r] == h, DistributedError, "DataParallel: rank ", r, "'s model differs from rank ", rank(),
                  "'s (parameter count, shapes or dtypes; this rank has ", params_.size(),

@@ -60,6 +60,9 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   virtual const char* backend() const = 0;
+  // Where this group's tensors live: the CPU for the local and MPI groups,
+  // the group's GPU for NCCL.
+  virtual Device device() const { return kCPU; }
 
   // In place: t becomes the reduction of every rank's t. t is contiguous, on
   // the group's device kind, and has the same shape and dtype on every rank.

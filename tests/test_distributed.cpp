@@ -93,6 +93,7 @@ TEST_CASE("the local group: collectives are identities, all_gather stacks one te
   CHECK(pg->rank() == 0);
   CHECK(pg->size() == 1);
   CHECK(std::string(pg->backend()) == "local");
+  CHECK(pg->device() == kCPU);
   Tensor t = from_vector(std::vector<float>{1, 2, 3});
   pg->all_reduce(t, dist::ReduceOp::avg);
   CHECK(t.to_vector<float>() == std::vector<float>{1, 2, 3});

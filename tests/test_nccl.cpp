@@ -28,6 +28,7 @@ TEST_CASE("NCCL group of one: all_reduce, broadcast, all_gather, barrier on cuda
   if (skip()) return;
   auto pg = dist::make_nccl_group({.device = 0, .rank = 0, .size = 1});
   CHECK(std::string(pg->backend()) == "nccl");
+  CHECK(pg->device() == kGpu);
   CHECK(pg->size() == 1);
   Tensor t = from_vector(std::vector<float>{1, 2, 3}).to(kGpu);
   pg->all_reduce(t, dist::ReduceOp::sum);

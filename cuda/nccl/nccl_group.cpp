@@ -97,6 +97,7 @@ class NcclGroup : public ProcessGroup {
     cudaStreamDestroy(stream_);
   }
   const char* backend() const override { return "nccl"; }
+  Device device() const override { return Device(DeviceType::CUDA, device_); }
 
   std::shared_ptr<Work> all_reduce_async(const Tensor& t, ReduceOp op) override {
     check("all_reduce", t);
