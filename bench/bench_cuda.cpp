@@ -5,9 +5,14 @@
 //   snug-bench cuda_gemm  [--n 8192] [--dtype f32|bf16|f16] [--tf32] [--reps 10] [--json]
 //   snug-bench cuda_alloc [--bytes 1048576] [--reps 2000] [--json]
 //   snug-bench cuda_gpt   [--layers 4 --embd 128 --heads 4 --block 128 --batch 16] [--steps 10 --warmup 3]
-//                         [--amp bf16|f16] [--json]
+//                         [--amp bf16|f16] [--profile FILE] [--json]
+// cuda_gpt --profile FILE records two more steps after the timed ones with
+// snug's profiler, prints the op table to stderr and writes a Chrome trace to
+// FILE. Kernels are queued, so an op's time is its launch unless the process
+// runs with CUDA_LAUNCH_BLOCKING=1, which makes each op wait for its kernels.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +20,7 @@
 #include "bench/bench.h"
 #include "core/backend.h"
 #include "core/generator.h"
+#include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "cuda/cuda_api.h"
 #include "memory/allocator.h"
@@ -119,7 +125,11 @@ SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--l
   memory::reset_peak(kGpu);
   std::vector<double> ms;
   double loss_first = 0, loss_last = 0;
-  for (int64_t s = 0; s < warmup + steps; ++s) {
+  const std::string prof_path = args.get("profile", "");
+  std::unique_ptr<profiler::Profile> prof;
+  const int64_t prof_steps = prof_path.empty() ? 0 : 2;
+  for (int64_t s = 0; s < warmup + steps + prof_steps; ++s) {
+    if (s == warmup + steps && prof_steps > 0) prof = std::make_unique<profiler::Profile>();
     Tensor seq = randint(0, cfg.vocab, Shape{B, T + 1}).to(kGpu);
     Tensor x = seq.narrow(1, 0, T).contiguous(), y = seq.narrow(1, 1, T).contiguous();
     sync();
@@ -135,8 +145,15 @@ SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--l
     scaler.update();
     const double l = loss.item();  // copies to the host: waits for the step
     if (s == 0) loss_first = l;
+    if (s >= warmup + steps) continue;  // a profiled step
     loss_last = l;
     if (s >= warmup) ms.push_back((now_seconds() - t0) * 1e3);
+  }
+  if (prof) {
+    prof->stop();
+    prof->write_chrome_trace(prof_path);
+    std::fprintf(stderr, "cuda_gpt: profile of %lld steps (trace in %s):\n%s", (long long)prof_steps,
+                 prof_path.c_str(), prof->summary(40).c_str());
   }
   const double med = median(ms);
   const std::size_t peak = memory::peak_allocated(kGpu);

@@ -1,7 +1,8 @@
 // CudaBackend::matmul through cuBLAS: one strided-batched GEMM per call
 // (cublasGemmStridedBatchedEx), operands passed as transposes where their
 // layout allows (cuda/gemm_plan.h, NOTE [ Row-major matmul through cuBLAS ]).
-//   f32:       CUBLAS_COMPUTE_32F, or 32F_FAST_TF32 when set_allow_tf32(true)
+//   f32:       CUBLAS_COMPUTE_32F, or 32F_FAST_TF32 when set_allow_tf32(true) or
+//              inside a Tf32Scope (cuda/cuda_backend.h) on this thread
 //   f16/bf16:  stored in 16 bits, accumulated in f32 (CUBLAS_COMPUTE_32F)
 //   f64:       CUBLAS_COMPUTE_64F
 // Each device's handle gets a workspace per stream from the caching allocator
@@ -91,6 +92,12 @@ GemmOperandPlan plan_operand(const Tensor& t) {
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool allow_tf32() { return g_allow_tf32; }
 
+namespace {
+thread_local bool t_tf32_scope = false;
+}
+Tf32Scope::Tf32Scope(bool on) : prev_(t_tf32_scope) { t_tf32_scope = prev_ || on; }
+Tf32Scope::~Tf32Scope() { t_tf32_scope = prev_; }
+
 // a (B,M,K), b (B,K,N) -> out (B,M,N) contiguous.
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
@@ -120,7 +127,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (out.dtype()) {
     case DType::f32:
       dt = CUDA_R_32F;
-      ct = g_allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      ct = g_allow_tf32 || t_tf32_scope ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
     case DType::f16:
       dt = CUDA_R_16F;

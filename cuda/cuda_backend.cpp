@@ -209,12 +209,17 @@ void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, c
                                       const Tensor& grad_weight, const Tensor& grad_bias) {
   OnDevice g(dev(x));
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
+  Tensor scratch;  // per-chunk column sums for the weight and bias gradients
+  if (grad_weight.defined() || grad_bias.defined())
+    scratch = empty({std::max<int64_t>(2 * kernels::layer_norm_wb_chunks(R) * C, 1)},
+                    TensorOptions(x.dtype() == DType::f64 ? DType::f64 : DType::f32, x.device()));
   kernels::layer_norm_backward(x.dtype(), R, C, grad_out.data_ptr(), x.data_ptr(),
                                weight.defined() ? weight.data_ptr() : nullptr,
                                static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()),
                                grad_x.defined() ? grad_x.data_ptr() : nullptr,
                                grad_weight.defined() ? grad_weight.data_ptr() : nullptr,
-                               grad_bias.defined() ? grad_bias.data_ptr() : nullptr, g.stream());
+                               grad_bias.defined() ? grad_bias.data_ptr() : nullptr,
+                               scratch.defined() ? scratch.data_ptr() : nullptr, g.stream());
 }
 
 void CudaBackend::causal_softmax(const Tensor& x, double scale, const Tensor& out) {

@@ -81,4 +81,18 @@ class OnDevice {
   std::uintptr_t stream_;
 };
 
+// f32 GEMMs on this thread may use TF32 for the scope (on = true), whatever
+// set_allow_tf32 says; for internal products whose inputs were 16-bit anyway
+// (the attention of an autocast region). Nests; off leaves the setting alone.
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(bool on);
+  ~Tf32Scope();
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 }  // namespace snug::cuda

@@ -7,6 +7,7 @@
 // loops use. Each call queues one kernel on the device's current stream
 // (memory/stream.h) and does not wait for it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -29,12 +30,23 @@ void fused_sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const update
 void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot);
 
 // Fused causal self-attention (nn::functional::causal_self_attention on a GPU;
-// NOTE [ CUDA fused attention ] in cuda/attention.cu). qkv (B, T, 3C) f32
-// contiguous, C = heads * D with D <= 256; y (B, T, C) and lse (B, heads, T)
-// are written. Backward writes every element of dqkv (B, T, 3C) from gy (B, T, C).
-void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse);
+// NOTE [ CUDA fused attention ] and NOTE [ Attention through cuBLAS ] in
+// cuda/attention.cu). qkv (B, T, 3C) f32 contiguous, C = heads * D with
+// D <= 256; y (B, T, C) and lse (B, heads, T) are written. Backward writes
+// every element of dqkv (B, T, 3C) from gy (B, T, C). tf32: the cuBLAS path
+// (T >= kAttentionGemmMinT) may multiply in TF32 (the caller's inputs were
+// 16-bit, or the user allowed TF32); the short-T kernels are f32 throughout.
+void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse,
+                              bool tf32 = false);
 void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
-                               int64_t heads, double scale, const Tensor& dqkv);
+                               int64_t heads, double scale, const Tensor& dqkv, bool tf32 = false);
+// From this sequence length on, attention goes through cuBLAS GEMMs and two
+// row kernels, in chunks of heads; below it, one warp per row.
+inline constexpr int64_t kAttentionGemmMinT = 64;
+// The most bytes of (T, T) f32 scores one chunk of heads may take on that
+// path (128 MiB; at least one head per chunk). Settable so that tests can
+// reach several chunks with small inputs; returns the previous value.
+std::size_t set_attention_chunk_bytes(std::size_t bytes);
 // The head sizes the kernels take (D <= 256).
 inline constexpr int64_t kMaxFusedAttentionHeadSize = 256;
 

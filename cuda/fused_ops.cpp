@@ -2,10 +2,15 @@
 // queues the kernel of cuda/fused.cu on its current stream (memory/stream.h).
 #include "cuda/fused_api.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
+#include "core/backend.h"
 #include "core/profiler.h"
+#include "core/raw_ops.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels.h"
 
@@ -125,25 +130,110 @@ void check_like(const char* op, const char* name, const Tensor& t, const Tensor&
 }
 }  // namespace
 
-void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
+namespace {
+// ---- the cuBLAS path (NOTE [ Attention through cuBLAS ] in cuda/attention.cu) ----
+std::atomic<std::size_t> g_score_chunk_bytes{std::size_t{128} << 20};
+
+// Part p (0 q, 1 k, 2 v) of a (B, T, 3C) tensor as a (B, H, T, D) view.
+Tensor head_view(const Tensor& x, int64_t H, int p) {
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2) / 3 / H;
+  return x.view({B, T, 3, H, D}).select(2, p).permute({0, 2, 1, 3});
+}
+// A (B, T, C) tensor as a (B, H, T, D) view.
+Tensor heads_of(const Tensor& x, int64_t H) {
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2) / H;
+  return x.view({B, T, H, D}).permute({0, 2, 1, 3});
+}
+// (B, H, T, D) view -> (B H, T, D) contiguous copy.
+Tensor packed(const Tensor& v) {
+  return raw::contiguous(v).view({v.size(0) * v.size(1), v.size(2), v.size(3)});
+}
+// Heads per chunk: the chunk's (T, T) f32 scores within g_score_chunk_bytes, at least one.
+int64_t heads_per_chunk(int64_t BH, int64_t T) {
+  const auto per_head = static_cast<std::size_t>(T) * static_cast<std::size_t>(T) * sizeof(float);
+  return std::clamp<int64_t>(static_cast<int64_t>(g_score_chunk_bytes.load() / per_head), 1, BH);
+}
+
+void attention_forward_gemm(const Tensor& qkv, int64_t H, float scale, const Tensor& y, const Tensor& lse,
+                            bool tf32, std::uintptr_t stream) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), BH = B * H;
+  Backend& be = backend_for(qkv.device());
+  const Tensor q = packed(head_view(qkv, H, 0)), k = packed(head_view(qkv, H, 1)), v = packed(head_view(qkv, H, 2));
+  const Tensor yh = empty(q.shape(), q.options());  // (B H, T, D)
+  const int64_t n = heads_per_chunk(BH, T);
+  const Tensor sbuf = empty({n, T, T}, q.options());
+  Tf32Scope tf(tf32);
+  for (int64_t h0 = 0; h0 < BH; h0 += n) {
+    const int64_t c = std::min(n, BH - h0);
+    const Tensor sc = sbuf.narrow(0, 0, c);
+    be.matmul(q.narrow(0, h0, c), k.narrow(0, h0, c).transpose(1, 2), sc);  // S = Q K^T   (c, T, T)
+    kernels::causal_softmax_rows(c * T, T, scale, static_cast<float*>(sc.data_ptr()),
+                                 static_cast<float*>(lse.data_ptr()) + h0 * T, stream);
+    be.matmul(sc, v.narrow(0, h0, c), yh.narrow(0, h0, c));  // Y = P V   (c, T, D)
+  }
+  raw::copy_(heads_of(y, H), yh.view({B, H, T, q.size(2)}));
+}
+
+void attention_backward_gemm(const Tensor& qkv, const Tensor& lse, const Tensor& gy, int64_t H, float scale,
+                             const Tensor& dqkv, bool tf32, std::uintptr_t stream) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), BH = B * H, D = qkv.size(2) / 3 / H;
+  Backend& be = backend_for(qkv.device());
+  const Tensor q = packed(head_view(qkv, H, 0)), k = packed(head_view(qkv, H, 1)), v = packed(head_view(qkv, H, 2));
+  const Tensor go = packed(heads_of(gy, H));
+  const Tensor dq = empty(q.shape(), q.options()), dk = empty(q.shape(), q.options()), dv = empty(q.shape(), q.options());
+  const int64_t n = heads_per_chunk(BH, T);
+  const Tensor sbuf = empty({n, T, T}, q.options()), pbuf = empty({n, T, T}, q.options());
+  Tf32Scope tf(tf32);
+  for (int64_t h0 = 0; h0 < BH; h0 += n) {
+    const int64_t c = std::min(n, BH - h0);
+    const Tensor sc = sbuf.narrow(0, 0, c), dp = pbuf.narrow(0, 0, c);
+    const Tensor qc = q.narrow(0, h0, c), kc = k.narrow(0, h0, c), vc = v.narrow(0, h0, c), gc = go.narrow(0, h0, c);
+    be.matmul(qc, kc.transpose(1, 2), sc);  // S = Q K^T
+    be.matmul(gc, vc.transpose(1, 2), dp);  // dP = dO V^T
+    kernels::causal_softmax_rows_backward(c * T, T, scale, static_cast<float*>(sc.data_ptr()),
+                                          static_cast<float*>(dp.data_ptr()),
+                                          static_cast<const float*>(lse.data_ptr()) + h0 * T, stream);
+    be.matmul(sc.transpose(1, 2), gc, dv.narrow(0, h0, c));  // dV = P^T dO
+    be.matmul(dp, kc, dq.narrow(0, h0, c));                  // dQ = dS K
+    be.matmul(dp.transpose(1, 2), qc, dk.narrow(0, h0, c));  // dK = dS^T Q
+  }
+  raw::copy_(head_view(dqkv, H, 0), dq.view({B, H, T, D}));
+  raw::copy_(head_view(dqkv, H, 1), dk.view({B, H, T, D}));
+  raw::copy_(head_view(dqkv, H, 2), dv.view({B, H, T, D}));
+}
+}  // namespace
+
+std::size_t set_attention_chunk_bytes(std::size_t bytes) { return g_score_chunk_bytes.exchange(bytes); }
+
+void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse,
+                              bool tf32) {
   const int dev = check_attention("causal_attention_forward", qkv, heads);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   check_like("causal_attention_forward", "y", y, qkv, {B, T, C});
   check_like("causal_attention_forward", "lse", lse, qkv, {B, heads, T});
   OnDevice guard(dev);
+  if (T >= kAttentionGemmMinT && B > 0) {
+    attention_forward_gemm(qkv, heads, static_cast<float>(scale), y, lse, tf32, guard.stream());
+    return;
+  }
   kernels::causal_attention_forward(B, T, heads, C / heads, static_cast<float>(scale),
                                     static_cast<const float*>(qkv.data_ptr()), static_cast<float*>(y.data_ptr()),
                                     static_cast<float*>(lse.data_ptr()), guard.stream());
 }
 
 void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
-                               int64_t heads, double scale, const Tensor& dqkv) {
+                               int64_t heads, double scale, const Tensor& dqkv, bool tf32) {
   const int dev = check_attention("causal_attention_backward", qkv, heads);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   check_like("causal_attention_backward", "y", y, qkv, {B, T, C});
   check_like("causal_attention_backward", "lse", lse, qkv, {B, heads, T});
   check_like("causal_attention_backward", "gy", gy, qkv, {B, T, C});
   check_like("causal_attention_backward", "dqkv", dqkv, qkv, {B, T, 3 * C});
+  if (T >= kAttentionGemmMinT && B > 0) {
+    OnDevice guard(dev);
+    attention_backward_gemm(qkv, lse, gy, heads, static_cast<float>(scale), dqkv, tf32, guard.stream());
+    return;
+  }
   Tensor dsum = empty({B, heads, T}, qkv.options());  // scratch: rowsum(dO o O), from the caching allocator
   OnDevice guard(dev);
   kernels::causal_attention_backward(B, T, heads, C / heads, static_cast<float>(scale),

@@ -64,9 +64,13 @@ void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale,
 // x, y (R, C) contiguous; w, b (C) or null; mean, rstd (R) f32.
 void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const void* w, const void* b, void* y,
                 float* mean, float* rstd, StreamHandle s);
-// gx (R, C) or null; gw, gb (C) or null.
+// gx (R, C) or null; gw, gb (C) or null. scratch: 2 * layer_norm_wb_chunks(R) * C
+// elements of the accumulation type (f64 for f64, else f32) when gw or gb is
+// given (the column sums' per-chunk partials).
+int64_t layer_norm_wb_chunks(int64_t R);
 void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w,
-                         const float* mean, const float* rstd, void* gx, void* gw, void* gb, StreamHandle s);
+                         const float* mean, const float* rstd, void* gx, void* gw, void* gb, void* scratch,
+                         StreamHandle s);
 
 // ---- pool.cu --------------------------------------------------------------------
 // Windows over (H, W) as core/cpu_conv.cpp defines them (cuda/pool_window.h).
@@ -99,5 +103,15 @@ void causal_attention_forward(int64_t B, int64_t T, int64_t H, int64_t D, float 
 void causal_attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const float* qkv,
                                const float* y, const float* lse, const float* gy, float* dqkv, float* dsum,
                                StreamHandle s);
+
+// The row kernels of the cuBLAS path (NOTE [ Attention through cuBLAS ]).
+// s: (rows, T) raw scores q.k of (rows / T) heads, row r = query r % T.
+// Forward: s becomes P (scale, causal mask, softmax; 0 above the diagonal)
+// and lse[r] = log sum_j exp(scale s_rj). Backward: from the raw scores s,
+// lse and dp = dO V^T, s becomes P and dp becomes dS = scale P (dp - D_r),
+// D_r = sum_j P_rj dp_rj (= dO_r . O_r).
+void causal_softmax_rows(int64_t rows, int64_t T, float scale, float* s, float* lse, StreamHandle st);
+void causal_softmax_rows_backward(int64_t rows, int64_t T, float scale, float* s, float* dp, const float* lse,
+                                  StreamHandle st);
 
 }  // namespace snug::cuda::kernels

@@ -59,7 +59,7 @@ void fused_adam(const Tensor&, const Tensor&, const Tensor&, const Tensor&, cons
   no_cuda("fused_adam");
 }
 void fused_sgd(const Tensor&, const Tensor&, const Tensor&, const update::SgdConsts&) { no_cuda("fused_sgd"); }
-void causal_attention_forward(const Tensor&, int64_t, double, const Tensor&, const Tensor&) {
+void causal_attention_forward(const Tensor&, int64_t, double, const Tensor&, const Tensor&, bool) {
   no_cuda("causal_attention_forward");
 }
 void batch_norm_forward_training(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
@@ -74,8 +74,9 @@ void batch_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tens
                          const Tensor&, const Tensor&, const Tensor&) {
   no_cuda("batch_norm_backward");
 }
+std::size_t set_attention_chunk_bytes(std::size_t) { no_cuda("set_attention_chunk_bytes"); }
 void causal_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, double,
-                               const Tensor&) {
+                               const Tensor&, bool) {
   no_cuda("causal_attention_backward");
 }
 void unscale_check(const Tensor&, const Tensor&, double, const Tensor&, int64_t) { no_cuda("unscale_check"); }

@@ -172,19 +172,53 @@ __global__ void layer_norm_backward_x_kernel(int64_t R, int64_t C, const T* g, c
   }
 }
 
-// One thread per column, rows in order: deterministic, reads coalesced across
-// the threads of a warp.
+// The weight and bias gradients are column sums over all R rows. One thread
+// per column over every row (the first version) left an H200 nearly idle:
+// 768 threads walking 8192 rows took 2 ms a call, 40% of a 12-layer GPT
+// step. So two passes, both in a fixed order (deterministic):
+//   partial: block (32 columns x 8 row lanes) per (column group, chunk of
+//            rows); lanes step through the chunk, then lane 0 adds the 8
+//            lane sums in order and writes the chunk's sums to scratch;
+//   finish:  one thread per column adds the chunks' sums in order.
+constexpr int kWbCols = 32, kWbLanes = 8;
+
 template <class T>
-__global__ void layer_norm_backward_wb_kernel(int64_t R, int64_t C, const T* g, const T* x, const float* mean,
-                                              const float* rstd, T* gw, T* gb) {
+__global__ void layer_norm_wb_partial_kernel(int64_t R, int64_t C, int64_t chunk_rows, const T* g, const T* x,
+                                             const float* mean, const float* rstd, comp_t<T>* pw, comp_t<T>* pb) {
+  using A = comp_t<T>;
+  __shared__ A sw[kWbLanes][kWbCols], sb[kWbLanes][kWbCols];
+  const int64_t c = int64_t(blockIdx.x) * kWbCols + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * chunk_rows, r1 = r0 + chunk_rows < R ? r0 + chunk_rows : R;
+  A aw = 0, ab = 0;
+  if (c < C)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kWbLanes) {
+      const A gv = A(g[r * C + c]);
+      aw += gv * (A(x[r * C + c]) - A(mean[r])) * A(rstd[r]);
+      ab += gv;
+    }
+  sw[threadIdx.y][threadIdx.x] = aw;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int k = 1; k < kWbLanes; ++k) {
+      aw += sw[k][threadIdx.x];
+      ab += sb[k][threadIdx.x];
+    }
+    pw[blockIdx.y * C + c] = aw;
+    pb[blockIdx.y * C + c] = ab;
+  }
+}
+
+template <class T>
+__global__ void layer_norm_wb_finish_kernel(int64_t C, int64_t chunks, const comp_t<T>* pw, const comp_t<T>* pb,
+                                            T* gw, T* gb) {
   using A = comp_t<T>;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += step) {
     A sw = 0, sb = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      const A gv = A(g[r * C + c]);
-      sw += gv * (A(x[r * C + c]) - A(mean[r])) * A(rstd[r]);
-      sb += gv;
+    for (int64_t k = 0; k < chunks; ++k) {
+      sw += pw[k * C + c];
+      sb += pb[k * C + c];
     }
     if (gw) gw[c] = T(sw);
     if (gb) gb[c] = T(sb);
@@ -236,8 +270,11 @@ void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const 
   });
 }
 
+int64_t layer_norm_wb_chunks(int64_t R) { return R <= 0 ? 0 : ((R + 63) / 64 < 512 ? (R + 63) / 64 : 512); }
+
 void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w,
-                         const float* mean, const float* rstd, void* gx, void* gw, void* gb, StreamHandle s) {
+                         const float* mean, const float* rstd, void* gx, void* gw, void* gb, void* scratch,
+                         StreamHandle s) {
   dispatch_floating(t, "layer_norm_backward", [&]<class T>() {
     if (gx && R > 0) {
       layer_norm_backward_x_kernel<T><<<row_grid(R), kThreads, 0, as_stream(s)>>>(
@@ -246,9 +283,18 @@ void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const voi
       check_launch("layer_norm_backward");
     }
     if ((gw || gb) && C > 0) {
-      layer_norm_backward_wb_kernel<T><<<grid_for(C), kThreads, 0, as_stream(s)>>>(
-          R, C, static_cast<const T*>(g), static_cast<const T*>(x), mean, rstd, static_cast<T*>(gw),
-          static_cast<T*>(gb));
+      using A = comp_t<T>;
+      const int64_t chunks = layer_norm_wb_chunks(R), chunk_rows = chunks ? (R + chunks - 1) / chunks : 0;
+      A* pw = static_cast<A*>(scratch);
+      A* pb = pw + chunks * C;
+      if (chunks > 0) {
+        const dim3 grid(unsigned((C + kWbCols - 1) / kWbCols), unsigned(chunks)), block(kWbCols, kWbLanes);
+        layer_norm_wb_partial_kernel<T><<<grid, block, 0, as_stream(s)>>>(
+            R, C, chunk_rows, static_cast<const T*>(g), static_cast<const T*>(x), mean, rstd, pw, pb);
+        check_launch("layer_norm_backward (weight, bias partial sums)");
+      }
+      layer_norm_wb_finish_kernel<T><<<grid_for(C), kThreads, 0, as_stream(s)>>>(C, chunks, pw, pb,
+                                                                                 static_cast<T*>(gw), static_cast<T*>(gb));
       check_launch("layer_norm_backward (weight, bias)");
     }
   });

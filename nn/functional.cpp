@@ -325,8 +325,14 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
   const int64_t D = C / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(D, 1)));
   const bool on_gpu = qkv.device().is_cuda();
-  const bool kernel_ok = on_gpu ? qkv.dtype() == DType::f32 && D <= cuda::kMaxFusedAttentionHeadSize
-                                : qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64;
+  // On a GPU, 16-bit qkv (an autocast region's) takes the f32 op too: it is
+  // converted on the way in and the result and gradient on the way out, and
+  // the op's large products may run in TF32 (cuda/fused_api.h). The composed
+  // path below would keep (B, H, T, T) scores and probabilities instead.
+  const DType in_dt = qkv.dtype();
+  const bool half_in = on_gpu && (in_dt == DType::f16 || in_dt == DType::bf16);
+  const bool kernel_ok = on_gpu ? (in_dt == DType::f32 || half_in) && D <= cuda::kMaxFusedAttentionHeadSize
+                                : in_dt == DType::f32 || in_dt == DType::f64;
   if (!fused || !kernel_ok || (dropout_p > 0 && training)) {
     Tensor split = qkv.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
     Tensor y = scaled_dot_product_attention(split.select(0, 0), split.select(0, 1), split.select(0, 2), true,
@@ -334,23 +340,28 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
     return y.transpose(1, 2).reshape({B, T, C});
   }
   profiler::RecordOp rec("causal_attention", qkv.device(), cpu::causal_attention_flops(B, T, heads, D));
-  Tensor xc = raw::contiguous(qkv);
+  Tensor xc = half_in ? raw::contiguous(raw::to_dtype(qkv, DType::f32)) : raw::contiguous(qkv);
   std::vector<Tensor> outs = autograd::keep_or_compute("causal_attention", [&] {
-    Tensor y = empty({B, T, C}, qkv.options()), lse = empty({B, heads, T}, qkv.options());
-    (on_gpu ? cuda::causal_attention_forward : cpu::causal_attention_forward)(xc, heads, scale, y, lse);
+    Tensor y = empty({B, T, C}, xc.options()), lse = empty({B, heads, T}, xc.options());
+    if (on_gpu) cuda::causal_attention_forward(xc, heads, scale, y, lse, half_in);
+    else cpu::causal_attention_forward(xc, heads, scale, y, lse);
     return std::vector<Tensor>{y, lse};
   });
-  Tensor y = outs[0];
+  Tensor y = half_in ? raw::to_dtype(outs[0], in_dt) : outs[0];
   if (any_requires_grad({qkv}))
-    record("causal_attention", {qkv}, {y}, {xc, y, outs[1]}, [heads, scale](FunctionNode& self, const G& g) -> G {
-      const Tensor& x = self.saved_at(0);
-      profiler::RecordOp rec("causal_attention_backward", x.device(),
-                             2.5 * cpu::causal_attention_flops(x.size(0), x.size(1), heads, x.size(2) / 3 / heads));
-      Tensor gx = empty(x.shape(), x.options());
-      const auto backward = x.device().is_cuda() ? cuda::causal_attention_backward : cpu::causal_attention_backward;
-      backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(g[0]), heads, scale, gx);
-      return {gx};
-    });
+    record("causal_attention", {qkv}, {y}, {xc, outs[0], outs[1]},
+           [heads, scale, half_in, in_dt](FunctionNode& self, const G& g) -> G {
+             const Tensor& x = self.saved_at(0);  // f32
+             profiler::RecordOp rec("causal_attention_backward", x.device(),
+                                    2.5 * cpu::causal_attention_flops(x.size(0), x.size(1), heads, x.size(2) / 3 / heads));
+             Tensor gx = empty(x.shape(), x.options());
+             const Tensor gy = raw::contiguous(raw::to_dtype(g[0], x.dtype()));
+             if (x.device().is_cuda())
+               cuda::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), gy, heads, scale, gx, half_in);
+             else
+               cpu::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), gy, heads, scale, gx);
+             return {half_in ? raw::to_dtype(gx, in_dt) : gx};
+           });
   return y;
 }
 

@@ -26,6 +26,7 @@
 #include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "cuda/cuda_api.h"
+#include "cuda/fused_api.h"
 #include "memory/allocator.h"
 #include "memory/stream.h"
 #include "nn/amp/grad_scaler.h"
@@ -150,6 +151,10 @@ TEST_CASE("cuda parity: reductions and arg reductions") {
       parity("amax", {x}, [&](const std::vector<Tensor>& v) { return amax(v[0], dims); }, 0);
       parity("amin", {x}, [&](const std::vector<Tensor>& v) { return amin(v[0], dims); }, 0);
     }
+    // Down the columns of (rows, C), as a bias gradient: 32 outputs a block.
+    const Tensor xc = randn({500, 70}).to(dt);
+    parity("sum over rows", {xc}, [&](const std::vector<Tensor>& v) { return sum(v[0], {0}); }, tol);
+    parity("amax over rows", {xc}, [&](const std::vector<Tensor>& v) { return amax(v[0], {0}); }, 0);
     for (int64_t d : {0, 1, 2}) {
       parity("argmax", {x}, [&](const std::vector<Tensor>& v) { return argmax(v[0], d); }, 0);
       parity("argmin", {x.transpose(0, 2)}, [&](const std::vector<Tensor>& v) { return argmin(v[0], d); }, 0);
@@ -195,6 +200,9 @@ TEST_CASE("cuda parity: softmax, log_softmax, causal softmax, layer norm, forwar
         return cat({xs.grad().flatten(), ws.grad(), bs.grad()});
       };
       parity("layer_norm backward", {x, w, bias, g}, grads, dt == kFloat32 ? 1e-4 : 1e-10);
+      // 305 rows: the weight and bias sums over several chunks of rows.
+      const Tensor xl = randn({5, 61, 70}).to(dt), gl = randn({5, 61, 70}).to(dt);
+      parity("layer_norm backward, 305 rows", {xl, w, bias, gl}, grads, dt == kFloat32 ? 1e-4 : 1e-10);
     }
   }
 }
@@ -203,9 +211,17 @@ TEST_CASE("cuda parity: fused causal self-attention, forward and backward (head 
   if (skip_without_gpu()) return;
   manual_seed(5);
   struct Case { int64_t B, T, C, H; };
-  for (Case c : {Case{2, 45, 24, 3}, Case{1, 1, 4, 1}, Case{2, 130, 128, 4}, Case{1, 33, 512, 2}}) {
+  // T < cuda::kAttentionGemmMinT: the warp kernels; from it on, the cuBLAS
+  // path, here also in chunks of one and of three heads (of 8).
+  const std::size_t chunk0 = cuda::set_attention_chunk_bytes(std::size_t{128} << 20);
+  for (Case c : {Case{2, 45, 24, 3}, Case{1, 1, 4, 1}, Case{2, 130, 128, 4}, Case{1, 33, 512, 2}, Case{1, 70, 512, 2},
+                 Case{2, 64, 32, 4}, Case{2, 100, 64, 4}}) {
+   for (std::size_t chunk : {std::size_t{128} << 20, std::size_t(c.T * c.T * 4), std::size_t(3 * c.T * c.T * 4)}) {
+    if (c.T < cuda::kAttentionGemmMinT && chunk != (std::size_t{128} << 20)) continue;
+    cuda::set_attention_chunk_bytes(chunk);
     CAPTURE(c.T);
     CAPTURE(c.C / c.H);
+    CAPTURE(chunk);
     const Tensor qkv = randn({c.B, c.T, 3 * c.C}), w = randn({c.B, c.T, c.C});
     // y and d(sum(y * w))/dqkv, through the fused op on both devices.
     auto run = [&](const std::vector<Tensor>& v) {
@@ -216,7 +232,22 @@ TEST_CASE("cuda parity: fused causal self-attention, forward and backward (head 
       return cat({y.detach().flatten(), x.grad().flatten()});
     };
     parity("causal_self_attention", {qkv, w}, run, 1e-4);
+   }
   }
+  cuda::set_attention_chunk_bytes(chunk0);
+  // bf16 qkv (an autocast region's): the GPU converts it around its f32 op
+  // (TF32 products); the CPU runs the composed bf16 ops. Both return bf16.
+  const Tensor qkv = randn({2, 70, 3 * 64}), w = randn({2, 70, 64});
+  auto run16 = [&](const std::vector<Tensor>& v) {
+    Tensor x = v[0].to(DType::bf16).detach();
+    x.requires_grad_();
+    Tensor y = nn::functional::causal_self_attention(x, 2);
+    CHECK(y.dtype() == DType::bf16);
+    sum(mul(y.to(DType::f32), v[1])).backward();
+    CHECK(x.grad().dtype() == DType::bf16);
+    return cat({y.detach().to(DType::f32).flatten(), x.grad().to(DType::f32).flatten()});
+  };
+  parity("causal_self_attention bf16", {qkv, w}, run16, 5e-2);
 }
 
 TEST_CASE("cuda parity: batch norm through cuDNN (training, evaluation, f16 input, no affine), forward and backward") {

@@ -53,7 +53,9 @@ TEST_CASE("DataParallel over NCCL on one GPU: gradients as without it") {
   model.load_state_dict(ref.state_dict());
   ref.to(kGpu);
   model.to(kGpu);
-  dist::DataParallel dp(model, pg, {.bucket_bytes = 256});
+  // Buckets fill from the last parameter: bias (8 floats, 32 bytes) reaches
+  // 32 bytes and closes its bucket; weight (128 floats) gets the second.
+  dist::DataParallel dp(model, pg, {.bucket_bytes = 32});
   CHECK(dp.buckets().size() == 2);
   Tensor x = randn({4, 16}).to(kGpu);
   ref.forward(x).pow(2.0).mean().backward();
