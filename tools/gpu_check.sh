@@ -226,12 +226,20 @@ if [ "$bench" = 1 ] && [ $build_ok = 1 ]; then
   big=(--layers 12 --embd 768 --heads 12 --block 1024 --batch 8 --steps $big_steps --warmup 2)
   bench_pair gpt_large 120 cuda_gpt "${big[@]}" --amp bf16 -- gpt "${big[@]}" --amp bf16
   bench_pair gpt_large_f32 120 cuda_gpt "${big[@]}" -- gpt "${big[@]}"
+  # Where the larger GPT's bf16 step goes, op by op: two profiled steps with
+  # every launch waiting for its kernels (docs/performance.md, "On a GPU").
+  if [ -x "$sb" ]; then
+    run_stage profile_gpt_large 60 env CUDA_LAUNCH_BLOCKING=1 "$sb" cuda_gpt --layers 12 --embd 768 --heads 12 \
+      --block 1024 --batch 8 --steps 1 --warmup 1 --amp bf16 --profile "$out/profile_gpt_large.json"
+  fi
 fi
 
 # ---- the JSON ----------------------------------------------------------------------
 put "elapsed_seconds" "$(( $(date +%s) - start ))"
 put "budget_seconds" "$budget"
-put "commit" "\"$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)\""
+# "+dirty" when the tree differs from that commit (a copied tree may carry an older .git).
+dirty="$(git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || echo +dirty)"
+put "commit" "\"$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$dirty\""
 json="$out/gpu_check.json"
 if [ -n "$py" ]; then
   "$py" - "$results" "$json" <<'PY'
