@@ -26,12 +26,14 @@
 #endif
 
 #include <algorithm>
+#include <initializer_list>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "core/cpu_backend.h"
+#include "core/cpu_conv.h"
 #include "core/cpu_loop.h"
 #include "core/gemm.h"
 #include "core/raw_ops.h"
@@ -142,7 +144,7 @@ Tensor scratch(int64_t n, DType dt, Device d) {
 // x (N, C, H, W), w (Cout, C/G, kh, kw), b (Cout) or null -> out (N, Cout, Ho, Wo)
 template <class T>
 void conv_forward(const T* x, const T* w, const T* b, T* out, const Geom& g, int64_t N, int64_t Cout, int64_t G,
-                  T* ws, int nt) {
+                  T* ws, int nt, bool relu = false) {
   const int64_t P = g.Ho * g.Wo, K = g.C / G * g.kh * g.kw, Cog = Cout / G;
   const bool pointwise = g.is_pointwise();
 #pragma omp parallel num_threads(nt)
@@ -164,6 +166,8 @@ void conv_forward(const T* x, const T* w, const T* b, T* out, const Geom& g, int
           T* r = on + co * P;
           for (int64_t q = 0; q < P; ++q) r[q] += b[co];
         }
+      if (relu)  // ReluF's rule (NaN -> 0), while the image's output is in cache
+        for (int64_t q = 0; q < Cout * P; ++q) on[q] = on[q] > T(0) ? on[q] : T(0);
     }
   }
 }
@@ -171,8 +175,11 @@ void conv_forward(const T* x, const T* w, const T* b, T* out, const Geom& g, int
 // gout (N, Cout, Ho, Wo) -> gx (N, C, H, W), gw (Cout, C/G, kh, kw), gb (Cout); null = not wanted.
 // gw_part (nt, Cout*K) and gb_part (nt, Cout) are zeroed per-thread sums.
 template <class T>
+// relu_y: conv2d_relu's output, or null; with it each image's gradient is
+// first masked (y > 0) into mask_ws (Cout * Ho * Wo per thread).
 void conv_backward(const T* gout, const T* x, const T* w, T* gx, T* gw, T* gb, const Geom& g, int64_t N,
-                   int64_t Cout, int64_t G, T* ws, T* gw_part, T* gb_part, int nt) {
+                   int64_t Cout, int64_t G, T* ws, T* gw_part, T* gb_part, int nt, const T* relu_y = nullptr,
+                   T* mask_ws = nullptr) {
   const int64_t P = g.Ho * g.Wo, K = g.C / G * g.kh * g.kw, Cog = Cout / G;
   const bool pointwise = g.is_pointwise();
 #pragma omp parallel num_threads(nt)
@@ -184,6 +191,12 @@ void conv_backward(const T* gout, const T* x, const T* w, T* gx, T* gw, T* gb, c
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const T* gn = gout + n * Cout * P;  // (Cout, P)
+      if (relu_y) {
+        T* m = mask_ws + t * Cout * P;
+        const T* yn = relu_y + n * Cout * P;
+        for (int64_t q = 0; q < Cout * P; ++q) m[q] = yn[q] > T(0) ? gn[q] : T(0);
+        gn = m;
+      }
       if (gx) {
         T* gxn = gx + n * g.C * g.H * g.W;
         T* gc = pointwise ? gxn : cols;  // gcols (C*kh*kw, P)
@@ -229,14 +242,10 @@ T* ptr(const Tensor& t) {
 
 }  // namespace
 
-void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
-                        const Tensor& out) {
-  if (is_low_precision(out.dtype())) {  // f16/bf16: computed in f32, rounded once at the end
-    Tensor o32 = empty_f32_like(out);
-    conv2d(to_f32(x), to_f32(weight), to_f32(bias), p, o32);
-    copy(o32, out);
-    return;
-  }
+namespace {
+// CpuBackend::conv2d and cpu::conv2d_relu (f32/f64 only for the latter).
+void conv2d_run(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p, const Tensor& out,
+                bool relu) {
   const int64_t N = x.size(0), Cout = weight.size(0);
   const Geom g = geom_of(x, weight, p, out.size(2), out.size(3));
   if (out.numel() == 0) return;
@@ -245,20 +254,15 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   Tensor ws = scratch(nt * per_thread, out.dtype(), out.device());
   dispatch_floating(out.dtype(), "conv2d", [&]<class T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      conv_forward<T>(ptr<T>(x), ptr<T>(weight), ptr<T>(bias), ptr<T>(out), g, N, Cout, p.groups, ptr<T>(ws), nt);
+      conv_forward<T>(ptr<T>(x), ptr<T>(weight), ptr<T>(bias), ptr<T>(out), g, N, Cout, p.groups, ptr<T>(ws), nt,
+                      relu);
   });
 }
 
-void CpuBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
-                                 const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
-  if (is_low_precision(grad_out.dtype())) {
-    Tensor gx = empty_f32_like(grad_x), gw = empty_f32_like(grad_weight), gb = empty_f32_like(grad_bias);
-    conv2d_backward(to_f32(grad_out), to_f32(x), to_f32(weight), p, gx, gw, gb);
-    if (gx.defined()) copy(gx, grad_x);
-    if (gw.defined()) copy(gw, grad_weight);
-    if (gb.defined()) copy(gb, grad_bias);
-    return;
-  }
+// CpuBackend::conv2d_backward and cpu::conv2d_relu_backward (relu_y defined).
+void conv2d_backward_run(const Tensor& grad_out, const Tensor& relu_y, const Tensor& x, const Tensor& weight,
+                         const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
+                         const Tensor& grad_bias) {
   // Shapes: x may be undefined when only grad_x is wanted; grad_x then gives them.
   const Tensor& xs = x.defined() ? x : grad_x;
   const int64_t N = grad_out.size(0), Cout = grad_out.size(1);
@@ -271,18 +275,71 @@ void CpuBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const 
   const int64_t per_thread = g.is_pointwise() ? 0 : g.C * kh * kw * g.Ho * g.Wo;
   const DType dt = grad_out.dtype();
   Tensor ws = scratch(nt * per_thread, dt, grad_out.device());
+  Tensor mask_ws = relu_y.defined() ? scratch(nt * Cout * g.Ho * g.Wo, dt, grad_out.device()) : Tensor();
   Tensor gw_part = grad_weight.defined() ? zeros({nt, Cout * K}, TensorOptions(dt, grad_out.device())) : Tensor();
   Tensor gb_part = grad_bias.defined() ? zeros({nt, Cout}, TensorOptions(dt, grad_out.device())) : Tensor();
   if (grad_out.numel() == 0) {  // nothing flows back: every gradient is zero
     for (const Tensor* t : {&grad_x, &grad_weight, &grad_bias})
-      if (t->defined()) fill(*t, 0);
+      if (t->defined()) raw::fill_(*t, 0);
     return;
   }
   dispatch_floating(dt, "conv2d_backward", [&]<class T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
       conv_backward<T>(ptr<T>(grad_out), ptr<T>(x), ptr<T>(weight), ptr<T>(grad_x), ptr<T>(grad_weight),
-                       ptr<T>(grad_bias), g, N, Cout, p.groups, ptr<T>(ws), ptr<T>(gw_part), ptr<T>(gb_part), nt);
+                       ptr<T>(grad_bias), g, N, Cout, p.groups, ptr<T>(ws), ptr<T>(gw_part), ptr<T>(gb_part), nt,
+                       ptr<T>(relu_y), ptr<T>(mask_ws));
   });
+}
+
+// f32/f64, contiguous, on the CPU: what the fused entry points take.
+void check_fused(const char* op, std::initializer_list<const Tensor*> ts) {
+  const DType dt = (*ts.begin())->dtype();
+  SNUG_CHECK(dt == DType::f32 || dt == DType::f64, DTypeError, "cpu::", op, ": expected f32 or f64, got ",
+             dtype_name(dt));
+  for (const Tensor* t : ts)
+    if (t->defined())
+      SNUG_CHECK(t->device().is_cpu() && t->dtype() == dt && t->is_contiguous(), ValueError, "cpu::", op,
+                 ": every tensor must be a contiguous ", dtype_name(dt), " CPU tensor");
+}
+}  // namespace
+
+void cpu::conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                      const Tensor& out) {
+  check_fused("conv2d_relu", {&out, &x, &weight, &bias});
+  conv2d_run(x, weight, bias, p, out, true);
+}
+
+void cpu::conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x, const Tensor& weight,
+                               const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
+                               const Tensor& grad_bias) {
+  check_fused("conv2d_relu_backward", {&grad_out, &y, &x, &weight, &grad_x, &grad_weight, &grad_bias});
+  SNUG_CHECK(y.shape() == grad_out.shape(), ShapeError, "cpu::conv2d_relu_backward: y ", shape_str(y.shape()),
+             " and grad_out ", shape_str(grad_out.shape()), " differ");
+  conv2d_backward_run(grad_out, y, x, weight, p, grad_x, grad_weight, grad_bias);
+}
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                        const Tensor& out) {
+  if (is_low_precision(out.dtype())) {  // f16/bf16: computed in f32, rounded once at the end
+    Tensor o32 = empty_f32_like(out);
+    conv2d(to_f32(x), to_f32(weight), to_f32(bias), p, o32);
+    copy(o32, out);
+    return;
+  }
+  conv2d_run(x, weight, bias, p, out, false);
+}
+
+void CpuBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                                 const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+  if (is_low_precision(grad_out.dtype())) {
+    Tensor gx = empty_f32_like(grad_x), gw = empty_f32_like(grad_weight), gb = empty_f32_like(grad_bias);
+    conv2d_backward(to_f32(grad_out), to_f32(x), to_f32(weight), p, gx, gw, gb);
+    if (gx.defined()) copy(gx, grad_x);
+    if (gw.defined()) copy(gw, grad_weight);
+    if (gb.defined()) copy(gb, grad_bias);
+    return;
+  }
+  conv2d_backward_run(grad_out, Tensor(), x, weight, p, grad_x, grad_weight, grad_bias);
 }
 
 // ---- pooling ----------------------------------------------------------------------------

@@ -1,14 +1,16 @@
-// nn::functional::conv2d: checks, output shape, the backend call and the
-// backward beside it. The arithmetic (im2col + GEMM on the CPU) is in the
+// nn::functional::conv2d (and conv2d_relu): checks, output shape, the backend
+// call and the backward beside it. The arithmetic (im2col + GEMM on the CPU) is in the
 // backend: core/cpu_conv.cpp.
 #include "autograd/autocast.h"
 #include <array>
 
 #include "autograd/node.h"
 #include "core/backend.h"
+#include "core/cpu_conv.h"
 #include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "nn/functional.h"
+#include "nn/fused.h"
 
 namespace snug::nn::functional {
 
@@ -25,8 +27,10 @@ std::string pair_str(std::array<int64_t, 2> a) { return str("(", a[0], ", ", a[1
 // backward (the backend's conv2d_backward):
 //   gx = the transposed convolution of g by w;  gw[co, c, i, j] = sum_{n, oh, ow} g[n, co, oh, ow] x[n, c, ...];
 //   gb[co] = sum_{n, oh, ow} g[n, co, oh, ow]
-Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, std::array<int64_t, 2> stride,
-              std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation, int64_t groups) {
+namespace {
+// conv2d, and with relu = true conv2d_relu.
+Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, std::array<int64_t, 2> stride,
+                   std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation, int64_t groups, bool relu_after) {
   // Autocast: low precision (autograd/autocast.h); identity outside a scope.
   const Tensor x = autocast::lower(x_in), weight = autocast::lower(weight_in), bias = autocast::lower(bias_in);
   SNUG_CHECK(x.dim() == 4, ShapeError, "conv2d: expected input (N, C, H, W), got ", shape_str(x.shape()),
@@ -76,33 +80,54 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   p.groups = groups;
   // 2 FLOPs per multiply-add: each output takes C/groups kh kw of them.
   const double flops = 2.0 * double(N) * double(Cout) * double(Ho) * double(Wo) * double(weight.size(1)) * double(kh) * double(kw);
-  profiler::RecordOp rec("conv2d", x.device(), flops);
+  // conv2d_relu in one op: CPU f32/f64 (core/cpu_conv.h); elsewhere conv2d then relu.
+  const bool fused = relu_after && x.device().is_cpu() && (x.dtype() == DType::f32 || x.dtype() == DType::f64);
+  profiler::RecordOp rec(fused ? "conv2d_relu" : "conv2d", x.device(), flops);
   Tensor xc = raw::contiguous(x), wc = raw::contiguous(weight);
   Tensor bc = bias.defined() ? raw::contiguous(bias) : Tensor();
   Tensor y = empty({N, Cout, Ho, Wo}, x.options());
-  backend_for(x.device()).conv2d(xc, wc, bc, p, y);
+  if (fused) cpu::conv2d_relu(xc, wc, bc, p, y);
+  else backend_for(x.device()).conv2d(xc, wc, bc, p, y);
 
   if (any_requires_grad({x, weight, bias})) {
-    // Keep only what the wanted gradients read: x for gw, w for gx.
+    // Keep only what the wanted gradients read: x for gw, w for gx (and the
+    // fused op's output, whose sign masks the gradient).
     Tensor keep_x = weight.requires_grad() ? xc : Tensor();
     Tensor keep_w = x.requires_grad() ? wc : Tensor();
     const Shape xs = x.shape(), ws = weight.shape();
     const DType dt = x.dtype();
-    record("conv2d", {x, weight, bias}, {y}, {keep_x, keep_w}, [p, xs, ws, dt, flops](FunctionNode& self, const G& g) -> G {
+    record(fused ? "conv2d_relu" : "conv2d", {x, weight, bias}, {y}, {keep_x, keep_w, fused ? y : Tensor()},
+           [p, xs, ws, dt, flops, fused](FunctionNode& self, const G& g) -> G {
       // Each wanted gradient (gx, gw) costs as much as the forward.
-      profiler::RecordOp rec("conv2d_backward", g[0].device(), flops * ((self.needs_grad(0) ? 1 : 0) + (self.needs_grad(1) ? 1 : 0)));
+      profiler::RecordOp rec(fused ? "conv2d_relu_backward" : "conv2d_backward", g[0].device(),
+                             flops * ((self.needs_grad(0) ? 1 : 0) + (self.needs_grad(1) ? 1 : 0)));
       Tensor go = raw::contiguous(raw::to_dtype(g[0], dt));  // (N, Cout, Ho, Wo)
+      if (fused && !self.needs_grad(0) && !self.needs_grad(1))  // only the bias
+        return {Tensor(), Tensor(),
+                raw::reduce(ReduceOp::sum, raw::binary(BinaryOp::relu_backward, go, self.saved_at(2)), {0, 2, 3}, false)};
       if (!self.needs_grad(0) && !self.needs_grad(1))  // only the bias: nothing else was saved
         return {Tensor(), Tensor(), raw::reduce(ReduceOp::sum, go, {0, 2, 3}, false)};
       const TensorOptions o(dt, go.device());
       Tensor gx = self.needs_grad(0) ? empty(xs, o) : Tensor();
       Tensor gw = self.needs_grad(1) ? empty(ws, o) : Tensor();
       Tensor gb = self.needs_grad(2) ? empty({ws[0]}, o) : Tensor();
-      backend_for(go.device()).conv2d_backward(go, self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
+      if (fused) cpu::conv2d_relu_backward(go, self.saved_at(2), self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
+      else backend_for(go.device()).conv2d_backward(go, self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
       return {gx, gw, gb};
     });
   }
-  return y;
+  return relu_after && !fused ? relu(y) : y;
+}
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::array<int64_t, 2> stride,
+              std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation, int64_t groups) {
+  return conv2d_impl(x, weight, bias, stride, padding, dilation, groups, false);
+}
+
+Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, std::array<int64_t, 2> stride,
+                   std::array<int64_t, 2> padding, std::array<int64_t, 2> dilation, int64_t groups) {
+  return conv2d_impl(x, weight, bias, stride, padding, dilation, groups, true);
 }
 
 }  // namespace snug::nn::functional

@@ -1,12 +1,16 @@
 #include "nn/module.h"
 
 #include <set>
+#include <typeinfo>
 #include <sstream>
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
 #include "core/raw_ops.h"
 #include "memory/allocator.h"
+#include "nn/conv.h"
+#include "nn/fused.h"
+#include "nn/layers.h"
 
 namespace snug::nn {
 
@@ -236,7 +240,19 @@ Sequential& Sequential::push_back(std::shared_ptr<Module> m) {
 }
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& m : mods_) h = m->forward(h);
+  for (size_t i = 0; i < mods_.size(); ++i) {
+    // A Conv2d followed by a ReLU runs as one op (nn/fused.h): the same result
+    // without the separate ReLU passes. Exact types only, so that a subclass
+    // with its own forward keeps it.
+    Module& m = *mods_[i];
+    if (i + 1 < mods_.size() && typeid(m) == typeid(Conv2d) && typeid(*mods_[i + 1]) == typeid(ReLU)) {
+      const auto& c = static_cast<const Conv2d&>(m);
+      h = functional::conv2d_relu(h, c.weight, c.bias, c.stride, c.padding, c.dilation, c.groups);
+      ++i;
+      continue;
+    }
+    h = m.forward(h);
+  }
   return h;
 }
 std::shared_ptr<Module> Sequential::operator[](size_t i) const {
