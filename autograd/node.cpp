@@ -104,8 +104,16 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grads) {
     if (g.shape() != t.shape()) g = raw::sum_to(g, t.shape());
     if (g.dtype() != t.dtype()) g = raw::to_dtype(g, t.dtype());
     if (!m.grad.defined()) {
-      // Own the buffer: the incoming gradient may alias another tensor.
-      m.grad = raw::clone(g);
+      // Keep the incoming buffer when nothing else can see it (as PyTorch
+      // does), else copy it: the gradient may alias another tensor. Seen by
+      // nothing else means: held only by the engine's input vector and `g`
+      // here (a hook that kept it, another edge's pending buffer, a retained
+      // graph's saved copy, the caller's seed all add references), with a
+      // storage of its own, dense and exactly its size. Skipping the copy
+      // saves a pass over every parameter's gradient each step.
+      const bool alone = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                         g.impl()->offset == 0 && g.storage()->nbytes() == g.nbytes() && !g.requires_grad();
+      m.grad = alone ? g : raw::clone(g);
     } else {
       raw::copy_(m.grad, raw::binary(BinaryOp::add, m.grad, g));
       m.grad.bump_version();

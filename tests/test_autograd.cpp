@@ -12,6 +12,7 @@
 #include "autograd/ops.h"
 #include "core/raw_ops.h"
 #include "memory/allocator.h"
+#include "memory/stats.h"
 
 using namespace snug;
 
@@ -32,6 +33,51 @@ TEST_CASE("backward accumulates into leaves, including a leaf used twice") {
   CHECK(x.is_leaf());
   CHECK_FALSE(y.is_leaf());
   CHECK(std::string(y.grad_fn()->name()) == "sum");
+}
+
+TEST_CASE("a leaf's first gradient keeps the incoming buffer only when nothing else holds it") {
+  // Kept: a fresh gradient nobody else sees (x * w: a new tensor) becomes .grad itself.
+  Tensor x = vec({1, 2, 3}), w = vec({4, 5, 6});
+  x.requires_grad_();
+  Tensor y = x * w;
+  Tensor seed = vec({1, 1, 1});
+  const int64_t allocs0 = memory::stats(kCPU).allocation.allocated;
+  y.backward(seed);
+  // One allocation in all: mul's backward makes seed * w, and .grad is that buffer (a copy would be a second).
+  CHECK(memory::stats(kCPU).allocation.allocated - allocs0 == 1);
+  CHECK(vals(x.grad()) == std::vector<float>{4, 5, 6});
+  // The seed itself reaching a leaf is the caller's tensor: .grad must not alias it.
+  Tensor a = vec({1, 2});
+  a.requires_grad_();
+  Tensor ga = vec({3, 4});
+  a.backward(ga);
+  CHECK(!a.grad().is_same(ga));
+  CHECK(a.grad().storage() != ga.storage());
+  a.backward(ga);  // accumulates in place into a.grad
+  CHECK(vals(ga) == std::vector<float>{3, 4});
+  CHECK(vals(a.grad()) == std::vector<float>{6, 8});
+  // One gradient reaching two leaves (add passes g to both): each gets its own buffer.
+  Tensor p = vec({1, 1}), q = vec({2, 2});
+  p.requires_grad_();
+  q.requires_grad_();
+  (p + q).sum().backward();
+  CHECK(p.grad().storage() != q.grad().storage());
+  (p + q).sum().backward();
+  CHECK(vals(p.grad()) == std::vector<float>{2, 2});
+  CHECK(vals(q.grad()) == std::vector<float>{2, 2});
+  // A hook that keeps the gradient it saw: .grad must not alias it.
+  Tensor h = vec({1, 2});
+  h.requires_grad_();
+  Tensor kept;
+  h.register_hook([&](const Tensor& g) {
+    kept = g;
+    return Tensor();
+  });
+  (h * 3.0).sum().backward();
+  CHECK(h.grad().storage() != kept.storage());
+  (h * 3.0).sum().backward();
+  CHECK(vals(kept) == std::vector<float>{3, 3});
+  CHECK(vals(h.grad()) == std::vector<float>{6, 6});
 }
 
 TEST_CASE("a second backward needs retain_graph") {
