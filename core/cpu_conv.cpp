@@ -26,8 +26,8 @@
 #endif
 
 #include <algorithm>
-#include <initializer_list>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -35,6 +35,7 @@
 #include "core/cpu_backend.h"
 #include "core/cpu_conv.h"
 #include "core/cpu_loop.h"
+#include "core/functors.h"
 #include "core/gemm.h"
 #include "core/raw_ops.h"
 #include "memory/allocator.h"
@@ -187,17 +188,17 @@ void conv_forward(const T* x, const T* w, const T* b, T* out, const Geom& g, int
           T* r = on + co * P;
           for (int64_t q = 0; q < P; ++q) r[q] += b[co];
         }
-      if (relu)  // ReluF's rule (NaN -> 0), while the image's output is in cache
-        for (int64_t q = 0; q < Cout * P; ++q) on[q] = on[q] > T(0) ? on[q] : T(0);
+      if (relu)  // while the image's output is in cache
+        for (int64_t q = 0; q < Cout * P; ++q) on[q] = ReluF{}(on[q]);
     }
   }
 }
 
 // gout (N, Cout, Ho, Wo) -> gx (N, C, H, W), gw (Cout, C/G, kh, kw), gb (Cout); null = not wanted.
 // gw_part (nt, Cout*K) and gb_part (nt, Cout) are zeroed per-thread sums.
-template <class T>
 // relu_y: conv2d_relu's output, or null; with it each image's gradient is
 // first masked (y > 0) into mask_ws (Cout * Ho * Wo per thread).
+template <class T>
 void conv_backward(const T* gout, const T* x, const T* w, T* gx, T* gw, T* gb, const Geom& g, int64_t N,
                    int64_t Cout, int64_t G, T* ws, T* gw_part, T* gb_part, int nt, const T* relu_y = nullptr,
                    T* mask_ws = nullptr) {
@@ -215,7 +216,7 @@ void conv_backward(const T* gout, const T* x, const T* w, T* gx, T* gw, T* gb, c
       if (relu_y) {
         T* m = mask_ws + t * Cout * P;
         const T* yn = relu_y + n * Cout * P;
-        for (int64_t q = 0; q < Cout * P; ++q) m[q] = yn[q] > T(0) ? gn[q] : T(0);
+        for (int64_t q = 0; q < Cout * P; ++q) m[q] = ReluBackwardF{}(gn[q], yn[q]);  // y > 0 iff its input > 0
         gn = m;
       }
       if (gx) {

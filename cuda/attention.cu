@@ -197,60 +197,14 @@ __global__ void attention_backward_kv_kernel(const float* __restrict__ qkv, cons
 // kernels took most of a 12-layer GPT step on an H200). cuda/fused_ops.cpp
 // then copies q, k, v to (B H, T, D) and, for a chunk of heads at a time (the
 // chunk's (T, T) scores kept under 128 MiB), runs
-//   forward:  S = Q K^T (cuBLAS); causal_softmax_rows: S -> P, lse; Y = P V
-//   backward: S = Q K^T again, dP = dO V^T; causal_softmax_rows_backward:
-//             S -> P, dP -> dS (scale folded in); dV = P^T dO, dQ = dS K,
-//             dK = dS^T Q
+//   forward:  S = Q K^T (cuBLAS); causal_softmax (cuda/softmax.cu), in place,
+//             with its lse output: S -> P, lse; Y = P V
+//   backward: S = Q K^T again, dP = dO V^T; causal_softmax_lse_backward
+//             (beside it): S -> P, dP -> dS (scale folded in); dV = P^T dO,
+//             dQ = dS K, dK = dS^T Q
 // so only lse is kept between the passes, as in the kernels above, and the
 // (T, T) buffers live for one chunk. The GEMMs compute the masked half too;
 // cuBLAS is fast enough that skipping it is not worth a kernel of our own.
-// One block per row; the block reduces the max and the sum in a fixed order.
-struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
-struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
-
-__global__ void causal_softmax_rows_kernel(float* __restrict__ s, float* __restrict__ lse, int64_t T, float scale) {
-  extern __shared__ float buf[];  // blockDim.x floats
-  const int64_t r = blockIdx.x, i = r % T;
-  float* row = s + r * T;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, scale * row[j]);
-  m = block_reduce(m, MaxOp{}, buf);
-  float l = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) l += expf(scale * row[j] - m);
-  l = block_reduce(l, SumOp{}, buf);
-  const float inv = 1.0f / l;
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= i ? expf(scale * row[j] - m) * inv : 0.0f;
-  if (threadIdx.x == 0) lse[r] = m + logf(l);
-}
-
-__global__ void causal_softmax_rows_backward_kernel(float* __restrict__ s, float* __restrict__ dp,
-                                                    const float* __restrict__ lse, int64_t T, float scale) {
-  extern __shared__ float buf[];
-  const int64_t r = blockIdx.x, i = r % T;
-  float* srow = s + r * T;
-  float* drow = dp + r * T;
-  const float L = lse[r];
-  float d = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) d += expf(scale * srow[j] - L) * drow[j];
-  d = block_reduce(d, SumOp{}, buf);
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
-    if (j <= i) {
-      const float p = expf(scale * srow[j] - L);
-      srow[j] = p;
-      drow[j] = scale * p * (drow[j] - d);
-    } else {
-      srow[j] = 0.0f;
-      drow[j] = 0.0f;
-    }
-  }
-}
-
-// A power of two from 32 to 256, about the row length.
-int row_threads(int64_t T) {
-  int t = 32;
-  while (t < 256 && t < T) t *= 2;
-  return t;
-}
 
 unsigned blocks_for_rows(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
@@ -291,21 +245,6 @@ void causal_attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, float
         qkv, lse, gy, dsum, dqkv, s);
     check_launch("causal_attention_backward (keys and values)");
   });
-}
-
-void causal_softmax_rows(int64_t rows, int64_t T, float scale, float* s, float* lse, StreamHandle st) {
-  if (rows == 0 || T == 0) return;
-  const int t = row_threads(T);
-  causal_softmax_rows_kernel<<<unsigned(rows), t, t * sizeof(float), as_stream(st)>>>(s, lse, T, scale);
-  check_launch("causal_softmax_rows");
-}
-
-void causal_softmax_rows_backward(int64_t rows, int64_t T, float scale, float* s, float* dp, const float* lse,
-                                  StreamHandle st) {
-  if (rows == 0 || T == 0) return;
-  const int t = row_threads(T);
-  causal_softmax_rows_backward_kernel<<<unsigned(rows), t, t * sizeof(float), as_stream(st)>>>(s, dp, lse, T, scale);
-  check_launch("causal_softmax_rows_backward");
 }
 
 }  // namespace snug::cuda::kernels

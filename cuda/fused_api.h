@@ -40,8 +40,9 @@ void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, co
                               bool tf32 = false);
 void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
                                int64_t heads, double scale, const Tensor& dqkv, bool tf32 = false);
-// From this sequence length on, attention goes through cuBLAS GEMMs and two
-// row kernels, in chunks of heads; below it, one warp per row.
+// From this sequence length on, attention goes through cuBLAS GEMMs and the
+// causal softmax row kernels of cuda/softmax.cu, in chunks of heads; below
+// it, one warp per row.
 inline constexpr int64_t kAttentionGemmMinT = 64;
 // The most bytes of (T, T) f32 scores one chunk of heads may take on that
 // path (128 MiB; at least one head per chunk). Settable so that tests can

@@ -3,6 +3,7 @@
 #include "cuda/fused_api.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -148,6 +149,10 @@ Tensor heads_of(const Tensor& x, int64_t H) {
 Tensor packed(const Tensor& v) {
   return raw::contiguous(v).view({v.size(0) * v.size(1), v.size(2), v.size(3)});
 }
+// q, k, v of a (B, T, 3C) tensor, each packed to (B H, T, D).
+std::array<Tensor, 3> packed_qkv(const Tensor& qkv, int64_t H) {
+  return {packed(head_view(qkv, H, 0)), packed(head_view(qkv, H, 1)), packed(head_view(qkv, H, 2))};
+}
 // Heads per chunk: the chunk's (T, T) f32 scores within g_score_chunk_bytes, at least one.
 int64_t heads_per_chunk(int64_t BH, int64_t T) {
   const auto per_head = static_cast<std::size_t>(T) * static_cast<std::size_t>(T) * sizeof(float);
@@ -158,7 +163,7 @@ void attention_forward_gemm(const Tensor& qkv, int64_t H, float scale, const Ten
                             bool tf32, std::uintptr_t stream) {
   const int64_t B = qkv.size(0), T = qkv.size(1), BH = B * H;
   Backend& be = backend_for(qkv.device());
-  const Tensor q = packed(head_view(qkv, H, 0)), k = packed(head_view(qkv, H, 1)), v = packed(head_view(qkv, H, 2));
+  const auto [q, k, v] = packed_qkv(qkv, H);
   const Tensor yh = empty(q.shape(), q.options());  // (B H, T, D)
   const int64_t n = heads_per_chunk(BH, T);
   const Tensor sbuf = empty({n, T, T}, q.options());
@@ -167,8 +172,8 @@ void attention_forward_gemm(const Tensor& qkv, int64_t H, float scale, const Ten
     const int64_t c = std::min(n, BH - h0);
     const Tensor sc = sbuf.narrow(0, 0, c);
     be.matmul(q.narrow(0, h0, c), k.narrow(0, h0, c).transpose(1, 2), sc);  // S = Q K^T   (c, T, T)
-    kernels::causal_softmax_rows(c * T, T, scale, static_cast<float*>(sc.data_ptr()),
-                                 static_cast<float*>(lse.data_ptr()) + h0 * T, stream);
+    kernels::causal_softmax(DType::f32, c * T, T, T, scale, sc.data_ptr(), sc.data_ptr(), stream,
+                            static_cast<float*>(lse.data_ptr()) + h0 * T);  // S -> P, lse
     be.matmul(sc, v.narrow(0, h0, c), yh.narrow(0, h0, c));  // Y = P V   (c, T, D)
   }
   raw::copy_(heads_of(y, H), yh.view({B, H, T, q.size(2)}));
@@ -178,7 +183,7 @@ void attention_backward_gemm(const Tensor& qkv, const Tensor& lse, const Tensor&
                              const Tensor& dqkv, bool tf32, std::uintptr_t stream) {
   const int64_t B = qkv.size(0), T = qkv.size(1), BH = B * H, D = qkv.size(2) / 3 / H;
   Backend& be = backend_for(qkv.device());
-  const Tensor q = packed(head_view(qkv, H, 0)), k = packed(head_view(qkv, H, 1)), v = packed(head_view(qkv, H, 2));
+  const auto [q, k, v] = packed_qkv(qkv, H);
   const Tensor go = packed(heads_of(gy, H));
   const Tensor dq = empty(q.shape(), q.options()), dk = empty(q.shape(), q.options()), dv = empty(q.shape(), q.options());
   const int64_t n = heads_per_chunk(BH, T);
@@ -190,9 +195,9 @@ void attention_backward_gemm(const Tensor& qkv, const Tensor& lse, const Tensor&
     const Tensor qc = q.narrow(0, h0, c), kc = k.narrow(0, h0, c), vc = v.narrow(0, h0, c), gc = go.narrow(0, h0, c);
     be.matmul(qc, kc.transpose(1, 2), sc);  // S = Q K^T
     be.matmul(gc, vc.transpose(1, 2), dp);  // dP = dO V^T
-    kernels::causal_softmax_rows_backward(c * T, T, scale, static_cast<float*>(sc.data_ptr()),
-                                          static_cast<float*>(dp.data_ptr()),
-                                          static_cast<const float*>(lse.data_ptr()) + h0 * T, stream);
+    kernels::causal_softmax_lse_backward(c * T, T, scale, static_cast<float*>(sc.data_ptr()),
+                                         static_cast<float*>(dp.data_ptr()),
+                                         static_cast<const float*>(lse.data_ptr()) + h0 * T, stream);
     be.matmul(sc.transpose(1, 2), gc, dv.narrow(0, h0, c));  // dV = P^T dO
     be.matmul(dp, kc, dq.narrow(0, h0, c));                  // dQ = dS K
     be.matmul(dp.transpose(1, 2), qc, dk.narrow(0, h0, c));  // dK = dS^T Q

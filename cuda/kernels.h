@@ -58,9 +58,16 @@ void softmax(DType t, bool log, const Geometry<2>& rows, int64_t len, int64_t xs
 // rows: (grad_out, y, grad_in) row starts.
 void softmax_backward(DType t, bool log, const Geometry<3>& rows, int64_t len, int64_t gstep, int64_t ystep,
                       int64_t dstep, const void* g, const void* y, void* d, StreamHandle s);
-// x, y (rows, Tk) contiguous, row r is query r % Tq.
+// x, y (rows, Tk) contiguous (x may be y), row r is query r % Tq. lse (rows)
+// or null: each row's log sum exp(scale x) over its visible columns.
 void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y,
-                    StreamHandle s);
+                    StreamHandle s, float* lse = nullptr);
+// causal_softmax's backward for f32 rows of T (Tq = Tk) from its lse, for the
+// attention's cuBLAS path (NOTE [ Attention through cuBLAS ]): s holds the
+// raw scores of (rows / T) heads and becomes P; dp = dO V^T becomes
+// dS = scale P (dp - D_r), D_r = sum_j P_rj dp_rj.
+void causal_softmax_lse_backward(int64_t rows, int64_t T, float scale, float* s, float* dp, const float* lse,
+                                 StreamHandle st);
 // x, y (R, C) contiguous; w, b (C) or null; mean, rstd (R) f32.
 void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const void* w, const void* b, void* y,
                 float* mean, float* rstd, StreamHandle s);
@@ -103,15 +110,5 @@ void causal_attention_forward(int64_t B, int64_t T, int64_t H, int64_t D, float 
 void causal_attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const float* qkv,
                                const float* y, const float* lse, const float* gy, float* dqkv, float* dsum,
                                StreamHandle s);
-
-// The row kernels of the cuBLAS path (NOTE [ Attention through cuBLAS ]).
-// s: (rows, T) raw scores q.k of (rows / T) heads, row r = query r % T.
-// Forward: s becomes P (scale, causal mask, softmax; 0 above the diagonal)
-// and lse[r] = log sum_j exp(scale s_rj). Backward: from the raw scores s,
-// lse and dp = dO V^T, s becomes P and dp becomes dS = scale P (dp - D_r),
-// D_r = sum_j P_rj dp_rj (= dO_r . O_r).
-void causal_softmax_rows(int64_t rows, int64_t T, float scale, float* s, float* lse, StreamHandle st);
-void causal_softmax_rows_backward(int64_t rows, int64_t T, float scale, float* s, float* dp, const float* lse,
-                                  StreamHandle st);
 
 }  // namespace snug::cuda::kernels

@@ -91,8 +91,10 @@ __global__ void softmax_backward_kernel(bool log, Geometry<3> rows, int64_t len,
 }
 
 // x, y (rows, Tk); row r is query i = r % Tq and sees columns j <= i + Tk - Tq.
+// x may be y. lse (rows) or null: log sum_j exp(scale x_rj) over the visible j.
 template <class T>
-__global__ void causal_softmax_kernel(int64_t rows, int64_t Tq, int64_t Tk, comp_t<T> scale, const T* x, T* y) {
+__global__ void causal_softmax_kernel(int64_t rows, int64_t Tq, int64_t Tk, comp_t<T> scale, const T* x, T* y,
+                                      float* lse) {
   using A = comp_t<T>;
   using S = rowsum_t<T>;
   __shared__ A mbuf[kThreads];
@@ -112,7 +114,41 @@ __global__ void causal_softmax_kernel(int64_t rows, int64_t Tq, int64_t Tk, comp
     const A inv = s > 0 ? A(1) / A(s) : A(0);
     for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x)
       yr[j] = j < visible ? T(dexp(scale * A(xr[j]) - m) * inv) : T(0);
+    if (lse && threadIdx.x == 0) lse[r] = float(double(m) + ::log(double(s)));
   }
+}
+
+// The backward of causal_softmax for square f32 rows (Tq = Tk = T) from its
+// lse, for the attention's cuBLAS path (NOTE [ Attention through cuBLAS ] in
+// cuda/attention.cu): s holds the raw scores and becomes P; dp = dO V^T becomes
+// dS = scale P (dp - D_r), D_r = sum_j P_rj dp_rj (= dO_r . O_r).
+__global__ void causal_softmax_lse_backward_kernel(float* __restrict__ s, float* __restrict__ dp,
+                                                   const float* __restrict__ lse, int64_t T, float scale) {
+  extern __shared__ float buf[];  // blockDim.x floats
+  const int64_t r = blockIdx.x, i = r % T;
+  float* srow = s + r * T;
+  float* drow = dp + r * T;
+  const float L = lse[r];
+  float d = 0.0f;
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) d += expf(scale * srow[j] - L) * drow[j];
+  d = block_reduce(d, SumOp<float>{}, buf);
+  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
+    if (j <= i) {
+      const float p = expf(scale * srow[j] - L);
+      srow[j] = p;
+      drow[j] = scale * p * (drow[j] - d);
+    } else {
+      srow[j] = 0.0f;
+      drow[j] = 0.0f;
+    }
+  }
+}
+
+// A power of two from 32 to 256, about the row length.
+int row_threads(int64_t T) {
+  int t = 32;
+  while (t < 256 && t < T) t *= 2;
+  return t;
 }
 
 template <class T>
@@ -250,13 +286,21 @@ void softmax_backward(DType t, bool log, const Geometry<3>& rows, int64_t len, i
 }
 
 void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y,
-                    StreamHandle s) {
+                    StreamHandle s, float* lse) {
   if (rows == 0 || Tk == 0) return;
   dispatch_floating(t, "causal_softmax", [&]<class T>() {
     causal_softmax_kernel<T><<<row_grid(rows), kThreads, 0, as_stream(s)>>>(
-        rows, Tq, Tk, comp_t<T>(scale), static_cast<const T*>(x), static_cast<T*>(y));
+        rows, Tq, Tk, comp_t<T>(scale), static_cast<const T*>(x), static_cast<T*>(y), lse);
     check_launch("causal_softmax");
   });
+}
+
+void causal_softmax_lse_backward(int64_t rows, int64_t T, float scale, float* s, float* dp, const float* lse,
+                                 StreamHandle st) {
+  if (rows == 0 || T == 0) return;
+  const int t = row_threads(T);
+  causal_softmax_lse_backward_kernel<<<unsigned(rows), t, t * sizeof(float), as_stream(st)>>>(s, dp, lse, T, scale);
+  check_launch("causal_softmax_lse_backward");
 }
 
 void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const void* w, const void* b, void* y,

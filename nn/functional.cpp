@@ -340,14 +340,14 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
     return y.transpose(1, 2).reshape({B, T, C});
   }
   profiler::RecordOp rec("causal_attention", qkv.device(), cpu::causal_attention_flops(B, T, heads, D));
-  Tensor xc = half_in ? raw::contiguous(raw::to_dtype(qkv, DType::f32)) : raw::contiguous(qkv);
+  Tensor xc = raw::contiguous(half_in ? raw::to_dtype(qkv, DType::f32) : qkv);
   std::vector<Tensor> outs = autograd::keep_or_compute("causal_attention", [&] {
     Tensor y = empty({B, T, C}, xc.options()), lse = empty({B, heads, T}, xc.options());
     if (on_gpu) cuda::causal_attention_forward(xc, heads, scale, y, lse, half_in);
     else cpu::causal_attention_forward(xc, heads, scale, y, lse);
     return std::vector<Tensor>{y, lse};
   });
-  Tensor y = half_in ? raw::to_dtype(outs[0], in_dt) : outs[0];
+  Tensor y = raw::to_dtype(outs[0], in_dt);  // itself unless half_in
   if (any_requires_grad({qkv}))
     record("causal_attention", {qkv}, {y}, {xc, outs[0], outs[1]},
            [heads, scale, half_in, in_dt](FunctionNode& self, const G& g) -> G {
@@ -360,7 +360,7 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
                cuda::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), gy, heads, scale, gx, half_in);
              else
                cpu::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), gy, heads, scale, gx);
-             return {half_in ? raw::to_dtype(gx, in_dt) : gx};
+             return {raw::to_dtype(gx, in_dt)};
            });
   return y;
 }

@@ -1,8 +1,8 @@
 #include "nn/module.h"
 
 #include <set>
-#include <typeinfo>
 #include <sstream>
+#include <typeinfo>
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
