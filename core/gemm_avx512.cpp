@@ -17,9 +17,11 @@
 // on N; the M edge uses a kernel instantiated for exactly the rows left and the
 // N edge masks the C stores.
 //
-// Threads: the B block is packed cooperatively, then the (MR-panel x NR-panel)
-// grid of the block is cut into a tm x tn grid of rectangles, one per thread,
-// chosen to balance the work (tall problems split M, wide ones split N).
+// Threads: the (MR-panel x NR-panel) grid of each NC block is cut into a
+// tm x tn grid of rectangles, one per thread, chosen to balance the work
+// (tall problems split M, wide ones split N). Each thread packs the B panels
+// of its own columns, so there is no barrier inside the product; a split of M
+// packs those panels once per thread row, which the grid choice counts.
 #include "core/gemm_detail.h"
 
 #include <algorithm>
@@ -266,15 +268,18 @@ int a_layout(bool ta, int64_t lda) {
 constexpr auto kKernels = make_table(std::make_integer_sequence<int, MR>{});
 
 // Split nt threads into a tm x tn grid over (pm MR-panels) x (pn NR-panels),
-// minimising the largest share; ties go to splitting M (no duplicated A packing).
-void choose_grid(int nt, int64_t pm, int64_t pn, int& tm, int& tn) {
+// minimising the largest share of per-k work, in rough cycles: a full register
+// tile is 14 cycles of FMAs; packing a B panel (32 floats) or an A panel (14,
+// through a transpose) about 2. Each thread packs the B panels of its own
+// columns, so a split of M packs them once per row of threads, and a split of
+// N packs each A panel once per column of threads. Ties go to splitting M.
+void choose_grid(int nt, int64_t pm, int64_t pn, bool packs_a, int& tm, int& tn) {
   int64_t best = -1;
   for (int a = 1; a <= nt; ++a) {
     if (nt % a) continue;
     int b = nt / a;
-    int64_t cost = ((pm + a - 1) / a) * ((pn + b - 1) / b);
-    // Each extra column of threads re-packs the same A panels.
-    cost = cost * 64 + (b - 1) * ((pm + a - 1) / a);
+    const int64_t rows = (pm + a - 1) / a, cols = (pn + b - 1) / b;
+    const int64_t cost = rows * cols * 14 + cols * 2 + (packs_a ? rows * 2 : 0);
     if (best < 0 || cost < best || (cost == best && a > tm)) {
       best = cost;
       tm = a;
@@ -293,34 +298,35 @@ struct Problem {
   int64_t ldb;
   float* C;
   int64_t ldc;
-  float* bbuf;  // KC x min(N, NC) rounded up to NR, shared by the team
   const float* bias;  // N floats added to every row with the first K block, or null
 };
 
-// One thread's share of the work. With nt > 1 it must run inside a parallel
-// region of exactly nt threads (it uses barriers).
+// One thread's share of the work: a rectangle of register tiles of each NC
+// block, over all of K. The thread packs the B panels of its own columns into
+// its own buffer, so the team never waits on itself: with
+// OMP_WAIT_POLICY=passive (docs/performance.md) a barrier can put a thread to
+// sleep, and the two per KC block the shared B block needed cost the 2-thread
+// weight-gradient products (128 x 128 x 2048) about half their speed-up.
 void run_thread(const Problem& P, int tid, int nt) {
   const int64_t pm = (P.M + MR - 1) / MR;
+  const int al = a_layout(P.ta, P.lda);
   float* apanel = tl_a_panel.get(MR * KC + 32);
   for (int64_t jc = 0; jc < P.N; jc += NC) {
     const int64_t nc = std::min(NC, P.N - jc);
     const int64_t pn = (nc + NR - 1) / NR;
     int tm = 1, tn = 1;
-    choose_grid(nt, pm, pn, tm, tn);
+    choose_grid(nt, pm, pn, al == kPackedA, tm, tn);
     const int ti = tid / tn, tj = tid % tn;
     const int64_t m_lo = pm * ti / tm, m_hi = pm * (ti + 1) / tm;
     const int64_t n_lo = pn * tj / tn, n_hi = pn * (tj + 1) / tn;
+    if (m_lo == m_hi || n_lo == n_hi) continue;
+    float* bbuf = tl_b_block.get(size_t(std::min(P.K, KC) * (n_hi - n_lo) * NR) + 32);
     for (int64_t pc = 0; pc < P.K; pc += KC) {
       const int64_t kc = std::min(KC, P.K - pc);
-      // Cooperative packing of the B block, NR panel by NR panel.
-      for (int64_t q = pn * tid / nt; q < pn * (tid + 1) / nt; ++q)
+      for (int64_t q = n_lo; q < n_hi; ++q)
         pack_b(P.tb, P.B, P.ldb, pc, kc, jc + q * NR, int(std::min<int64_t>(NR, nc - q * NR)),
-               P.bbuf + q * kc * NR);
-      if (nt > 1) {
-#pragma omp barrier
-      }
+               bbuf + (q - n_lo) * kc * NR);
       const float beta = pc == 0 ? P.beta : 1.0f;
-      const int al = a_layout(P.ta, P.lda);
       for (int64_t p = m_lo; p < m_hi; ++p) {
         const int64_t i0 = p * MR;
         const int mr = int(std::min<int64_t>(MR, P.M - i0));
@@ -330,13 +336,10 @@ void run_thread(const Problem& P, int tid, int nt) {
         for (int64_t q = n_lo; q < n_hi; ++q) {
           const int64_t j0 = jc + q * NR;
           const int nr = int(std::min<int64_t>(NR, P.N - j0));
-          kKernels.k[al][mr - 1][nr > 16](kc, a, P.lda, P.bbuf + q * kc * NR, P.C + i0 * P.ldc + j0,
-                                          P.ldc, P.alpha, beta, nr,
+          kKernels.k[al][mr - 1][nr > 16](kc, a, P.lda, bbuf + (q - n_lo) * kc * NR,
+                                          P.C + i0 * P.ldc + j0, P.ldc, P.alpha, beta, nr,
                                           pc == 0 && P.bias ? P.bias + j0 : nullptr);
         }
-      }
-      if (nt > 1) {
-#pragma omp barrier
       }
     }
   }
@@ -350,8 +353,7 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                      float* C, int64_t ldc, int nthreads, const float* bias) {
   const int64_t ncols = (std::min(N, NC) + NR - 1) / NR * NR;
-  Problem P{trans_a, trans_b, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc,
-            tl_b_block.get(size_t(std::min(K, KC) * ncols) + 32), bias};
+  Problem P{trans_a, trans_b, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc, bias};
   // No point in more threads than register tiles in one block.
   const int64_t tiles = ((M + MR - 1) / MR) * (ncols / NR);
   int nt = int(std::max<int64_t>(1, std::min<int64_t>(nthreads, tiles)));
