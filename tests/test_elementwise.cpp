@@ -166,6 +166,27 @@ TEST_CASE("exp_approx and erf_approx stay within their ulp bounds on dense grids
   CHECK(fmath::exp_approx(88.0f) == doctest::Approx(std::exp(88.0)).epsilon(1e-6));
 }
 
+// NOTE [ GELU's erf ] in core/functors.h: an absolute bound, as GELU's error
+// is x times erf's.
+TEST_CASE("erf_gelu stays within 4e-7 of erf everywhere, is odd, saturates to +-1") {
+  double worst = 0, at = 0;
+  for (int i = -1000000; i <= 1000000; ++i) {
+    const float x = 6.0f * float(i) / 1000000.0f;
+    const double e = std::fabs(double(fmath::erf_gelu(x)) - std::erf(double(x)));
+    if (e > worst) worst = e, at = x;
+  }
+  MESSAGE("erf_gelu max abs error ", worst, " at ", at);
+  CHECK(worst <= 4e-7);
+  for (float x : {1e-30f, 1e-8f, 0.3f, 1.7f, 3.9f})
+    CHECK(fmath::erf_gelu(-x) == -fmath::erf_gelu(x));
+  CHECK(fmath::erf_gelu(0.0f) == 0.0f);
+  CHECK(fmath::erf_gelu(3.92f) == 1.0f);
+  CHECK(fmath::erf_gelu(1e30f) == 1.0f);
+  CHECK(fmath::erf_gelu(INFINITY) == 1.0f);
+  CHECK(fmath::erf_gelu(-INFINITY) == -1.0f);
+  CHECK(std::isnan(fmath::erf_gelu(NAN)));
+}
+
 TEST_CASE("f32 GELU and its gradient match f64 over [-8, 8], NaN propagates") {
   std::vector<double> xs;
   for (int i = -40000; i <= 40000; ++i) xs.push_back(8.0 * i / 40000.0);
