@@ -247,15 +247,20 @@ constexpr auto make_table(std::integer_sequence<int, Rs...>) {
 // was ~10% of a training step. The micro-kernel can instead read op(A) where
 // it lies: a transposed A already has the packed layout up to its leading
 // dimension (kColsA), and a row-major A can be read row by row (kRowsA; 14
-// rows of one K block are 14 KiB, within L1). The default reads a transposed A
-// in place when its rows are at most 4 KiB apart (so one K block spans few
-// pages) and packs otherwise; kRowsA measured no better than packing on this
-// machine's noise and is left for experiments. SNUG_GEMM_A (read once) picks:
-// 0 always pack, 1 the default, 2 also read a row-major A in place.
+// rows of one K block are 14 KiB, within L1).
+// Reading in place has a cost too: one K block of a transposed A is 256 rows
+// lda floats apart, which fall into a few of L1's 64 sets (all of them 4 KiB
+// apart into one), so the panel does not stay in L1 while B panels stream
+// past. Since each thread packs its own B panels (no barriers), packing A
+// measured faster: W-GPT's step, whose weight gradients are the transposed-A
+// products, 2-6% (three runs of 7-9 alternating pairs, docs/performance.md).
+// So the default packs; SNUG_GEMM_A (read once) picks: 0 always pack (the
+// default), 1 read a transposed A in place when its rows are at most 4 KiB
+// apart, 2 also read a row-major A in place. Tests run all three.
 int a_layout_choice() {
   static const int v = [] {
     const char* e = std::getenv("SNUG_GEMM_A");
-    return e ? std::atoi(e) : 1;
+    return e ? std::atoi(e) : 0;
   }();
   return v;
 }
