@@ -49,10 +49,18 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
       thread_local std::vector<float> xbuf, ybuf;
       const A* xr = widen_row<T, A>(xp + r * C, xbuf, C);
       // Two passes (mean, then centred squares): stable without Welford.
+      // NOTE [ Vector row sums ]: a sum kept in one running float is a chain
+      // of dependent adds that the compiler may not reorder (no -ffast-math),
+      // which kept these loops scalar: W-GPT's (2048, 128) layer norm took
+      // ~440 us forward on two threads. `omp simd reduction` allows the
+      // reordering for these loops alone; the order is fixed at compile time,
+      // so results stay deterministic.
       A s = 0;
+#pragma omp simd reduction(+ : s)
       for (int64_t c = 0; c < C; ++c) s += xr[c];
       A mu = s / A(C);
       A v = 0;
+#pragma omp simd reduction(+ : v)
       for (int64_t c = 0; c < C; ++c) {
         A d = xr[c] - mu;
         v += d * d;
@@ -105,6 +113,8 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
         const A* xr = widen_row<T, A>(xp + r * C, xbuf, C);
         A mu = A(mp[r]), rs = A(rp[r]);
         A sum_gh = 0, sum_ghx = 0;
+        // NOTE [ Vector row sums ]; pw and pb are per column, no dependence.
+#pragma omp simd reduction(+ : sum_gh, sum_ghx)
         for (int64_t c = 0; c < C; ++c) {
           A xh = (xr[c] - mu) * rs;
           A g = gr[c];
