@@ -151,6 +151,26 @@ void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
 }
 
+void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                     int64_t ldc, float* a_sums) {
+  check_args("gemm_f32_a_sums", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  SNUG_CHECK(a_sums != nullptr || M == 0, ValueError, "gemm_f32_a_sums: a_sums is null");
+  if (M == 0) return;
+  if (N > 0 && K > 0 && alpha != 0.0f && detail::gemm_f32_packed_available()) {
+    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                            threads_for(M, N, K), nullptr, a_sums);
+    return;
+  }
+  // Eigen fallback or an empty product: the sums in their own pass, k upward.
+  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads_for(M, N, K));
+  for (int64_t i = 0; i < M; ++i) {
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) s += trans_a ? A[k * lda + i] : A[i * lda + k];
+    a_sums[i] = float(s);
+  }
+}
+
 void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
               const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
               int64_t ldc) {

@@ -28,6 +28,16 @@ void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
                    const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
                    const float* bias);
 
+// gemm_f32, and a_sums (M) = the sums over k of each row of op(A) (not
+// scaled by alpha), in float within each K block of 256 and in double across
+// blocks, in a fixed order: a Linear layer's
+// weight and bias gradients in one pass, gW = g^T x with gb = sum_rows(g)
+// (trans_a = true, A = g), the bias gradient read off the packed panels of g
+// instead of a second pass over it. Thread count does not change the bits.
+void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                     int64_t ldc, float* a_sums);
+
 // Correctness over speed (Eigen underneath); used by the f64 gradchecks.
 void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
               const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,

@@ -11,9 +11,12 @@ bool gemm_f32_packed_available();
 // The packed, cache-blocked AVX-512 GEMM. Preconditions (checked by gemm_f32):
 // M, N, K > 0 and alpha != 0. Runs on up to `nthreads` OpenMP threads; with
 // nthreads == 1 it opens no parallel region (safe inside one). A non-null
-// bias (N floats) is added to every row of C with the first K block.
+// bias (N floats) is added to every row of C with the first K block. A
+// non-null a_sums (M floats) receives sum_k op(A)(i, k), taken from the packed
+// A panels (gemm_f32_a_sums).
 void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                     float* C, int64_t ldc, int nthreads, const float* bias = nullptr);
+                     float* C, int64_t ldc, int nthreads, const float* bias = nullptr,
+                     float* a_sums = nullptr);
 
 }  // namespace snug::kernels::detail

@@ -65,7 +65,23 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
              Tensor g2 = raw::view(raw::contiguous(g[0]), {-1, outf});  // (N, out)
              Tensor gx, gw, gb;
              if (self.needs_grad(0)) gx = raw::view(raw::matmul(g2, self.saved_at(1)), xs);
-             if (self.needs_grad(1)) gw = raw::matmul(raw::transpose(g2, 0, 1), self.saved_at(0));
+             const Tensor& x2s = self.saved_at(0);  // (N, in)
+             // CPU f32: the bias gradient rides along with the weight gradient's
+             // GEMM, summed from its packed panels of g (kernels::gemm_f32_a_sums).
+             const bool fused_wb = self.needs_grad(1) && self.needs_grad(2) && g2.device().is_cpu() &&
+                                   g2.dtype() == DType::f32 && x2s.dtype() == DType::f32 &&
+                                   x2s.device() == g2.device() && g2.is_contiguous() && x2s.is_contiguous();
+             if (fused_wb) {
+               const int64_t rows = g2.size(0);
+               profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(rows) * double(in) * double(outf));
+               gw = empty({outf, in}, g2.options());  // (out, in) = g2^T (out, N) x2 (N, in)
+               gb = empty({outf}, g2.options());
+               kernels::gemm_f32_a_sums(true, false, outf, in, rows, 1.0f, static_cast<const float*>(g2.data_ptr()),
+                                        outf, static_cast<const float*>(x2s.data_ptr()), in, 0.0f,
+                                        static_cast<float*>(gw.data_ptr()), in, static_cast<float*>(gb.data_ptr()));
+               return {gx, gw, gb};
+             }
+             if (self.needs_grad(1)) gw = raw::matmul(raw::transpose(g2, 0, 1), x2s);
              if (self.needs_grad(2)) gb = raw::reduce(ReduceOp::sum, g2, {0}, false);
              return {gx, gw, gb};
            });

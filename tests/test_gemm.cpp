@@ -292,3 +292,68 @@ TEST_CASE("gemm: argument errors name the problem") {
   CHECK_THROWS_AS(k::set_num_threads(0), snug::ValueError);
   CHECK(std::string(k::gemm_f32_backend()).size() > 0);
 }
+
+// gemm_f32_a_sums: C as gemm_f32 gives it, bit for bit, plus the row sums of
+// op(A), taken from the packed panels, within the float summation bound; the
+// same bits on 1 and 2 threads. Shapes cross the M edge (14-row panels), KC (256) and NC (1024).
+TEST_CASE("gemm_f32_a_sums: C equals gemm_f32, sums equal the double row sums, any thread count") {
+  ThreadGuard guard;
+  struct S {
+    bool ta, tb;
+    int64_t M, N, K;
+  };
+  const S shapes[] = {{true, false, 1, 1, 1},     {true, false, 13, 33, 17},   {true, false, 15, 16, 300},
+                      {true, false, 29, 65, 600}, {false, false, 14, 40, 257}, {false, true, 33, 7, 520},
+                      {true, true, 5, 1100, 70},  {true, false, 128, 128, 2048}};
+  uint32_t seed = 7;
+  for (const S& s : shapes) {
+    CAPTURE(s.ta);
+    CAPTURE(s.tb);
+    CAPTURE(s.M);
+    CAPTURE(s.N);
+    CAPTURE(s.K);
+    const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    auto A = random_vec<float>(size_t(s.M * s.K), seed++);
+    auto B = random_vec<float>(size_t(s.K * s.N), seed++);
+    std::vector<double> ref(size_t(s.M), 0.0), abs_sum(size_t(s.M), 0.0);
+    for (int64_t i = 0; i < s.M; ++i)
+      for (int64_t k = 0; k < s.K; ++k) {
+        const double a = s.ta ? A[size_t(k * lda + i)] : A[size_t(i * lda + k)];
+        ref[size_t(i)] += a;
+        abs_sum[size_t(i)] += std::abs(a);
+      }
+    std::vector<float> first_sums;
+    for (int nt : {1, 2}) {
+      k::set_num_threads(nt);
+      std::vector<float> C(size_t(s.M * s.N), -1.0f), C2(C), sums(size_t(s.M), -7.0f);
+      k::gemm_f32_a_sums(s.ta, s.tb, s.M, s.N, s.K, 0.5f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), s.N,
+                         sums.data());
+      k::gemm_f32(s.ta, s.tb, s.M, s.N, s.K, 0.5f, A.data(), lda, B.data(), ldb, 0.0f, C2.data(), s.N);
+      CHECK(C == C2);
+      // Float sums of at most 64 terms per chain within a K block of 256: the
+      // recursive-summation bound, 66 u sum|a| (u = 2^-24), then double.
+      for (int64_t i = 0; i < s.M; ++i)
+        CHECK(std::abs(double(sums[size_t(i)]) - ref[size_t(i)]) <= 66 * 0x1p-24 * abs_sum[size_t(i)] + 1e-30);
+      if (first_sums.empty()) first_sums = sums;
+      else CHECK(sums == first_sums);
+    }
+  }
+}
+
+TEST_CASE("gemm_f32_a_sums: empty products, alpha = 0 and a null output") {
+  std::vector<float> A = {1, 2, 3, 4, 5, 6}, B = {1, 1, 1, 1, 1, 1}, C(4, 2.0f), sums(2, -1.0f);
+  // K = 0: C = beta C, sums are 0.
+  k::gemm_f32_a_sums(false, false, 2, 2, 0, 1.0f, A.data(), 1, B.data(), 2, 0.5f, C.data(), 2, sums.data());
+  CHECK(C == std::vector<float>(4, 1.0f));
+  CHECK(sums == std::vector<float>{0.0f, 0.0f});
+  // alpha = 0: A and B are not multiplied, but the sums are still op(A)'s (not scaled).
+  k::gemm_f32_a_sums(false, false, 2, 2, 3, 0.0f, A.data(), 3, B.data(), 2, 0.0f, C.data(), 2, sums.data());
+  CHECK(C == std::vector<float>(4, 0.0f));
+  CHECK(sums == std::vector<float>{6.0f, 15.0f});
+  // N = 0: no C at all, the sums still come.
+  k::gemm_f32_a_sums(true, false, 2, 0, 3, 1.0f, A.data(), 2, B.data(), 1, 0.0f, C.data(), 1, sums.data());
+  CHECK(sums == std::vector<float>{9.0f, 12.0f});
+  CHECK_THROWS_AS(k::gemm_f32_a_sums(false, false, 2, 2, 3, 1.0f, A.data(), 3, B.data(), 2, 0.0f, C.data(), 2,
+                                     nullptr),
+                  snug::ValueError);
+}

@@ -21,6 +21,7 @@ using snug::testing::check_approx;
 using snug::testing::check_grad;
 using snug::testing::error_of;
 using snug::testing::rnd;
+using snug::testing::vals;
 namespace F = snug::nn::functional;
 using F::Reduction;
 
@@ -84,6 +85,29 @@ TEST_CASE("linear: gradcheck for x, W and b (2-D and 3-D)") {
   // Only x requires grad (the weight is frozen).
   Tensor w = rnd({2, 3}, 9);
   check_grad([&](const std::vector<Tensor>& a) { return F::linear(a[0], w); }, {rnd({2, 3}, 10)});
+}
+
+// CPU f32 takes the fused backward (the bias gradient summed from the weight
+// gradient GEMM's packed panels, kernels::gemm_f32_a_sums); it must agree with
+// the same gradients computed in f64 by the plain ops.
+TEST_CASE("linear: f32 weight and bias gradients (fused on the CPU) match f64") {
+  for (const Shape& xs : {Shape{37, 20}, Shape{3, 50, 33}}) {
+    const int64_t in = xs.back(), out = 29;
+    Tensor x64 = rnd(xs, 11), w64 = rnd({out, in}, 12), b64 = rnd({out}, 13);
+    Shape ys = xs;
+    ys.back() = out;
+    Tensor g64 = rnd(ys, 14);
+    Tensor x = x64.to(kFloat32), w = w64.to(kFloat32).requires_grad_(true), b = b64.to(kFloat32).requires_grad_(true);
+    F::linear(x, w, b).backward(g64.to(kFloat32));
+    Tensor wr = w64.clone().requires_grad_(true), br = b64.clone().requires_grad_(true);
+    F::linear(x64, wr, br).backward(g64);
+    check_approx(w.grad(), vals(wr.grad()), 1e-5);
+    check_approx(b.grad(), vals(br.grad()), 1e-5);
+    // Without the bias the weight gradient takes the plain GEMM: same values.
+    Tensor w2 = w64.to(kFloat32).requires_grad_(true);
+    F::linear(x, w2).backward(g64.to(kFloat32));
+    check_approx(w2.grad(), vals(wr.grad()), 1e-5);
+  }
 }
 
 // ---- layer_norm ---------------------------------------------------------------------
