@@ -60,6 +60,20 @@ constexpr int64_t KC = SNUG_GEMM_KC;  // depth of a packed block
 constexpr int64_t NC = SNUG_GEMM_NC;  // width of a packed B block (multiple of NR)
 static_assert(NC % NR == 0, "NC must be a multiple of NR");
 
+// NOTE [ Copying A's rows ]
+// A row-major A (activations x in x W^T, output gradients g in g W) has to be
+// transposed into the k-major panel, 16 x 16 at a time in registers: about 64
+// shuffles per 256 floats, on the port that also does half the FMAs. With N
+// small (W-GPT: 128 columns, four register tiles per panel) that was 7-11% of
+// the kernels' time, `pack_transposed16` 4% of a step. The kernel does not
+// need the k-major layout: it broadcasts one float per row and k either way.
+// So the rows are copied unchanged into a panel with a fixed row stride AS;
+// with AS a compile-time constant, each row's broadcast is one instruction
+// with a constant displacement (the in-place kRowsA needs lda at run time, 14
+// addresses to keep). AS = KC + 16: rows 1,088 bytes apart fall in different
+// L1 sets.
+constexpr int64_t AS = KC + 16;
+
 // Grow-only, 64-byte aligned scratch, one per thread (OpenMP reuses threads, so
 // these live for the program). Packing scratch is not tensor memory, so it does
 // not go through the caching allocator.
@@ -80,6 +94,8 @@ struct Scratch {
 };
 thread_local Scratch tl_a_panel;
 thread_local Scratch tl_b_block;
+thread_local Scratch tl_a_block;               // packed A panels of one K block (transposed A)
+constexpr int64_t kABlockFloats = 128 * 1024;  // 512 KiB: a quarter of L2, beside the B block
 
 inline __mmask16 head_mask(int64_t n) {  // lanes [0, n) for n in [0, 16]
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
@@ -147,6 +163,50 @@ void pack_a(bool trans_a, const float* A, int64_t lda, int64_t i0, int mr, int64
   }
 }
 
+// NOTE [ Packing a transposed A by rows ]
+// A transposed A (the weight gradients g^T x: A = g is K x M) packed one panel
+// at a time reads, per k, 14 floats from rows lda floats apart: a panel's K
+// block touches 256 lines spread over hundreds of KiB, a stride the hardware
+// prefetcher does not follow across pages, so the loads waited on memory with
+// little overlap (the packing was 15-22% of the kernels' time on
+// 384 x 128 x 2048, `perf`; software prefetching of the next panel did not
+// help, the prefetches queue for the same fill buffers). Packing all of a
+// thread's panels of a K block at once reads each row of A left to right, one
+// stream the prefetcher follows: three times faster in a microbenchmark with
+// A in memory. Panel p goes to dst + p * stride, stride = kc * MR + 16: the
+// padding keeps the panels' rows, written together, out of one L1 set.
+void pack_a_block_trans(const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t p0,
+                        int64_t kc, int64_t stride, float* dst) {
+  const int64_t full = rows / MR;  // whole panels; a last partial one is masked
+  const int tail = int(rows - full * MR);
+  const __mmask16 m = head_mask(MR), mt = head_mask(tail);
+  // 16 rows at a time: the rows' next 56 bytes stay in L1 from one panel to
+  // the next, and each panel receives 16 consecutive rows, 896 bytes in a run.
+  for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+    const int64_t k1 = std::min(kc, k0 + 16);
+    for (int64_t p = 0; p <= full; ++p) {
+      if (p == full && !tail) break;
+      const __mmask16 ml = p < full ? m : mt;
+      const float* s = A + (p0 + k0) * lda + i0 + p * MR;
+      float* d = dst + p * stride + k0 * MR;
+      for (int64_t k = k0; k < k1; ++k, s += lda, d += MR) _mm512_mask_storeu_ps(d, m, _mm512_maskz_loadu_ps(ml, s));
+    }
+  }
+}
+
+// Copy rows [i0, i0+mr) x depth [p0, p0+kc) of a row-major A as dst[i * AS + k]
+// (NOTE [ Copying A's rows ]).
+void copy_a_rows(const float* A, int64_t lda, int64_t i0, int mr, int64_t p0, int64_t kc, float* dst) {
+  const __mmask16 mt = head_mask(kc % 16);
+  for (int i = 0; i < mr; ++i) {
+    const float* s = A + (i0 + i) * lda + p0;
+    float* d = dst + i * AS;
+    int64_t k = 0;
+    for (; k + 16 <= kc; k += 16) _mm512_storeu_ps(d + k, _mm512_loadu_ps(s + k));
+    if (k < kc) _mm512_mask_storeu_ps(d + k, mt, _mm512_maskz_loadu_ps(mt, s + k));
+  }
+}
+
 // Pack depth [p0, p0+kc) x columns [j0, j0+nr) of op(B) as dst[k * NR + j],
 // zero-padded to NR columns.
 void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int nr,
@@ -164,6 +224,30 @@ void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t p0, int64_t kc, i
     for (int h = 0; h < 2; ++h) {
       int rows = std::max(0, std::min(16, nr - 16 * h));
       pack_transposed16(B + (j0 + 16 * h) * ldb + p0, ldb, rows, kc, dst + 16 * h, NR);
+    }
+  }
+}
+
+// Pack depth [p0, p0+kc) x columns [j0, j0+ncols) of a non-transposed B as
+// consecutive panels (panel q at dst + q * kc * NR), 16 rows at a time: the
+// per-panel pack_b read 256 rows of 128 bytes each, rows ldb floats apart (one
+// page apart at ldb = 1024), which the hardware prefetcher does not follow;
+// by chunks of rows, each row is read left to right across all the panels
+// (NOTE [ Packing a transposed A by rows ] has the same problem for A).
+void pack_b_block(const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t ncols,
+                  float* dst) {
+  const int64_t np = (ncols + NR - 1) / NR;
+  for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+    const int64_t k1 = std::min(kc, k0 + 16);
+    for (int64_t q = 0; q < np; ++q) {
+      const int64_t nr = std::min<int64_t>(NR, ncols - q * NR);
+      const __mmask16 m0 = head_mask(nr), m1 = head_mask(nr > 16 ? nr - 16 : 0);
+      const float* s = B + (p0 + k0) * ldb + j0 + q * NR;
+      float* d = dst + q * kc * NR + k0 * NR;
+      for (int64_t k = k0; k < k1; ++k, s += ldb, d += NR) {
+        _mm512_store_ps(d, _mm512_maskz_loadu_ps(m0, s));
+        _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+      }
     }
   }
 }
@@ -188,7 +272,9 @@ void add_panel_sums(const float* panel, int mr, int64_t kc, double* sums) {
 //   kPackedA: a packed panel, a[k * MR + i];
 //   kColsA:   op(A) stored transposed (A is K x M), a[k * lda + i], read in place;
 //   kRowsA:   op(A) stored as is (M x K), a[i * lda + k], read in place.
-enum ALayout : int { kPackedA = 0, kColsA = 1, kRowsA = 2 };
+//   kRowCopyA: rows copied as they are, a[i * AS + k] (NOTE [ Copying A's rows ]).
+enum ALayout : int { kPackedA = 0, kColsA = 1, kRowsA = 2, kRowCopyA = 3 };
+
 
 // The register tile: C[0:R, 0:16*NV] (masked to n columns) =
 //   alpha * sum_k a[k][0:R] x b[k][0:16*NV] + beta * C (+ bias[0:16*NV] per row).
@@ -212,11 +298,11 @@ void micro_kernel(int64_t kc, const float* __restrict a, int64_t lda, const floa
     __m512 b1 = NV > 1 ? _mm512_load_ps(b + 16) : b0;
 #pragma GCC unroll 14
     for (int i = 0; i < R; ++i) {
-      __m512 ai = _mm512_set1_ps(AL == kRowsA ? a[i * lda] : a[i]);
+      __m512 ai = _mm512_set1_ps(AL == kRowsA ? a[i * lda] : AL == kRowCopyA ? a[i * AS] : a[i]);
       acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
       if constexpr (NV > 1) acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
     }
-    a += AL == kPackedA ? MR : (AL == kColsA ? lda : 1);
+    a += AL == kPackedA ? MR : (AL == kColsA ? lda : 1);  // kRowsA, kRowCopyA: next column
     b += NR;
   }
 
@@ -247,12 +333,14 @@ using KernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, 
 template <int... Rs>
 constexpr auto make_table(std::integer_sequence<int, Rs...>) {
   struct Table {
-    KernelFn k[3][MR][2];
+    KernelFn k[4][MR][2];
   } t{};
   ((t.k[kPackedA][Rs][0] = &micro_kernel<Rs + 1, 1, kPackedA>,
     t.k[kPackedA][Rs][1] = &micro_kernel<Rs + 1, 2, kPackedA>,
     t.k[kColsA][Rs][0] = &micro_kernel<Rs + 1, 1, kColsA>, t.k[kColsA][Rs][1] = &micro_kernel<Rs + 1, 2, kColsA>,
-    t.k[kRowsA][Rs][0] = &micro_kernel<Rs + 1, 1, kRowsA>, t.k[kRowsA][Rs][1] = &micro_kernel<Rs + 1, 2, kRowsA>),
+    t.k[kRowsA][Rs][0] = &micro_kernel<Rs + 1, 1, kRowsA>, t.k[kRowsA][Rs][1] = &micro_kernel<Rs + 1, 2, kRowsA>,
+    t.k[kRowCopyA][Rs][0] = &micro_kernel<Rs + 1, 1, kRowCopyA>,
+    t.k[kRowCopyA][Rs][1] = &micro_kernel<Rs + 1, 2, kRowCopyA>),
    ...);
   return t;
 }
@@ -271,9 +359,11 @@ constexpr auto make_table(std::integer_sequence<int, Rs...>) {
 // past. Since each thread packs its own B panels (no barriers), packing A
 // measured faster: W-GPT's step, whose weight gradients are the transposed-A
 // products, 2-6% (three runs of 7-9 alternating pairs, docs/performance.md).
-// So the default packs; SNUG_GEMM_A (read once) picks: 0 always pack (the
-// default), 1 read a transposed A in place when its rows are at most 4 KiB
-// apart, 2 also read a row-major A in place. Tests run all three.
+// So the default packs a transposed A, and copies a row-major A's rows as
+// they are (NOTE [ Copying A's rows ]). SNUG_GEMM_A (read once) picks: 0 the
+// default, 1 read a transposed A in place when its rows are at most 4 KiB
+// apart, 2 also read a row-major A in place, 3 transpose-pack a row-major A
+// too (the default until the eighth session). Tests run all four.
 int a_layout_choice() {
   static const int v = [] {
     const char* e = std::getenv("SNUG_GEMM_A");
@@ -283,6 +373,8 @@ int a_layout_choice() {
 }
 int a_layout(bool ta, int64_t lda) {
   const int c = a_layout_choice();
+  if (c == 3) return kPackedA;  // the transposing pack for a row-major A too
+  if (!ta && c != 2) return kRowCopyA;
   if (c == 0) return kPackedA;
   if (ta) return lda <= 1024 || c >= 2 ? kColsA : kPackedA;
   return c >= 2 ? kRowsA : kPackedA;
@@ -334,33 +426,46 @@ void run_thread(const Problem& P, int tid, int nt) {
   const int64_t pm = (P.M + MR - 1) / MR;
   // Row sums are taken from the packed panels, so they force packing.
   const int al = P.a_sums ? int(kPackedA) : a_layout(P.ta, P.lda);
-  float* apanel = tl_a_panel.get(MR * KC + 32);
+  float* apanel = tl_a_panel.get(MR * AS + 32);
   for (int64_t jc = 0; jc < P.N; jc += NC) {
     const int64_t nc = std::min(NC, P.N - jc);
     const int64_t pn = (nc + NR - 1) / NR;
     int tm = 1, tn = 1;
-    choose_grid(nt, pm, pn, al == kPackedA, tm, tn);
+    choose_grid(nt, pm, pn, al == kPackedA || al == kRowCopyA, tm, tn);
     const int ti = tid / tn, tj = tid % tn;
     const int64_t m_lo = pm * ti / tm, m_hi = pm * (ti + 1) / tm;
     const int64_t n_lo = pn * tj / tn, n_hi = pn * (tj + 1) / tn;
     if (m_lo == m_hi || n_lo == n_hi) continue;
     float* bbuf = tl_b_block.get(size_t(std::min(P.K, KC) * (n_hi - n_lo) * NR) + 32);
+    // A transposed A is packed a whole K block at a time while the thread's
+    // panels fit in a quarter of L2 (NOTE [ Packing a transposed A by rows ]).
+    const int64_t a_rows = std::min(m_hi * MR, P.M) - m_lo * MR;
+    const int64_t a_stride = std::min(P.K, KC) * MR + 16;
+    const bool a_block = al == kPackedA && P.ta && (m_hi - m_lo) * a_stride <= kABlockFloats;
+    float* ablock = a_block ? tl_a_block.get(size_t((m_hi - m_lo) * a_stride) + 32) : nullptr;
     for (int64_t pc = 0; pc < P.K; pc += KC) {
       const int64_t kc = std::min(KC, P.K - pc);
-      for (int64_t q = n_lo; q < n_hi; ++q)
-        pack_b(P.tb, P.B, P.ldb, pc, kc, jc + q * NR, int(std::min<int64_t>(NR, nc - q * NR)),
-               bbuf + (q - n_lo) * kc * NR);
+      if (!P.tb) {
+        pack_b_block(P.B, P.ldb, pc, kc, jc + n_lo * NR, std::min(nc, n_hi * NR) - n_lo * NR, bbuf);
+      } else {
+        for (int64_t q = n_lo; q < n_hi; ++q)
+          pack_b(P.tb, P.B, P.ldb, pc, kc, jc + q * NR, int(std::min<int64_t>(NR, nc - q * NR)),
+                 bbuf + (q - n_lo) * kc * NR);
+      }
       const float beta = pc == 0 ? P.beta : 1.0f;
+      if (a_block) pack_a_block_trans(P.A, P.lda, m_lo * MR, a_rows, pc, kc, a_stride, ablock);
       for (int64_t p = m_lo; p < m_hi; ++p) {
         const int64_t i0 = p * MR;
         const int mr = int(std::min<int64_t>(MR, P.M - i0));
         const float* a = apanel;
-        if (al == kPackedA) pack_a(P.ta, P.A, P.lda, i0, mr, pc, kc, apanel);
+        if (a_block) a = ablock + (p - m_lo) * a_stride;
+        else if (al == kPackedA) pack_a(P.ta, P.A, P.lda, i0, mr, pc, kc, apanel);
+        else if (al == kRowCopyA) copy_a_rows(P.A, P.lda, i0, mr, pc, kc, apanel);
         else a = al == kColsA ? P.A + pc * P.lda + i0 : P.A + i0 * P.lda + pc;
         // Each panel's K block is packed once per thread column and NC block;
         // one of them (first block, the thread holding the first columns)
         // adds it to the row sums, always in pc order.
-        if (P.a_sums && jc == 0 && n_lo == 0) add_panel_sums(apanel, mr, kc, P.a_sums + i0);
+        if (P.a_sums && jc == 0 && n_lo == 0) add_panel_sums(a, mr, kc, P.a_sums + i0);
         for (int64_t q = n_lo; q < n_hi; ++q) {
           const int64_t j0 = jc + q * NR;
           const int nr = int(std::min<int64_t>(NR, P.N - j0));
