@@ -472,3 +472,31 @@ TEST_CASE("scaled_dot_product_attention: gradcheck of q, k, v") {
       [&](const std::vector<Tensor>& a) { return F::scaled_dot_product_attention(a[0], a[1], a[2], true, mask); },
       {rnd({1, 1, 2, 2}, 45), rnd({1, 1, 3, 2}, 46), rnd({1, 1, 3, 2}, 47)});
 }
+
+TEST_CASE("layer_norm: f32 rows of any width agree with f64, forward and backward") {
+  // The f32 rows have their own vector code (NOTE [ Layer norm rows in AVX-512 ]):
+  // widths below, at and past one vector and one 64-float chunk, with and
+  // without the affine parameters, on one and two threads.
+  for (int64_t C : {5, 16, 37, 64, 100, 128}) {  // (C = 1 is ill-conditioned: rstd = 1/sqrt(eps))
+    for (int affine = 0; affine < 3; ++affine) {
+      Tensor x64 = rnd({67, C}, uint32_t(40 + C)) * 3.0 + 0.5;
+      Tensor w64 = rnd({C}, uint32_t(41 + C)), b64 = rnd({C}, uint32_t(42 + C)), g64 = rnd({67, C}, uint32_t(43 + C));
+      Tensor w = affine ? w64 : Tensor(), b = affine == 2 ? b64 : Tensor();
+      auto run = [&](DType dt) {
+        auto leaf = [&](const Tensor& t) { return t.to(dt).clone().requires_grad_(true); };  // a fresh leaf
+        Tensor xr = leaf(x64);
+        Tensor wr = w.defined() ? leaf(w) : Tensor();
+        Tensor br = b.defined() ? leaf(b) : Tensor();
+        Tensor y = F::layer_norm(xr, wr, br);
+        y.backward(g64.to(dt));
+        return std::vector<Tensor>{y, xr.grad(), wr.defined() ? wr.grad() : Tensor(), br.defined() ? br.grad() : Tensor()};
+      };
+      auto ref = run(kFloat64), got = run(kFloat32);
+      INFO("C=", C, " affine=", affine);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        if (!ref[i].defined()) continue;
+        check_approx(got[i], vals(ref[i]), 2e-5);
+      }
+    }
+  }
+}
