@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/tile_gemm.h"
@@ -76,11 +77,23 @@ TEST_CASE("tile_gemm_f32 on attention's shapes, K of 0 and 1") {
 }
 
 TEST_CASE("transpose") {
-  const int64_t rows = 37, cols = 20, ld_src = 23, ld_dst = 41;
-  const auto src = random_vec(size_t(rows * ld_src), 4);
-  std::vector<float> dst(size_t(cols * ld_dst), -7.0f);
-  k::transpose<float>(rows, cols, src.data(), ld_src, dst.data(), ld_dst);
-  for (int64_t j = 0; j < cols; ++j)
-    for (int64_t i = 0; i < ld_dst; ++i)
-      CHECK(dst[size_t(j * ld_dst + i)] == (i < rows ? src[size_t(i * ld_src + j)] : -7.0f));
+  // Float goes 16 x 16 through registers (edges masked); double takes the scalar loops.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 20}, {128, 32}, {16, 16}, {1, 1}, {5, 40}, {17, 15}}) {
+    const int64_t ld_src = cols + 3, ld_dst = rows + 4;
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const auto src = random_vec(size_t(rows * ld_src), 4);
+    std::vector<float> dst(size_t(cols * ld_dst), -7.0f);
+    k::transpose<float>(rows, cols, src.data(), ld_src, dst.data(), ld_dst);
+    std::vector<double> src64(src.begin(), src.end()), dst64(size_t(cols * ld_dst), -7.0);
+    k::transpose<double>(rows, cols, src64.data(), ld_src, dst64.data(), ld_dst);
+    int64_t bad = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      for (int64_t i = 0; i < ld_dst; ++i) {  // the padding past `rows` untouched
+        const float want = i < rows ? src[size_t(i * ld_src + j)] : -7.0f;
+        bad += dst[size_t(j * ld_dst + i)] != want;
+        bad += dst64[size_t(j * ld_dst + i)] != double(want);
+      }
+    CHECK(bad == 0);
+  }
 }
