@@ -108,7 +108,7 @@ void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const Tensor& y,
   T* lp = static_cast<T*>(lse.data_ptr());
   const T scale = T(scale_d);
   const int64_t work = B * H;
-#pragma omp parallel for schedule(static) if (work > 1 && B * Tn * C > kParallelGrain)
+#pragma omp parallel for schedule(dynamic, 1) if (work > 1 && B * Tn * C > kParallelGrain)
   for (int64_t w = 0; w < work; ++w) {
     const int64_t b = w / H, h = w % H;
     const T* Q = base + b * Tn * C3 + h * D;
@@ -142,7 +142,7 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
   T* dp = static_cast<T*>(dqkv.data_ptr());
   const T scale = T(scale_d);
   const int64_t work = B * H;
-#pragma omp parallel for schedule(static) if (work > 1 && B * Tn * C > kParallelGrain)
+#pragma omp parallel for schedule(dynamic, 1) if (work > 1 && B * Tn * C > kParallelGrain)
   for (int64_t w = 0; w < work; ++w) {
     const int64_t b = w / H, h = w % H;
     const int64_t off = b * Tn * C3 + h * D;

@@ -22,6 +22,9 @@
 // (kBlockRows x T) tile pair per thread (thread-local, not tensor memory, like
 // the GEMM's packing buffers). Every (batch, head) is done
 // by one thread in a fixed order, so results do not depend on the thread count.
+// Heads are handed out one at a time (schedule(dynamic, 1)): when the VM
+// deschedules one thread, the other takes its remaining heads instead of
+// waiting for it (NOTE [ Panels on demand ] in core/gemm_avx512.cpp).
 #pragma once
 #include <cstdint>
 

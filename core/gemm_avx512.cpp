@@ -26,6 +26,7 @@
 #include "core/simd_transpose.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -385,7 +386,22 @@ struct Problem {
   int64_t ldc;
   const float* bias;  // N floats added to every row with the first K block, or null
   double* a_sums;     // M running sums of op(A)'s rows, or null (gemm_f32_a_sums)
+  std::atomic<int64_t>* next_panel;  // the shared row-panel counter of NOTE [ Panels on demand ]
 };
+
+// NOTE [ Panels on demand ]
+// On a shared machine a thread is sometimes descheduled for milliseconds
+// (this VM: 10-40% steal time). With a fixed split of the rows, the other
+// thread then finishes its half and waits, and the product takes as long as
+// the slow half. When the product has one K block and one NC block and the
+// grid splits only M (every thread packs all of B: W-GPT's forward products
+// and most input gradients), the threads instead take row panels two at a
+// time from a shared counter: a running thread takes over the panels of a
+// stalled one. Each C tile is still one kernel call over the whole of K, so
+// the bits do not depend on which thread computed it. Products with several
+// K blocks keep the fixed split: a tile's K blocks must be added by one thread
+// in order.
+constexpr int64_t kPanelsPerTake = 2;
 
 // One thread's share of the work: a rectangle of register tiles of each NC
 // block, over all of K. The thread packs the B panels of its own columns into
@@ -404,7 +420,9 @@ void run_thread(const Problem& P, int tid, int nt) {
     int tm = 1, tn = 1;
     choose_grid(nt, pm, pn, al == kPackedA || al == kRowCopyA, tm, tn);
     const int ti = tid / tn, tj = tid % tn;
-    const int64_t m_lo = pm * ti / tm, m_hi = pm * (ti + 1) / tm;
+    // NOTE [ Panels on demand ]: m_lo/m_hi are then unused but for the emptiness test.
+    const bool on_demand = P.next_panel && nt > 1 && tn == 1 && P.K <= KC && P.N <= NC;
+    const int64_t m_lo = on_demand ? 0 : pm * ti / tm, m_hi = on_demand ? pm : pm * (ti + 1) / tm;
     const int64_t n_lo = pn * tj / tn, n_hi = pn * (tj + 1) / tn;
     if (m_lo == m_hi || n_lo == n_hi) continue;
     float* bbuf = tl_b_block.get(size_t(std::min(P.K, KC) * (n_hi - n_lo) * NR) + 32);
@@ -412,7 +430,7 @@ void run_thread(const Problem& P, int tid, int nt) {
     // panels fit in a quarter of L2 (NOTE [ Packing a transposed A by rows ]).
     const int64_t a_rows = std::min(m_hi * MR, P.M) - m_lo * MR;
     const int64_t a_stride = std::min(P.K, KC) * MR + 16;
-    const bool a_block = al == kPackedA && P.ta && (m_hi - m_lo) * a_stride <= kABlockFloats;
+    const bool a_block = !on_demand && al == kPackedA && P.ta && (m_hi - m_lo) * a_stride <= kABlockFloats;
     float* ablock = a_block ? tl_a_block.get(size_t((m_hi - m_lo) * a_stride) + 32) : nullptr;
     for (int64_t pc = 0; pc < P.K; pc += KC) {
       const int64_t kc = std::min(KC, P.K - pc);
@@ -425,7 +443,7 @@ void run_thread(const Problem& P, int tid, int nt) {
       }
       const float beta = pc == 0 ? P.beta : 1.0f;
       if (a_block) pack_a_block_trans(P.A, P.lda, m_lo * MR, a_rows, pc, kc, a_stride, ablock);
-      for (int64_t p = m_lo; p < m_hi; ++p) {
+      auto panel = [&](int64_t p) {
         const int64_t i0 = p * MR;
         const int mr = int(std::min<int64_t>(MR, P.M - i0));
         const float* a = apanel;
@@ -444,6 +462,12 @@ void run_thread(const Problem& P, int tid, int nt) {
                                           P.C + i0 * P.ldc + j0, P.ldc, P.alpha, beta, nr,
                                           pc == 0 && P.bias ? P.bias + j0 : nullptr);
         }
+      };
+      if (on_demand) {
+        for (int64_t p0; (p0 = P.next_panel->fetch_add(kPanelsPerTake, std::memory_order_relaxed)) < pm;)
+          for (int64_t p = p0; p < std::min(pm, p0 + kPanelsPerTake); ++p) panel(p);
+      } else {
+        for (int64_t p = m_lo; p < m_hi; ++p) panel(p);
       }
     }
   }
@@ -458,8 +482,9 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                      float* C, int64_t ldc, int nthreads, const float* bias, float* a_sums) {
   const int64_t ncols = (std::min(N, NC) + NR - 1) / NR * NR;
   std::vector<double> sums(a_sums ? size_t(M) : 0, 0.0);
+  std::atomic<int64_t> next_panel{0};
   Problem P{trans_a, trans_b, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc, bias,
-            a_sums ? sums.data() : nullptr};
+            a_sums ? sums.data() : nullptr, &next_panel};
   // No point in more threads than register tiles in one block.
   const int64_t tiles = ((M + MR - 1) / MR) * (ncols / NR);
   int nt = int(std::max<int64_t>(1, std::min<int64_t>(nthreads, tiles)));
