@@ -393,14 +393,15 @@ struct Problem {
 // On a shared machine a thread is sometimes descheduled for milliseconds
 // (this VM: 10-40% steal time). With a fixed split of the rows, the other
 // thread then finishes its half and waits, and the product takes as long as
-// the slow half. When the product has one K block and one NC block and the
-// grid splits only M (every thread packs all of B: W-GPT's forward products
-// and most input gradients), the threads instead take row panels two at a
-// time from a shared counter: a running thread takes over the panels of a
-// stalled one. Each C tile is still one kernel call over the whole of K, so
-// the bits do not depend on which thread computed it. Products with several
-// K blocks keep the fixed split: a tile's K blocks must be added by one thread
-// in order.
+// the slow half. When the grid splits only M (every thread packs all of B
+// anyway), N fits one NC block, and either K fits one K block or all of B's
+// K blocks fit in 512 KiB with a row-major A (W-GPT's forward products and
+// input gradients), each thread packs all of B and then takes row panels two
+// at a time from a shared counter: a running thread takes over the panels of
+// a stalled one. A panel's K blocks are run by the thread that took it, in
+// order, exactly as in the fixed split, so the bits do not depend on which
+// thread computed a tile. The weight gradients (transposed A, K = 2048) keep
+// the fixed split and their block-wise packing of A.
 constexpr int64_t kPanelsPerTake = 2;
 
 // One thread's share of the work: a rectangle of register tiles of each NC
@@ -409,10 +410,61 @@ constexpr int64_t kPanelsPerTake = 2;
 // OMP_WAIT_POLICY=passive (docs/performance.md) a barrier can put a thread to
 // sleep, and the two per KC block the shared B block needed cost the 2-thread
 // weight-gradient products (128 x 128 x 2048) about half their speed-up.
+// NOTE [ Panels on demand ]: the thread packs all of B (every K block), then
+// takes row panels from the shared counter and runs each over all of K.
+void run_on_demand(const Problem& P, int al) {
+  const int64_t pm = (P.M + MR - 1) / MR, pn = (P.N + NR - 1) / NR;
+  float* apanel = tl_a_panel.get(MR * AS + 32);
+  float* bbuf = tl_b_block.get(size_t(P.K * pn * NR) + 32);
+  auto bblock = [&](int64_t pc) { return bbuf + pc * pn * NR; };  // block pc's panels, kc * NR floats apart
+  for (int64_t pc = 0; pc < P.K; pc += KC) {
+    const int64_t kc = std::min(KC, P.K - pc);
+    if (!P.tb) {
+      pack_b_block(P.B, P.ldb, pc, kc, 0, P.N, bblock(pc));
+    } else {
+      for (int64_t q = 0; q < pn; ++q)
+        pack_b(P.tb, P.B, P.ldb, pc, kc, q * NR, int(std::min<int64_t>(NR, P.N - q * NR)), bblock(pc) + q * kc * NR);
+    }
+  }
+  for (int64_t p0; (p0 = P.next_panel->fetch_add(kPanelsPerTake, std::memory_order_relaxed)) < pm;) {
+    for (int64_t p = p0; p < std::min(pm, p0 + kPanelsPerTake); ++p) {
+      const int64_t i0 = p * MR;
+      const int mr = int(std::min<int64_t>(MR, P.M - i0));
+      for (int64_t pc = 0; pc < P.K; pc += KC) {  // in order: C adds the K blocks one after another
+        const int64_t kc = std::min(KC, P.K - pc);
+        const float* a = apanel;
+        if (al == kPackedA) pack_a(P.ta, P.A, P.lda, i0, mr, pc, kc, apanel);
+        else if (al == kRowCopyA) copy_a_rows(P.A, P.lda, i0, mr, pc, kc, apanel);
+        else a = al == kColsA ? P.A + pc * P.lda + i0 : P.A + i0 * P.lda + pc;
+        if (P.a_sums) add_panel_sums(a, mr, kc, P.a_sums + i0);
+        const float beta = pc == 0 ? P.beta : 1.0f;
+        for (int64_t q = 0; q < pn; ++q) {
+          const int64_t j0 = q * NR;
+          const int nr = int(std::min<int64_t>(NR, P.N - j0));
+          kKernels.k[al][mr - 1][nr > 16](kc, a, P.lda, bblock(pc) + q * kc * NR, P.C + i0 * P.ldc + j0, P.ldc,
+                                          P.alpha, beta, nr, pc == 0 && P.bias ? P.bias + j0 : nullptr);
+        }
+      }
+    }
+  }
+}
+
 void run_thread(const Problem& P, int tid, int nt) {
   const int64_t pm = (P.M + MR - 1) / MR;
   // Row sums are taken from the packed panels, so they force packing.
   const int al = P.a_sums ? int(kPackedA) : a_layout(P.ta, P.lda);
+  if (nt > 1 && P.next_panel && P.N <= NC) {
+    // NOTE [ Panels on demand ]: when the grid splits M only, and all of B fits
+    // in a quarter of L2 (or there is one K block). A transposed A over several
+    // K blocks keeps the fixed split, where it is packed a block at a time.
+    const int64_t pn = (P.N + NR - 1) / NR;
+    int tm = 1, tn = 1;
+    choose_grid(nt, pm, pn, al == kPackedA || al == kRowCopyA, tm, tn);
+    if (tn == 1 && (P.K <= KC || (!P.ta && P.K * pn * NR <= kABlockFloats))) {
+      run_on_demand(P, al);
+      return;
+    }
+  }
   float* apanel = tl_a_panel.get(MR * AS + 32);
   for (int64_t jc = 0; jc < P.N; jc += NC) {
     const int64_t nc = std::min(NC, P.N - jc);
@@ -420,9 +472,7 @@ void run_thread(const Problem& P, int tid, int nt) {
     int tm = 1, tn = 1;
     choose_grid(nt, pm, pn, al == kPackedA || al == kRowCopyA, tm, tn);
     const int ti = tid / tn, tj = tid % tn;
-    // NOTE [ Panels on demand ]: m_lo/m_hi are then unused but for the emptiness test.
-    const bool on_demand = P.next_panel && nt > 1 && tn == 1 && P.K <= KC && P.N <= NC;
-    const int64_t m_lo = on_demand ? 0 : pm * ti / tm, m_hi = on_demand ? pm : pm * (ti + 1) / tm;
+    const int64_t m_lo = pm * ti / tm, m_hi = pm * (ti + 1) / tm;
     const int64_t n_lo = pn * tj / tn, n_hi = pn * (tj + 1) / tn;
     if (m_lo == m_hi || n_lo == n_hi) continue;
     float* bbuf = tl_b_block.get(size_t(std::min(P.K, KC) * (n_hi - n_lo) * NR) + 32);
@@ -430,7 +480,7 @@ void run_thread(const Problem& P, int tid, int nt) {
     // panels fit in a quarter of L2 (NOTE [ Packing a transposed A by rows ]).
     const int64_t a_rows = std::min(m_hi * MR, P.M) - m_lo * MR;
     const int64_t a_stride = std::min(P.K, KC) * MR + 16;
-    const bool a_block = !on_demand && al == kPackedA && P.ta && (m_hi - m_lo) * a_stride <= kABlockFloats;
+    const bool a_block = al == kPackedA && P.ta && (m_hi - m_lo) * a_stride <= kABlockFloats;
     float* ablock = a_block ? tl_a_block.get(size_t((m_hi - m_lo) * a_stride) + 32) : nullptr;
     for (int64_t pc = 0; pc < P.K; pc += KC) {
       const int64_t kc = std::min(KC, P.K - pc);
@@ -443,7 +493,7 @@ void run_thread(const Problem& P, int tid, int nt) {
       }
       const float beta = pc == 0 ? P.beta : 1.0f;
       if (a_block) pack_a_block_trans(P.A, P.lda, m_lo * MR, a_rows, pc, kc, a_stride, ablock);
-      auto panel = [&](int64_t p) {
+      for (int64_t p = m_lo; p < m_hi; ++p) {
         const int64_t i0 = p * MR;
         const int mr = int(std::min<int64_t>(MR, P.M - i0));
         const float* a = apanel;
@@ -462,12 +512,6 @@ void run_thread(const Problem& P, int tid, int nt) {
                                           P.C + i0 * P.ldc + j0, P.ldc, P.alpha, beta, nr,
                                           pc == 0 && P.bias ? P.bias + j0 : nullptr);
         }
-      };
-      if (on_demand) {
-        for (int64_t p0; (p0 = P.next_panel->fetch_add(kPanelsPerTake, std::memory_order_relaxed)) < pm;)
-          for (int64_t p = p0; p < std::min(pm, p0 + kPanelsPerTake); ++p) panel(p);
-      } else {
-        for (int64_t p = m_lo; p < m_hi; ++p) panel(p);
       }
     }
   }

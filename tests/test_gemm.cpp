@@ -7,6 +7,7 @@
 #include <string>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include <omp.h>
@@ -166,16 +167,22 @@ TEST_CASE("gemm_f32: workload shapes (W-GPT linear layers, forward and backward)
 
 TEST_CASE("gemm_f32: thread count does not change the result (bit for bit)") {
   ThreadGuard g;
-  const int64_t M = 301, N = 517, K = 700;
-  auto A = random_vec<float>(size_t(M * K), 5), B = random_vec<float>(size_t(K * N), 6);
-  for (int t = 0; t < 4; ++t) {
-    bool ta = t & 1, tb = t & 2;
-    std::vector<float> c1(size_t(M * N)), c2(size_t(M * N));
-    k::set_num_threads(1);
-    k::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0f, c1.data(), N);
-    k::set_num_threads(2);
-    k::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0f, c2.data(), N);
-    CHECK(c1 == c2);
+  // A fixed split of several K blocks; one K block and several K blocks with
+  // a small B, whose row panels two threads take on demand (NOTE [ Panels on
+  // demand ] in core/gemm_avx512.cpp).
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{301, 517, 700}, {301, 517, 200}, {301, 100, 700}}) {
+    CAPTURE(N);
+    CAPTURE(K);
+    auto A = random_vec<float>(size_t(M * K), 5), B = random_vec<float>(size_t(K * N), 6);
+    for (int t = 0; t < 4; ++t) {
+      bool ta = t & 1, tb = t & 2;
+      std::vector<float> c1(size_t(M * N)), c2(size_t(M * N));
+      k::set_num_threads(1);
+      k::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0f, c1.data(), N);
+      k::set_num_threads(2);
+      k::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0f, c2.data(), N);
+      CHECK(c1 == c2);
+    }
   }
 }
 
