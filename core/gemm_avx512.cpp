@@ -97,7 +97,8 @@ struct Scratch {
 thread_local Scratch tl_a_panel;
 thread_local Scratch tl_b_block;
 thread_local Scratch tl_a_block;               // packed A panels of one K block (transposed A)
-constexpr int64_t kABlockFloats = 128 * 1024;  // 512 KiB: a quarter of L2, beside the B block
+constexpr int64_t kABlockFloats = 192 * 1024;  // 768 KiB: W-GPT's 512-row weight gradients on one thread
+constexpr int64_t kAllBFloats = 128 * 1024;    // 512 KiB: all of B for NOTE [ Panels on demand ]
 
 inline __mmask16 head_mask(int64_t n) {  // lanes [0, n) for n in [0, 16]
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
@@ -460,7 +461,7 @@ void run_thread(const Problem& P, int tid, int nt) {
     const int64_t pn = (P.N + NR - 1) / NR;
     int tm = 1, tn = 1;
     choose_grid(nt, pm, pn, al == kPackedA || al == kRowCopyA, tm, tn);
-    if (tn == 1 && (P.K <= KC || (!P.ta && P.K * pn * NR <= kABlockFloats))) {
+    if (tn == 1 && (P.K <= KC || (!P.ta && P.K * pn * NR <= kAllBFloats))) {
       run_on_demand(P, al);
       return;
     }
@@ -477,7 +478,7 @@ void run_thread(const Problem& P, int tid, int nt) {
     if (m_lo == m_hi || n_lo == n_hi) continue;
     float* bbuf = tl_b_block.get(size_t(std::min(P.K, KC) * (n_hi - n_lo) * NR) + 32);
     // A transposed A is packed a whole K block at a time while the thread's
-    // panels fit in a quarter of L2 (NOTE [ Packing a transposed A by rows ]).
+    // panels fit in 768 KiB (NOTE [ Packing a transposed A by rows ]).
     const int64_t a_rows = std::min(m_hi * MR, P.M) - m_lo * MR;
     const int64_t a_stride = std::min(P.K, KC) * MR + 16;
     const bool a_block = al == kPackedA && P.ta && (m_hi - m_lo) * a_stride <= kABlockFloats;

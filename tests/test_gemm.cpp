@@ -149,7 +149,7 @@ TEST_CASE("gemm_f32: blocked shapes (K, N past one block), 1 and 2 threads") {
       check_f32({ta, tb, 700, 1, 300, 1.0, 0.5}, 23);    // a column vector
       // A transposed A with more panels per thread than its block buffer holds
       // (one thread) is packed panel by panel; on two threads, a block at a time.
-      check_f32({ta, tb, 610, 45, 290, 1.0, 0.0}, 24);
+      check_f32({ta, tb, 800, 45, 290, 1.0, 0.0}, 24);
     }
   }
 }
