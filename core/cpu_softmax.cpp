@@ -19,6 +19,10 @@
 #include "core/cpu_loop.h"
 #include "core/cpu_softmax_row.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace snug {
 
 namespace {
@@ -152,8 +156,17 @@ void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log)
     const float v = scale * x[i + j];
     ml[j] = (v != v || v > ml[j]) ? v : ml[j];
   }
+  // The lanes folded by a fixed vector tree: folded one scalar op after another
+  // they were a chain of 16 dependent compares (and 16 adds below) per row,
+  // most of a short row's time (W-GPT's log-softmax rows hold 65 logits). A
+  // NaN lane may be dropped here; the row still comes out NaN (exp of NaN).
+#if defined(__AVX512F__)
+  static_assert(kLanes == 16, "one zmm of lanes");
+  float m = _mm512_reduce_max_ps(_mm512_loadu_ps(ml));
+#else
   float m = ml[0];
   for (int j = 1; j < kLanes; ++j) m = (ml[j] != ml[j] || ml[j] > m) ? ml[j] : m;
+#endif
   // exp into y first (log_softmax overwrites it below): a loop without a
   // reduction vectorizes; the sum then runs over y.
   for (i = 0; i < L; ++i) y[i] = fmath::exp_approx(scale * x[i] - m);
@@ -161,8 +174,12 @@ void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log)
   for (i = 0; i + kLanes <= L; i += kLanes)
     for (int j = 0; j < kLanes; ++j) sl[j] += y[i + j];
   for (int j = 0; i + j < L; ++j) sl[j] += y[i + j];
+#if defined(__AVX512F__)
+  const double s = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_loadu_pd(sl), _mm512_loadu_pd(sl + 8)));
+#else
   double s = 0;
   for (double v : sl) s += v;
+#endif
   if (log) {
     const float ls = static_cast<float>(std::log(s));
     for (i = 0; i < L; ++i) y[i] = (scale * x[i] - m) - ls;

@@ -221,7 +221,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
              if (reduction == Reduction::mean) w = raw::binary(BinaryOp::div, w, self.saved_at(3));
              w = raw::binary(BinaryOp::mul, w, vf);                                    // (N)
              Tensor w2 = raw::view(raw::contiguous(w), {N, 1});
-             Tensor gl = raw::binary(BinaryOp::mul, raw::unary(UnaryOp::exp, lp), w2);  // softmax * w
+             // softmax = exp(logp); computed as softmax(logp) (the same up to rounding:
+             // logp's rows already sum to one in exp) because the row kernel's exp is
+             // vectorized and the generic exp calls libm once per element.
+             Tensor gl = raw::binary(BinaryOp::mul, raw::softmax(lp, 1, false), w2);  // softmax * w
              if (eps > 0) gl = raw::binary(BinaryOp::sub, gl, raw::unary(UnaryOp::affine, w2, eps / double(C), 0));
              Tensor hot = raw::unary(UnaryOp::affine, w2, -(1 - eps), 0);              // (N, 1)
              gl = raw::scatter_add(gl, 1, raw::view(t, {N, 1}), hot);
