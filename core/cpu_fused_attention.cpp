@@ -135,8 +135,13 @@ struct Scratch {
 template <class T>
 T* dense(std::vector<T>& buf, int64_t Tn, int64_t D, const T* src, int64_t ld) {
   buf.resize(size_t(Tn * D));
-  for (int64_t i = 0; i < Tn; ++i) std::copy_n(src + i * ld, D, buf.data() + i * D);
-  return buf.data();
+  T* dst = buf.data();
+  // A plain loop, not std::copy_n: rows are a head wide (32 floats), and a
+  // memmove call per row cost more than the copy (`perf`: 0.5% of a step).
+  for (int64_t i = 0; i < Tn; ++i)
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) dst[i * D + d] = src[i * ld + d];
+  return dst;
 }
 template <class T>
 Scratch<T>& scratch() {
