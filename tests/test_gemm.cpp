@@ -150,6 +150,9 @@ TEST_CASE("gemm_f32: blocked shapes (K, N past one block), 1 and 2 threads") {
       // A transposed A with more panels per thread than its block buffer holds
       // (one thread) is packed panel by panel; on two threads, a block at a time.
       check_f32({ta, tb, 800, 45, 290, 1.0, 0.0}, 24);
+      // A small C over a long K is computed as two halves of K and their sum
+      // (NOTE [ Splitting K for a small C ]); beta applies once, padding untouched.
+      check_f32({ta, tb, 70, 45, 1100, 0.5, 1.0, 2, 1, 3}, 25);
     }
   }
 }
@@ -169,8 +172,9 @@ TEST_CASE("gemm_f32: thread count does not change the result (bit for bit)") {
   ThreadGuard g;
   // A fixed split of several K blocks; one K block and several K blocks with
   // a small B, whose row panels two threads take on demand (NOTE [ Panels on
-  // demand ] in core/gemm_avx512.cpp).
-  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{301, 517, 700}, {301, 517, 200}, {301, 100, 700}}) {
+  // demand ] in core/gemm_avx512.cpp); a small C over a long K, split in K.
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{301, 517, 700}, {301, 517, 200}, {301, 100, 700},
+                         {130, 70, 1500}}) {  // the last: K split in two halves
     CAPTURE(N);
     CAPTURE(K);
     auto A = random_vec<float>(size_t(M * K), 5), B = random_vec<float>(size_t(K * N), 6);
@@ -235,7 +239,8 @@ TEST_CASE("gemm_f32_bias: the bias lands on every row (edges, K past one block, 
   struct S { bool ta, tb; int64_t M, N, K; };
   for (int threads : {1, 2})
     for (S c : {S{false, false, 1, 1, 1}, S{false, true, 13, 17, 5}, S{true, false, 33, 65, 300},
-                S{false, true, 2048, 384, 128}, S{true, true, 15, 33, 7}, S{false, false, 4, 5, 0}}) {
+                S{false, true, 2048, 384, 128}, S{true, true, 15, 33, 7}, S{false, false, 4, 5, 0},
+                S{true, false, 20, 40, 1100}}) {  // the last: K split in two halves (small C)
       k::set_num_threads(threads);
       CAPTURE(threads);
       CAPTURE(c.M);
