@@ -173,10 +173,12 @@ TEST_CASE("gemm_f32: thread count does not change the result (bit for bit)") {
   // A fixed split of several K blocks; one K block and several K blocks with
   // a small B, whose row panels two threads take on demand (NOTE [ Panels on
   // demand ] in core/gemm_avx512.cpp); a small C over a long K, split in K.
-  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{301, 517, 700}, {301, 517, 200}, {301, 100, 700},
-                         {130, 70, 1500}}) {  // the last: K split in two halves
-    CAPTURE(N);
-    CAPTURE(K);
+  for (auto shape : {std::tuple<int64_t, int64_t, int64_t>{301, 517, 700}, {301, 517, 200}, {301, 100, 700},
+                     {130, 70, 1500}}) {  // the last: K split in two halves
+    const auto [M, N, K] = shape;
+    const int64_t n = N, kk = K;  // plain variables: Clang's CAPTURE lambda cannot name a binding
+    CAPTURE(n);
+    CAPTURE(kk);
     auto A = random_vec<float>(size_t(M * K), 5), B = random_vec<float>(size_t(K * N), 6);
     for (int t = 0; t < 4; ++t) {
       bool ta = t & 1, tb = t & 2;

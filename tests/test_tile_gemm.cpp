@@ -78,7 +78,8 @@ TEST_CASE("tile_gemm_f32 on attention's shapes, K of 0 and 1") {
 
 TEST_CASE("transpose") {
   // Float goes 16 x 16 through registers (edges masked); double takes the scalar loops.
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 20}, {128, 32}, {16, 16}, {1, 1}, {5, 40}, {17, 15}}) {
+  for (auto shape : {std::pair<int64_t, int64_t>{37, 20}, {128, 32}, {16, 16}, {1, 1}, {5, 40}, {17, 15}}) {
+    const int64_t rows = shape.first, cols = shape.second;  // variables, not bindings: CAPTURE is a lambda
     const int64_t ld_src = cols + 3, ld_dst = rows + 4;
     CAPTURE(rows);
     CAPTURE(cols);
