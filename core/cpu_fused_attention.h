@@ -13,9 +13,11 @@
 //             into y's (B, T, H, D) = (B, T, C) layout, and the row's
 //             logsumexp (B, H, T) -- the only thing kept besides q|k|v and y.
 //   backward: the same blocks: P is recomputed from S and the logsumexp,
-//             dP = dO V^T, dS = P (dP - rowsum(dO o O)), dQ = scale dS K,
+//             dP = dO V^T, dS = P (dP - rowsum(P o dP)), dQ = scale dS K,
 //             dK += scale dS^T Q, dV += P^T dO, written straight into the
-//             (B, T, 3C) gradient of the projection.
+//             (B, T, 3C) gradient of the projection. rowsum(P o dP) equals
+//             rowsum(dO o O) (dO . P V); a block holds all visible keys of its
+//             rows, so it comes from the block, and y is not read in backward.
 // The products are core/tile_gemm.h's unpacked small-tile GEMM; the head's K
 // (and in backward V) is transposed once into scratch so that every block's
 // Q K^T (dO V^T) reads unit-stride rows. Scratch is that, plus one
