@@ -16,7 +16,7 @@
 #include "core/tile_gemm.h"
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
+#include "core/simd_avx512.h"
 #endif
 
 namespace snug::cpu {
@@ -71,7 +71,7 @@ SNUG_INLINE T dot_row(const T* a, const T* b, int64_t D) {
   if constexpr (std::is_same_v<T, float>) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t d = 0; d < D; d += 16) {
-      const __mmask16 m = D - d >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (D - d)) - 1u);
+      const __mmask16 m = kernels::detail::head_mask(D - d);
       acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + d), _mm512_maskz_loadu_ps(m, b + d), acc);
     }
     return _mm512_reduce_add_ps(acc);

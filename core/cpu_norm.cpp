@@ -10,7 +10,7 @@
 #include <vector>
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
+#include "core/simd_avx512.h"
 #endif
 
 #include "core/cpu_backend.h"
@@ -45,7 +45,7 @@ const A* widen_row(const T* src, std::vector<float>& buf, int64_t n) {
 // were slower than one for the backward. These f32 rows keep four vector
 // partial sums and fold them with a fixed tree (_mm512_reduce_add_ps), so
 // the order, and the result, is the same on every call.
-inline __mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+using kernels::detail::head_mask;
 
 // sum over c < C of f(c), f giving 16 lanes (masked lanes must be zero).
 template <class F>
@@ -60,10 +60,10 @@ inline float row_sum16(int64_t C, F f) {
     a2 = _mm512_add_ps(a2, f(c + 32, all));
     a3 = _mm512_add_ps(a3, f(c + 48, all));
   }
-  if (c < C) a0 = _mm512_add_ps(a0, f(c, lanes(C - c)));
-  if (c + 16 < C) a1 = _mm512_add_ps(a1, f(c + 16, lanes(C - c - 16)));
-  if (c + 32 < C) a2 = _mm512_add_ps(a2, f(c + 32, lanes(C - c - 32)));
-  if (c + 48 < C) a3 = _mm512_add_ps(a3, f(c + 48, lanes(C - c - 48)));
+  if (c < C) a0 = _mm512_add_ps(a0, f(c, head_mask(C - c)));
+  if (c + 16 < C) a1 = _mm512_add_ps(a1, f(c + 16, head_mask(C - c - 16)));
+  if (c + 32 < C) a2 = _mm512_add_ps(a2, f(c + 32, head_mask(C - c - 32)));
+  if (c + 48 < C) a3 = _mm512_add_ps(a3, f(c + 48, head_mask(C - c - 48)));
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
@@ -80,7 +80,7 @@ void ln_forward_row_f32(const float* x, const float* w, const float* b, float* y
   *rstd = rs;
   const __m512 vrs = _mm512_set1_ps(rs);
   for (int64_t c = 0; c < C; c += 16) {
-    const __mmask16 m = lanes(C - c);
+    const __mmask16 m = head_mask(C - c);
     __m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), vmu), vrs);
     if (w) h = _mm512_mul_ps(h, _mm512_maskz_loadu_ps(m, w + c));
     if (b) h = _mm512_add_ps(h, _mm512_maskz_loadu_ps(m, b + c));
@@ -104,7 +104,7 @@ void ln_backward_row_f32(const float* g, const float* x, const float* w, float m
   const float m2 = row_sum16(C, [&](int64_t c, __mmask16 m) { return _mm512_mul_ps(ghat(c, m), xhat(c, m)); }) / float(C);
   const __m512 vm1 = _mm512_set1_ps(m1), vm2 = _mm512_set1_ps(m2);
   for (int64_t c = 0; c < C; c += 16) {
-    const __mmask16 m = lanes(C - c);
+    const __mmask16 m = head_mask(C - c);
     const __m512 xh = xhat(c, m);
     if (pw) {
       // pw and pb are read back by the next row: a masked store does not forward

@@ -20,7 +20,7 @@
 #include "core/cpu_softmax_row.h"
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
+#include "core/simd_avx512.h"
 #endif
 
 namespace snug {

@@ -23,7 +23,7 @@
 // of its own columns, so there is no barrier inside the product; a split of M
 // packs those panels once per thread row, which the grid choice counts.
 #include "core/gemm_detail.h"
-#include "core/simd_transpose.h"
+#include "core/simd_avx512.h"
 
 #include <algorithm>
 #include <atomic>
@@ -34,15 +34,6 @@
 #include <vector>
 
 #include <omp.h>
-
-#if defined(__AVX512F__)
-// GCC 12 flags the intrinsics' internal _mm512_undefined_ps() pass-through
-// operands as "maybe uninitialized" once they are inlined; a false positive.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#endif
 
 namespace snug::kernels::detail {
 
@@ -99,10 +90,6 @@ thread_local Scratch tl_b_block;
 thread_local Scratch tl_a_block;               // packed A panels of one K block (transposed A)
 constexpr int64_t kABlockFloats = 192 * 1024;  // 768 KiB: W-GPT's 512-row weight gradients on one thread
 constexpr int64_t kAllBFloats = 128 * 1024;    // 512 KiB: all of B for NOTE [ Panels on demand ]
-
-inline __mmask16 head_mask(int64_t n) {  // lanes [0, n) for n in [0, 16]
-  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
-}
 
 // Transposing copy used by both packers: src holds `rows` (<= 16) rows of
 // `len` contiguous floats, row stride ld. Writes dst[k * dst_stride + r] =
@@ -180,30 +167,19 @@ void copy_a_rows(const float* A, int64_t lda, int64_t i0, int mr, int64_t p0, in
   }
 }
 
-// Pack depth [p0, p0+kc) x columns [j0, j0+nr) of op(B) as dst[k * NR + j],
-// zero-padded to NR columns.
-void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int nr,
-            float* dst) {
-  if (!trans_b) {
-    // op(B)(k, j) = B[k * ldb + j]: rows already in the layout we want.
-    __mmask16 m0 = head_mask(nr), m1 = head_mask(nr - 16 > 0 ? nr - 16 : 0);
-    const float* s = B + p0 * ldb + j0;
-    for (int64_t k = 0; k < kc; ++k) {
-      _mm512_store_ps(dst + k * NR, _mm512_maskz_loadu_ps(m0, s + k * ldb));
-      _mm512_store_ps(dst + k * NR + 16, _mm512_maskz_loadu_ps(m1, s + k * ldb + 16));
-    }
-  } else {
-    // op(B)(k, j) = B[j * ldb + k]: 16 columns at a time through a transpose.
-    for (int h = 0; h < 2; ++h) {
-      int rows = std::max(0, std::min(16, nr - 16 * h));
-      pack_transposed16(B + (j0 + 16 * h) * ldb + p0, ldb, rows, kc, dst + 16 * h, NR);
-    }
+// Pack depth [p0, p0+kc) x columns [j0, j0+nr) of a transposed B (op(B)(k, j)
+// = B[j * ldb + k]) as dst[k * NR + j], zero-padded to NR columns: 16 columns
+// at a time through a transpose. A plain B goes through pack_b_block.
+void pack_b_trans(const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int nr, float* dst) {
+  for (int h = 0; h < 2; ++h) {
+    int rows = std::max(0, std::min(16, nr - 16 * h));
+    pack_transposed16(B + (j0 + 16 * h) * ldb + p0, ldb, rows, kc, dst + 16 * h, NR);
   }
 }
 
 // Pack depth [p0, p0+kc) x columns [j0, j0+ncols) of a non-transposed B as
 // consecutive panels (panel q at dst + q * kc * NR), 16 rows at a time: the
-// per-panel pack_b read 256 rows of 128 bytes each, rows ldb floats apart (one
+// per-panel packing read 256 rows of 128 bytes each, rows ldb floats apart (one
 // page apart at ldb = 1024), which the hardware prefetcher does not follow;
 // by chunks of rows, each row is read left to right across all the panels
 // (NOTE [ Packing a transposed A by rows ] has the same problem for A).
@@ -247,7 +223,6 @@ void add_panel_sums(const float* panel, int mr, int64_t kc, double* sums) {
 //   kRowsA:   op(A) stored as is (M x K), a[i * lda + k], read in place.
 //   kRowCopyA: rows copied as they are, a[i * AS + k] (NOTE [ Copying A's rows ]).
 enum ALayout : int { kPackedA = 0, kColsA = 1, kRowsA = 2, kRowCopyA = 3 };
-
 
 // The register tile: C[0:R, 0:16*NV] (masked to n columns) =
 //   alpha * sum_k a[k][0:R] x b[k][0:16*NV] + beta * C (+ bias[0:16*NV] per row).
@@ -405,6 +380,31 @@ struct Problem {
 // the fixed split and their block-wise packing of A.
 constexpr int64_t kPanelsPerTake = 2;
 
+// Pack depth [pc, pc+kc) x columns [j0, j0+ncols) of op(B) as consecutive
+// NR-wide panels (panel q at dst + q * kc * NR).
+void pack_b_panels(const Problem& P, int64_t pc, int64_t kc, int64_t j0, int64_t ncols, float* dst) {
+  if (!P.tb) {
+    pack_b_block(P.B, P.ldb, pc, kc, j0, ncols, dst);
+    return;
+  }
+  for (int64_t q = 0; q * NR < ncols; ++q)
+    pack_b_trans(P.B, P.ldb, pc, kc, j0 + q * NR, int(std::min<int64_t>(NR, ncols - q * NR)), dst + q * kc * NR);
+}
+
+// Where the kernel reads rows [i0, i0+mr) x depth [pc, pc+kc) of op(A) in
+// layout al: packed or copied into apanel, or A itself when read in place.
+const float* a_panel(const Problem& P, int al, int64_t i0, int mr, int64_t pc, int64_t kc, float* apanel) {
+  if (al == kPackedA) {
+    pack_a(P.ta, P.A, P.lda, i0, mr, pc, kc, apanel);
+    return apanel;
+  }
+  if (al == kRowCopyA) {
+    copy_a_rows(P.A, P.lda, i0, mr, pc, kc, apanel);
+    return apanel;
+  }
+  return al == kColsA ? P.A + pc * P.lda + i0 : P.A + i0 * P.lda + pc;
+}
+
 // One thread's share of the work: a rectangle of register tiles of each NC
 // block, over all of K. The thread packs the B panels of its own columns into
 // its own buffer, so the team never waits on itself: with
@@ -418,25 +418,14 @@ void run_on_demand(const Problem& P, int al) {
   float* apanel = tl_a_panel.get(MR * AS + 32);
   float* bbuf = tl_b_block.get(size_t(P.K * pn * NR) + 32);
   auto bblock = [&](int64_t pc) { return bbuf + pc * pn * NR; };  // block pc's panels, kc * NR floats apart
-  for (int64_t pc = 0; pc < P.K; pc += KC) {
-    const int64_t kc = std::min(KC, P.K - pc);
-    if (!P.tb) {
-      pack_b_block(P.B, P.ldb, pc, kc, 0, P.N, bblock(pc));
-    } else {
-      for (int64_t q = 0; q < pn; ++q)
-        pack_b(P.tb, P.B, P.ldb, pc, kc, q * NR, int(std::min<int64_t>(NR, P.N - q * NR)), bblock(pc) + q * kc * NR);
-    }
-  }
+  for (int64_t pc = 0; pc < P.K; pc += KC) pack_b_panels(P, pc, std::min(KC, P.K - pc), 0, P.N, bblock(pc));
   for (int64_t p0; (p0 = P.next_panel->fetch_add(kPanelsPerTake, std::memory_order_relaxed)) < pm;) {
     for (int64_t p = p0; p < std::min(pm, p0 + kPanelsPerTake); ++p) {
       const int64_t i0 = p * MR;
       const int mr = int(std::min<int64_t>(MR, P.M - i0));
       for (int64_t pc = 0; pc < P.K; pc += KC) {  // in order: C adds the K blocks one after another
         const int64_t kc = std::min(KC, P.K - pc);
-        const float* a = apanel;
-        if (al == kPackedA) pack_a(P.ta, P.A, P.lda, i0, mr, pc, kc, apanel);
-        else if (al == kRowCopyA) copy_a_rows(P.A, P.lda, i0, mr, pc, kc, apanel);
-        else a = al == kColsA ? P.A + pc * P.lda + i0 : P.A + i0 * P.lda + pc;
+        const float* a = a_panel(P, al, i0, mr, pc, kc, apanel);
         if (P.a_sums) add_panel_sums(a, mr, kc, P.a_sums + i0);
         const float beta = pc == 0 ? P.beta : 1.0f;
         for (int64_t q = 0; q < pn; ++q) {
@@ -485,23 +474,13 @@ void run_thread(const Problem& P, int tid, int nt) {
     float* ablock = a_block ? tl_a_block.get(size_t((m_hi - m_lo) * a_stride) + 32) : nullptr;
     for (int64_t pc = 0; pc < P.K; pc += KC) {
       const int64_t kc = std::min(KC, P.K - pc);
-      if (!P.tb) {
-        pack_b_block(P.B, P.ldb, pc, kc, jc + n_lo * NR, std::min(nc, n_hi * NR) - n_lo * NR, bbuf);
-      } else {
-        for (int64_t q = n_lo; q < n_hi; ++q)
-          pack_b(P.tb, P.B, P.ldb, pc, kc, jc + q * NR, int(std::min<int64_t>(NR, nc - q * NR)),
-                 bbuf + (q - n_lo) * kc * NR);
-      }
+      pack_b_panels(P, pc, kc, jc + n_lo * NR, std::min(nc, n_hi * NR) - n_lo * NR, bbuf);
       const float beta = pc == 0 ? P.beta : 1.0f;
       if (a_block) pack_a_block_trans(P.A, P.lda, m_lo * MR, a_rows, pc, kc, a_stride, ablock);
       for (int64_t p = m_lo; p < m_hi; ++p) {
         const int64_t i0 = p * MR;
         const int mr = int(std::min<int64_t>(MR, P.M - i0));
-        const float* a = apanel;
-        if (a_block) a = ablock + (p - m_lo) * a_stride;
-        else if (al == kPackedA) pack_a(P.ta, P.A, P.lda, i0, mr, pc, kc, apanel);
-        else if (al == kRowCopyA) copy_a_rows(P.A, P.lda, i0, mr, pc, kc, apanel);
-        else a = al == kColsA ? P.A + pc * P.lda + i0 : P.A + i0 * P.lda + pc;
+        const float* a = a_block ? ablock + (p - m_lo) * a_stride : a_panel(P, al, i0, mr, pc, kc, apanel);
         // Each panel's K block is packed once per thread column and NC block;
         // one of them (first block, the thread holding the first columns)
         // adds it to the row sums, always in pc order.

@@ -6,25 +6,19 @@
 #include <utility>
 
 #if defined(__AVX512F__)
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // as in gemm_avx512.cpp: intrinsics' pass-through operands
-#endif
-#include <immintrin.h>
-
-#include "core/simd_transpose.h"
+#include "core/simd_avx512.h"
 #endif
 
 namespace snug::kernels {
 
 void transpose_f32(int64_t rows, int64_t cols, const float* src, int64_t ld_src, float* dst, int64_t ld_dst) {
 #if defined(__AVX512F__)
-  auto lanes = [](int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); };
   __m512 r[16];
   for (int64_t i0 = 0; i0 < rows; i0 += 16) {
     const int64_t ni = std::min<int64_t>(16, rows - i0);
     for (int64_t j0 = 0; j0 < cols; j0 += 16) {
       const int64_t nj = std::min<int64_t>(16, cols - j0);
-      const __mmask16 mj = lanes(nj), mi = lanes(ni);
+      const __mmask16 mj = detail::head_mask(nj), mi = detail::head_mask(ni);
       for (int i = 0; i < 16; ++i)
         r[i] = i < ni ? _mm512_maskz_loadu_ps(mj, src + (i0 + i) * ld_src + j0) : _mm512_setzero_ps();
       detail::transpose16(r);

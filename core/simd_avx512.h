@@ -1,12 +1,26 @@
-// A 16 x 16 float transpose in AVX-512 registers, shared by the GEMM's packers
-// (core/gemm_avx512.cpp) and the fused attention's K and V transposes
-// (kernels::transpose_f32 in core/tile_gemm.cpp).
+// Small AVX-512 helpers shared by the CPU kernels: the mask of a row's first
+// lanes (GEMM packing, layer norm rows, attention row dots, transposes) and a
+// 16 x 16 float transpose in registers (the GEMM's packers and
+// kernels::transpose_f32 in core/tile_gemm.cpp).
 #pragma once
 
 #if defined(__AVX512F__)
+#include <cstdint>
+
+// GCC 12 flags the intrinsics' internal _mm512_undefined_ps() pass-through
+// operands (masked loads, the _mm512_reduce_* folds) as "(maybe) used
+// uninitialized" once they are inlined; a false positive. Files that include
+// this header take the switches with it.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 namespace snug::kernels::detail {
+
+// Lanes [0, n) of a 16-float vector, for n >= 0 (16 and more: all of them).
+inline __mmask16 head_mask(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 
 // In-register 16x16 transpose: r[i] holds row i; afterwards r[j] holds column j.
 inline void transpose16(__m512 r[16]) {
