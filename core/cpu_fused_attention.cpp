@@ -40,30 +40,6 @@ SNUG_INLINE T exp_of(T x) {
   else return std::exp(x);
 }
 
-// The 16 lanes of a row's partial max or sum, folded. GCC folds an `omp simd`
-// lane array one scalar op after another, a chain of 16 dependent maxss or
-// addss per fold, twice per row (`perf annotate`: 15% of the fused forward's
-// own time); for float the fold is a fixed tree of vector ops instead
-// (NOTE [ Layer norm rows in AVX-512 ] in core/cpu_norm.cpp has the same fix).
-template <class T>
-SNUG_INLINE T fold_max(const T* v) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) return _mm512_reduce_max_ps(_mm512_loadu_ps(v));
-#endif
-  T m = v[0];
-  for (int l = 1; l < 16; ++l) m = std::max(m, v[l]);
-  return m;
-}
-template <class T>
-SNUG_INLINE T fold_sum(const T* v) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) return _mm512_reduce_add_ps(_mm512_loadu_ps(v));
-#endif
-  T s = 0;
-  for (int l = 0; l < 16; ++l) s += v[l];
-  return s;
-}
-
 // sum over d < D of a[d] b[d]: one vector accumulator and a tree fold for float.
 template <class T>
 SNUG_INLINE T dot_row(const T* a, const T* b, int64_t D) {
@@ -82,43 +58,115 @@ SNUG_INLINE T dot_row(const T* a, const T* b, int64_t D) {
   return acc;
 }
 
-// In place over row[0, vis): softmax; row[vis, n) = 0. Returns the logsumexp.
-// Max and sum keep 16 partial lanes so the loops vectorize without -ffast-math.
-// The masked tail is set to -inf and run through the same vector loops (exp
-// gives exactly 0 there): rows are short (the visible keys of one query), and
-// scalar remainder loops cost more than the 16-wide passes over the whole row.
+// NOTE [ Attention rows in AVX-512 ]
+// One block's rows: e = exp(s - max) over a row's visible keys, zeros past
+// them, and the row's sum. The rows are short (32 to 128 keys, 2 to 8
+// vectors) and there are many of them (every query row of every head, forward
+// and backward), so fixed costs per row and per vector dominate. The compiled
+// exp_approx loop (NOTE [ Vectorizable exp and erf for float ]) ran over the
+// whole row with its masked tail set to -inf, and spent a third of its
+// instructions on blends for NaN and underflow; the forward then made a third
+// pass to scale the row by 1/sum (`perf annotate`: half of the fused forward's
+// own samples were these row loops). Here:
+//   - exp runs on the visible vectors only (the last one masked) and writes
+//     zeros past them;
+//   - exp is exp_approx's formula in intrinsics: n = round(x log2 e) by
+//     vrndscaleps, the same degree-7 polynomial, and p * 2^n by vscalefps,
+//     which needs no bit tricks; lanes below -87.34 are zeroed through the
+//     scalef's mask (no denormal results), a NaN lane stays NaN;
+//   - forward does not normalize P: O = P V is computed from the unnormalized
+//     rows and its (m, D) rows are scaled by 1/sum afterwards, m x D floats
+//     instead of m x kv.
 template <class T>
-T softmax_row(T* row, int64_t vis, int64_t n) {
-  for (int64_t j = vis; j < n; ++j) row[j] = -std::numeric_limits<T>::infinity();
-  vis = n;
-  constexpr int L = 16;
-  T mx[L];
-  for (int l = 0; l < L; ++l) mx[l] = -std::numeric_limits<T>::infinity();
+T row_max(const T* row, int64_t vis) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < vis; ++j) m = std::max(m, row[j]);
+  return m;
+}
+
+// row[j] = exp(row[j] - sub) for j < vis, 0 for vis <= j < n; returns the sum
+// of the exps.
+template <class T>
+T exp_row(T* row, int64_t vis, int64_t n, T sub) {
+  T s = 0;
+  for (int64_t j = 0; j < vis; ++j) s += (row[j] = exp_of(row[j] - sub));
+  for (int64_t j = vis; j < n; ++j) row[j] = T(0);
+  return s;
+}
+
+#if defined(__AVX512F__)
+using kernels::detail::head_mask;
+
+// exp(x) for 16 lanes, as fmath::exp_approx: <= 1.5 ulp, 0 below -87.34, NaN
+// stays NaN. x <= 88 is assumed (the callers pass x - max or s - lse).
+SNUG_INLINE __m512 exp16(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.33654f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);  // x >= lo, or NaN
+  x = _mm512_max_ps(lo, x);  // the second operand comes back for NaN
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860676533018e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+template <>
+float row_max<float>(const float* row, int64_t vis) {
+  __m512 m0 = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), m1 = m0;
   int64_t j = 0;
-  for (; j + L <= vis; j += L)
-#pragma omp simd
-    for (int l = 0; l < L; ++l) mx[l] = std::max(mx[l], row[j + l]);
-  T m = fold_max<T>(mx);
-  for (; j < vis; ++j) m = std::max(m, row[j]);
-  T sm[L] = {};
-  j = 0;
-  for (; j + L <= vis; j += L)
-#pragma omp simd
-    for (int l = 0; l < L; ++l) {
-      T e = exp_of(row[j + l] - m);
-      row[j + l] = e;
-      sm[l] += e;
-    }
-  T s = fold_sum<T>(sm);
-  for (; j < vis; ++j) {
-    T e = exp_of(row[j] - m);
-    row[j] = e;
-    s += e;
+  for (; j + 32 <= vis; j += 32) {  // two chains: a row is at most a few vectors
+    m0 = _mm512_max_ps(m0, _mm512_loadu_ps(row + j));
+    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(row + j + 16));
   }
-  const T inv = T(1) / s;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) row[i] *= inv;
-  return m + std::log(s);
+  for (; j < vis; j += 16) m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(m1, head_mask(vis - j), row + j));
+  return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+
+template <>
+float exp_row<float>(float* row, int64_t vis, int64_t n, float sub) {
+  const __m512 sv = _mm512_set1_ps(sub);
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+  int64_t j = 0;
+  for (; j + 32 <= vis; j += 32) {
+    const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), sv));
+    const __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j + 16), sv));
+    _mm512_storeu_ps(row + j, e0);
+    _mm512_storeu_ps(row + j + 16, e1);
+    s0 = _mm512_add_ps(s0, e0);
+    s1 = _mm512_add_ps(s1, e1);
+  }
+  for (; j < vis; j += 16) {  // the last visible vector: masked lanes load and store 0
+    const __mmask16 k = head_mask(vis - j);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), sv)));
+    _mm512_mask_storeu_ps(row + j, head_mask(n - j), e);
+    s0 = _mm512_add_ps(s0, e);
+  }
+  for (; j < n; j += 16) _mm512_mask_storeu_ps(row + j, head_mask(n - j), _mm512_setzero_ps());
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+#endif
+
+// Forward's softmax of one block (m rows of n = r0 + m keys, row i sees keys
+// [0, r0 + i]): rows become their unnormalized exps, lse[i] the logsumexp,
+// inv[i] 1 / sum.
+template <class T>
+void block_softmax(T* S, int64_t m, int64_t n, int64_t r0, T* lse, T* inv) {
+  for (int64_t i = 0; i < m; ++i) {
+    T* row = S + i * n;
+    const int64_t vis = r0 + i + 1;
+    const T mx = row_max<T>(row, vis);
+    const T s = exp_row<T>(row, vis, n, mx);
+    lse[i] = mx + std::log(s);
+    inv[i] = T(1) / s;
+  }
 }
 
 template <class T>
@@ -126,6 +174,7 @@ struct Scratch {
   std::vector<T> s, dp;
   std::vector<T> kt, vt;          // the head's K^T and V^T (D, T)
   std::vector<T> qc, kc, vc, gc;  // the head's Q, K, V, dO as dense (T, D)
+  std::vector<T> dk, dv;          // backward's dK and dV sums, dense (T, D)
 };
 
 // The head's (T, D) slice of a (B, T, *) tensor, copied dense. Read in place
@@ -169,13 +218,19 @@ void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const Tensor& y,
     sc.s.resize(size_t(kAttentionBlockRows * Tn));
     sc.kt.resize(size_t(D * Tn));
     T *S = sc.s.data(), *Kt = sc.kt.data();
+    T inv[kAttentionBlockRows];
     kernels::transpose<T>(Tn, D, K, C3, Kt, Tn);  // (D, T): every block's S = Q K^T reads rows of it
     const T* Vd = dense(sc.vc, Tn, D, V, C3);       // (T, D)
     for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
       const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = r0 + m;  // keys 0..kv-1 are visible to some row
       mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, S, kv);  // S (m, kv)
-      for (int64_t i = 0; i < m; ++i) Lr[r0 + i] = softmax_row<T>(S + i * kv, r0 + i + 1, kv);
-      mm<T>(m, D, kv, T(1), S, kv, 1, Vd, D, false, Y + r0 * C, C);  // O = P V (m, D)
+      block_softmax<T>(S, m, kv, r0, Lr + r0, inv);                     // S -> exp(S - max), unnormalized
+      mm<T>(m, D, kv, T(1), S, kv, 1, Vd, D, false, Y + r0 * C, C);     // O = P V (m, D), then
+      for (int64_t i = 0; i < m; ++i) {                                 // rows times 1 / sum
+        T* o = Y + (r0 + i) * C;
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) o[d] *= inv[i];
+      }
     }
   }
 }
@@ -210,21 +265,17 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
     const T* Qd = dense(sc.qc, Tn, D, Q, C3);     // (T, D) each
     const T* Kd = dense(sc.kc, Tn, D, K, C3);
     const T* Gd = dense(sc.gc, Tn, D, G, C);
-    for (int64_t i = 0; i < Tn; ++i) {
-      std::fill_n(dK + i * C3, D, T(0));
-      std::fill_n(dV + i * C3, D, T(0));
-    }
+    // dK and dV are sums over blocks: kept dense in scratch and written out
+    // once at the end. Summed in place, every block's tile read and wrote rows
+    // 3C floats apart, and zeroing them first took a memset call per row.
+    sc.dk.assign(size_t(Tn * D), T(0));
+    sc.dv.assign(size_t(Tn * D), T(0));
+    T *dKd = sc.dk.data(), *dVd = sc.dv.data();
     for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
       const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = r0 + m;
       mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, P, kv);  // S (m, kv)
-      for (int64_t i = 0; i < m; ++i) {  // P = exp(S - lse) on the visible part, 0 past the diagonal
-        T* row = P + i * kv;
-        const int64_t vis = r0 + i + 1;
-        const T l = Lr[r0 + i];
-#pragma omp simd
-        for (int64_t j = 0; j < vis; ++j) row[j] = exp_of(row[j] - l);
-        for (int64_t j = vis; j < kv; ++j) row[j] = T(0);
-      }
+      for (int64_t i = 0; i < m; ++i)  // P = exp(S - lse) on the visible part, 0 past the diagonal
+        exp_row<T>(P + i * kv, r0 + i + 1, kv, Lr[r0 + i]);
       mm<T>(m, kv, D, T(1), G + r0 * C, C, 1, Vt, Tn, false, dP, kv);  // dP = dO V^T (m, kv)
       for (int64_t i = 0; i < m; ++i) {
         T* pr = P + i * kv;
@@ -237,10 +288,16 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
 #pragma omp simd
         for (int64_t j = 0; j < kv; ++j) dr[j] = pr[j] * (dr[j] - c);  // dS; 0 where P is 0
       }
-      mm<T>(kv, D, m, T(1), P, 1, kv, Gd + r0 * D, D, true, dV, C3);      // dV += P^T dO (kv, D)
+      mm<T>(kv, D, m, T(1), P, 1, kv, Gd + r0 * D, D, true, dVd, D);      // dV += P^T dO (kv, D)
       mm<T>(m, D, kv, scale, dP, kv, 1, Kd, D, false, dQ + r0 * C3, C3);  // dQ = scale dS K (m, D)
-      mm<T>(kv, D, m, scale, dP, 1, kv, Qd + r0 * D, D, true, dK, C3);    // dK += scale dS^T Q (kv, D)
+      mm<T>(kv, D, m, scale, dP, 1, kv, Qd + r0 * D, D, true, dKd, D);    // dK += scale dS^T Q (kv, D)
     }
+    for (int64_t i = 0; i < Tn; ++i)
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) {
+        dK[i * C3 + d] = dKd[i * D + d];
+        dV[i * C3 + d] = dVd[i * D + d];
+      }
   }
 }
 

@@ -3,6 +3,8 @@
 // thread-count independence, memory held for backward, bad input.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "autograd/engine.h"
 #include "core/gemm.h"
 #include "core/generator.h"
@@ -57,6 +59,36 @@ TEST_CASE("causal_self_attention: fused equals unfused, forward and backward, f3
       CHECK(max_abs_diff(f.y, u.y) < tol);
       CHECK(max_abs_diff(f.gx, u.gx) < tol * 10);
     }
+}
+
+TEST_CASE("causal_self_attention: W-GPT's head size, and scores wider than exp's range") {
+  // D = 32 and 128 keys: the row kernels' two-vector loops and masked tails
+  // (NOTE [ Attention rows in AVX-512 ]). Scaled by 12, a row's scores span
+  // hundreds, so most exps fall below -87.34 and must come out exactly 0 in
+  // both paths; scaled by 1/64, every probability is near 1 / visible keys.
+  for (double mult : {1.0, 12.0, 1.0 / 64}) {
+    CAPTURE(mult);
+    Generator g(17);
+    Tensor qkv = raw::binary(BinaryOp::mul, randn({2, 128, 3 * 64}, TensorOptions(kFloat32), &g),
+                             full({}, mult, TensorOptions(kFloat32)));
+    Tensor w = randn({2, 128, 64}, TensorOptions(kFloat32), &g);
+    Result f = run(qkv, 2, true, w), u = run(qkv, 2, false, w);
+    const double scale = std::max(1.0, mult * mult);  // the gradients grow with the scores
+    CHECK(max_abs_diff(f.y, u.y) < 3e-5 * scale);
+    CHECK(max_abs_diff(f.gx, u.gx) < 3e-4 * scale);
+  }
+}
+
+TEST_CASE("causal_self_attention: a NaN in one query makes only that row of its head NaN") {
+  Generator g(23);
+  Tensor qkv = randn({1, 70, 3 * 64}, TensorOptions(kFloat32), &g);  // 2 heads of 32
+  qkv.narrow(1, 50, 1).narrow(2, 0, 32).fill_(std::nan(""));  // position 50's q, head 0
+  const std::vector<double> y = vals(F::causal_self_attention(qkv, 2));  // (1, 70, 64)
+  int nan_rows_50 = 0, nan_elsewhere = 0;
+  for (size_t i = 0; i < y.size(); ++i)
+    if (std::isnan(y[i])) ++(i / 64 == 50 && i % 64 < 32 ? nan_rows_50 : nan_elsewhere);
+  CHECK(nan_rows_50 == 32);  // the head whose q holds the NaN
+  CHECK(nan_elsewhere == 0);
 }
 
 TEST_CASE("gradcheck: causal_self_attention (fused), several blocks") {
