@@ -151,6 +151,21 @@ void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
 }
 
+void gemm_f32_bias_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                       const float* bias, GemmAct act, float* pre) {
+  check_args("gemm_f32_bias_act", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K > 0 && alpha != 0.0f && detail::gemm_f32_packed_available()) {
+    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc,
+                            threads_for(M, N, K), bias, nullptr, act, pre);
+    return;
+  }
+  // Eigen fallback, K == 0 or alpha == 0: the activation in a second pass.
+  gemm_f32_bias(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, bias);
+  detail::apply_act(act, M, N, C, pre, ldc);
+}
+
 void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                      int64_t ldc, float* a_sums) {

@@ -28,6 +28,21 @@ void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
                    const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
                    const float* bias);
 
+// What gemm_f32_bias_act applies to each element of C as it stores it.
+enum class GemmAct : int { none, relu, gelu, gelu_tanh };
+
+// C = act(alpha * op(A) * op(B) + bias): a Linear layer and the activation
+// after it in one pass. The activation runs on each row panel of C right after
+// its last K block is stored, while the panel is still in cache, instead of as
+// a separate pass over C (NOTE [ The activation in the GEMM's store ] in
+// core/gemm_avx512.cpp). When pre is not null, pre (M x N, row stride ldc)
+// receives the values before the activation (what GELU's backward needs).
+// The activations are core/functors.h's ReluF, GeluF and GeluTanhF, so the
+// values equal those of gemm_f32_bias followed by the elementwise op.
+void gemm_f32_bias_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                       const float* bias, GemmAct act, float* pre);
+
 // gemm_f32, and a_sums (M) = the sums over k of each row of op(A) (not
 // scaled by alpha), in float within each K block of 256 and in double across
 // blocks, in a fixed order: a Linear layer's

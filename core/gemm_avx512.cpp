@@ -363,7 +363,24 @@ struct Problem {
   const float* bias;  // N floats added to every row with the first K block, or null
   double* a_sums;     // M running sums of op(A)'s rows, or null (gemm_f32_a_sums)
   std::atomic<int64_t>* next_panel;  // the shared row-panel counter of NOTE [ Panels on demand ]
+  GemmAct act;  // applied to each row panel after its last K block (NOTE [ The activation in the GEMM's store ])
+  float* pre;   // receives C before the activation, or null
 };
+
+// NOTE [ The activation in the GEMM's store ]
+// A Linear layer followed by an activation (W-MLP's and W-CNN's ReLUs,
+// W-GPT's GELU) was a GEMM that wrote C, then an elementwise pass that read C
+// back from memory and wrote a second tensor. Here the activation runs on a
+// row panel (up to 14 rows of the thread's columns: at most 56 KiB at N =
+// 1024) right after the panel's last K block is stored, while those rows are
+// still in L1/L2. The values before it (GELU's backward needs them) are copied
+// out in the same sweep. Not inside the micro-kernel: the activations are the
+// elementwise functors (core/functors.h), compiled to SIMD by the compiler,
+// so the fused and the unfused paths give the same values.
+void panel_act(const Problem& P, int64_t i0, int mr, int64_t j0, int64_t j1) {
+  if ((P.act == GemmAct::none && !P.pre) || j1 <= j0) return;
+  apply_act(P.act, mr, j1 - j0, P.C + i0 * P.ldc + j0, P.pre ? P.pre + i0 * P.ldc + j0 : nullptr, P.ldc);
+}
 
 // NOTE [ Panels on demand ]
 // On a shared machine a thread is sometimes descheduled for milliseconds
@@ -435,6 +452,7 @@ void run_on_demand(const Problem& P, int al) {
                                           P.alpha, beta, nr, pc == 0 && P.bias ? P.bias + j0 : nullptr);
         }
       }
+      panel_act(P, i0, mr, 0, P.N);
     }
   }
 }
@@ -492,6 +510,7 @@ void run_thread(const Problem& P, int tid, int nt) {
                                           P.C + i0 * P.ldc + j0, P.ldc, P.alpha, beta, nr,
                                           pc == 0 && P.bias ? P.bias + j0 : nullptr);
         }
+        if (pc + kc >= P.K) panel_act(P, i0, mr, jc + n_lo * NR, std::min(P.N, jc + n_hi * NR));
       }
     }
   }
@@ -522,14 +541,14 @@ thread_local Scratch tl_c_half;  // the second half's C (NOTE [ Splitting K for 
 
 void gemm_split_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
-                  const float* bias, float* a_sums) {
+                  const float* bias, float* a_sums, GemmAct act, float* pre) {
   const int64_t nb = (K + KC - 1) / KC, kmid = (nb + 1) / 2 * KC;  // halves [0, kmid) and [kmid, K)
   float* C1 = tl_c_half.get(size_t(M * N) + 16);
   std::vector<double> s0(a_sums ? size_t(M) : 0, 0.0), s1(s0.size(), 0.0);
   const Problem P0{trans_a, trans_b, M, N, kmid, alpha, beta, A, lda, B, ldb, C, ldc, bias,
-                   a_sums ? s0.data() : nullptr, nullptr};
+                   a_sums ? s0.data() : nullptr, nullptr, GemmAct::none, nullptr};
   const Problem P1{trans_a, trans_b, M, N, K - kmid, alpha, 0.0f, trans_a ? A + kmid * lda : A + kmid, lda,
-                   trans_b ? B + kmid : B + kmid * ldb, ldb, C1, N, nullptr, a_sums ? s1.data() : nullptr, nullptr};
+                   trans_b ? B + kmid : B + kmid * ldb, ldb, C1, N, nullptr, a_sums ? s1.data() : nullptr, nullptr, GemmAct::none, nullptr};
   if (nthreads <= 1) {
     run_thread(P0, 0, 1);
     run_thread(P1, 0, 1);
@@ -552,6 +571,7 @@ void gemm_split_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     const float* c1 = C1 + i * N;
 #pragma omp simd
     for (int64_t j = 0; j < N; ++j) c[j] += c1[j];
+    apply_act(act, 1, N, c, pre ? pre + i * ldc : nullptr, ldc);  // the whole sum, row by row while in cache
   }
   for (size_t i = 0; i < s0.size(); ++i) a_sums[i] = float(s0[i] + s1[i]);
 }
@@ -560,16 +580,17 @@ void gemm_split_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
 
 void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                     float* C, int64_t ldc, int nthreads, const float* bias, float* a_sums) {
+                     float* C, int64_t ldc, int nthreads, const float* bias, float* a_sums, GemmAct act,
+                     float* pre) {
   if (split_k(M, N, K)) {
-    gemm_split_k(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias, a_sums);
+    gemm_split_k(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias, a_sums, act, pre);
     return;
   }
   const int64_t ncols = (std::min(N, NC) + NR - 1) / NR * NR;
   std::vector<double> sums(a_sums ? size_t(M) : 0, 0.0);
   std::atomic<int64_t> next_panel{0};
   Problem P{trans_a, trans_b, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc, bias,
-            a_sums ? sums.data() : nullptr, &next_panel};
+            a_sums ? sums.data() : nullptr, &next_panel, act, pre};
   // No point in more threads than register tiles in one block.
   const int64_t tiles = ((M + MR - 1) / MR) * (ncols / NR);
   int nt = int(std::max<int64_t>(1, std::min<int64_t>(nthreads, tiles)));
@@ -589,7 +610,7 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 
 bool gemm_f32_packed_available() { return false; }
 void gemm_f32_packed(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                     const float*, int64_t, float, float*, int64_t, int, const float*, float*) {
+                     const float*, int64_t, float, float*, int64_t, int, const float*, float*, GemmAct, float*) {
   std::abort();  // unreachable: gemm_f32 checks gemm_f32_packed_available()
 }
 

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/gemm.h"
+
 namespace snug::kernels::detail {
 
 // True when core/gemm_avx512.cpp was compiled with AVX-512 (the build used
@@ -13,10 +15,16 @@ bool gemm_f32_packed_available();
 // nthreads == 1 it opens no parallel region (safe inside one). A non-null
 // bias (N floats) is added to every row of C with the first K block. A
 // non-null a_sums (M floats) receives sum_k op(A)(i, k), taken from the packed
-// A panels (gemm_f32_a_sums).
+// A panels (gemm_f32_a_sums). An act other than none is applied to each row
+// panel after its last K block, pre (when not null) receiving the values
+// before it (gemm_f32_bias_act).
 void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                      float* C, int64_t ldc, int nthreads, const float* bias = nullptr,
-                     float* a_sums = nullptr);
+                     float* a_sums = nullptr, GemmAct act = GemmAct::none, float* pre = nullptr);
+
+// c[j] = act(c[j]) for j < n in each of `rows` rows (row stride ld), the
+// values before it copied to pre's rows first when pre is not null.
+void apply_act(GemmAct act, int64_t rows, int64_t n, float* c, float* pre, int64_t ld);
 
 }  // namespace snug::kernels::detail

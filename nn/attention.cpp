@@ -1,5 +1,9 @@
 #include "nn/attention.h"
 
+#include <typeinfo>
+
+#include "nn/fused.h"
+
 namespace snug::nn {
 
 namespace F = functional;
@@ -44,7 +48,11 @@ TransformerBlock::TransformerBlock(int64_t e, int64_t h, bool causal, double d, 
 
 Tensor TransformerBlock::forward(const Tensor& x) {
   Tensor h = x + drop->forward(attn->forward(ln_1->forward(x)));
-  Tensor m = fc_proj->forward(gelu(fc->forward(ln_2->forward(h))));
+  // GELU in the GEMM's store (nn/fused.h), unless fc was swapped for a
+  // subclass with a forward of its own.
+  const Tensor u = ln_2->forward(h);
+  Tensor a = typeid(*fc) == typeid(Linear) ? functional::linear_gelu(u, fc->weight, fc->bias) : gelu(fc->forward(u));
+  Tensor m = fc_proj->forward(a);
   return h + drop->forward(m);
 }
 

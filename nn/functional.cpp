@@ -1,5 +1,6 @@
 // nn::functional: linear, layer_norm, embedding, losses, attention.
 #include "nn/functional.h"
+#include "nn/fused.h"
 
 #include <cmath>
 #include <limits>
@@ -23,70 +24,158 @@ using G = std::vector<Tensor>;
 // ---- linear ------------------------------------------------------------------------
 // x (..., in), weight (out, in), bias (out) -> (..., out)
 // backward: gx = g @ W, gW = g^T @ x, gb = sum over rows of g
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+namespace {
+
+// A Linear call after autocast: its checks, x flattened to (N, in), and
+// whether the CPU f32 one-pass GEMM (kernels::gemm_f32_bias[_act]) applies.
+struct LinearArgs {
+  Tensor x, weight, bias, x2;  // x2: x as (N, in)
+  int64_t in, outf;
+  Shape out_shape;
+  bool one_pass;
+};
+
+LinearArgs linear_args(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   // Autocast: low precision, weight casts cached (autograd/autocast.h).
-  const Tensor x = autocast::lower(x_in), weight = autocast::lower(weight_in), bias = autocast::lower(bias_in);
-  SNUG_CHECK(weight.dim() == 2, ShapeError, "linear: weight must be (out, in), got ", shape_str(weight.shape()));
-  SNUG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), ShapeError, "linear: input of shape ",
-             shape_str(x.shape()), " does not match weight ", shape_str(weight.shape()), " (expected last dim ",
-             weight.size(1), ")");
+  LinearArgs a;
+  a.x = autocast::lower(x_in), a.weight = autocast::lower(weight_in), a.bias = autocast::lower(bias_in);
+  const Tensor &x = a.x, &weight = a.weight, &bias = a.bias;
+  SNUG_CHECK(weight.dim() == 2, ShapeError, op, ": weight must be (out, in), got ", shape_str(weight.shape()));
+  SNUG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), ShapeError, op, ": input of shape ", shape_str(x.shape()),
+             " does not match weight ", shape_str(weight.shape()), " (expected last dim ", weight.size(1), ")");
   if (bias.defined())
-    SNUG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), ShapeError, "linear: bias of shape ",
+    SNUG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), ShapeError, op, ": bias of shape ",
                shape_str(bias.shape()), " does not match weight ", shape_str(weight.shape()));
-  const int64_t in = weight.size(1), outf = weight.size(0);
-  Shape out_shape = x.shape();
-  out_shape.back() = outf;
-  Tensor x2 = raw::can_view(x, {x.numel() / std::max<int64_t>(in, 1), in}) ? raw::view(x, {-1, in})
-                                                                          : raw::view(raw::contiguous(x), {-1, in});
-  // CPU f32 with contiguous operands: one GEMM that adds the bias as it stores
-  // its result (kernels::gemm_f32_bias), instead of a GEMM and a broadcast add.
-  const bool one_pass = x2.device().is_cpu() && x2.dtype() == DType::f32 && weight.dtype() == DType::f32 &&
-                        weight.device() == x2.device() && x2.is_contiguous() && weight.is_contiguous() &&
-                        (!bias.defined() || (bias.dtype() == DType::f32 && bias.device() == x2.device() &&
-                                             bias.is_contiguous()));
+  a.in = weight.size(1), a.outf = weight.size(0);
+  a.out_shape = x.shape();
+  a.out_shape.back() = a.outf;
+  a.x2 = raw::can_view(x, {x.numel() / std::max<int64_t>(a.in, 1), a.in})
+             ? raw::view(x, {-1, a.in})
+             : raw::view(raw::contiguous(x), {-1, a.in});
+  const Tensor& x2 = a.x2;
+  a.one_pass = x2.device().is_cpu() && x2.dtype() == DType::f32 && weight.dtype() == DType::f32 &&
+               weight.device() == x2.device() && x2.is_contiguous() && weight.is_contiguous() &&
+               (!bias.defined() ||
+                (bias.dtype() == DType::f32 && bias.device() == x2.device() && bias.is_contiguous()));
+  return a;
+}
+
+// One-pass CPU f32 forward: r (N, out) = act(x2 W^T + b), z receiving the
+// values before the activation when it is defined.
+Tensor linear_one_pass(const LinearArgs& a, kernels::GemmAct act, const Tensor& z) {
+  const int64_t rows = a.x2.size(0);
+  profiler::RecordOp rec("matmul", a.x2.device(), 2.0 * double(rows) * double(a.in) * double(a.outf));
+  Tensor r = empty({rows, a.outf}, a.x2.options());  // (N, out)
+  kernels::gemm_f32_bias_act(false, true, rows, a.outf, a.in, 1.0f, static_cast<const float*>(a.x2.data_ptr()), a.in,
+                             static_cast<const float*>(a.weight.data_ptr()), a.in, static_cast<float*>(r.data_ptr()),
+                             a.outf, a.bias.defined() ? static_cast<const float*>(a.bias.data_ptr()) : nullptr, act,
+                             z.defined() ? static_cast<float*>(z.data_ptr()) : nullptr);
+  return r;
+}
+
+// The backward of y = x W^T + b from g2 = dL/dy as (N, out); x2s is x as
+// (N, in) (undefined when W needs no gradient), w the weight. Returns
+// {gx (xs), gW, gb}.
+G linear_backward(FunctionNode& self, const Tensor& g2, const Tensor& x2s, const Tensor& w, const Shape& xs,
+                  int64_t in, int64_t outf) {
+  Tensor gx, gw, gb;
+  if (self.needs_grad(0)) gx = raw::view(raw::matmul(g2, w), xs);
+  // CPU f32: the bias gradient rides along with the weight gradient's
+  // GEMM, summed from its packed panels of g (kernels::gemm_f32_a_sums).
+  const bool fused_wb = self.needs_grad(1) && self.needs_grad(2) && g2.device().is_cpu() &&
+                        g2.dtype() == DType::f32 && x2s.dtype() == DType::f32 && x2s.device() == g2.device() &&
+                        g2.is_contiguous() && x2s.is_contiguous();
+  if (fused_wb) {
+    const int64_t rows = g2.size(0);
+    profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(rows) * double(in) * double(outf));
+    gw = empty({outf, in}, g2.options());  // (out, in) = g2^T (out, N) x2 (N, in)
+    gb = empty({outf}, g2.options());
+    kernels::gemm_f32_a_sums(true, false, outf, in, rows, 1.0f, static_cast<const float*>(g2.data_ptr()), outf,
+                             static_cast<const float*>(x2s.data_ptr()), in, 0.0f, static_cast<float*>(gw.data_ptr()),
+                             in, static_cast<float*>(gb.data_ptr()));
+    return {gx, gw, gb};
+  }
+  if (self.needs_grad(1)) gw = raw::matmul(raw::transpose(g2, 0, 1), x2s);
+  if (self.needs_grad(2)) gb = raw::reduce(ReduceOp::sum, g2, {0}, false);
+  return {gx, gw, gb};
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const LinearArgs a = linear_args("linear", x_in, weight_in, bias_in);
+  const Tensor &x = a.x, &weight = a.weight, &bias = a.bias, &x2 = a.x2;
   Tensor y = autograd::keep_or_compute("linear", [&] {
-    if (one_pass) {
-      const int64_t rows = x2.size(0);
-      profiler::RecordOp rec("matmul", x2.device(), 2.0 * double(rows) * double(in) * double(outf));
-      Tensor r = empty({rows, outf}, x2.options());  // (N, out)
-      kernels::gemm_f32_bias(false, true, rows, outf, in, 1.0f, static_cast<const float*>(x2.data_ptr()), in,
-                             static_cast<const float*>(weight.data_ptr()), in, static_cast<float*>(r.data_ptr()),
-                             outf, bias.defined() ? static_cast<const float*>(bias.data_ptr()) : nullptr);
-      return std::vector<Tensor>{raw::view(r, out_shape)};
-    }
+    // CPU f32 with contiguous operands: one GEMM that adds the bias as it stores
+    // its result (kernels::gemm_f32_bias), instead of a GEMM and a broadcast add.
+    if (a.one_pass) return std::vector<Tensor>{raw::view(linear_one_pass(a, kernels::GemmAct::none, Tensor()), a.out_shape)};
     Tensor r = raw::matmul(x2, raw::transpose(weight, 0, 1));  // (N, out)
     if (bias.defined()) r = raw::binary(BinaryOp::add, r, bias);
-    return std::vector<Tensor>{raw::view(r, out_shape)};
+    return std::vector<Tensor>{raw::view(r, a.out_shape)};
   })[0];
   if (any_requires_grad({x, weight, bias})) {
-    Shape xs = x.shape();
+    const Shape xs = x.shape();
+    const int64_t in = a.in, outf = a.outf;
     record("linear", {x, weight, bias}, {y}, {weight.requires_grad() ? x2 : Tensor(), weight},
            [xs, in, outf](FunctionNode& self, const G& g) -> G {
              Tensor g2 = raw::view(raw::contiguous(g[0]), {-1, outf});  // (N, out)
-             Tensor gx, gw, gb;
-             if (self.needs_grad(0)) gx = raw::view(raw::matmul(g2, self.saved_at(1)), xs);
-             const Tensor& x2s = self.saved_at(0);  // (N, in)
-             // CPU f32: the bias gradient rides along with the weight gradient's
-             // GEMM, summed from its packed panels of g (kernels::gemm_f32_a_sums).
-             const bool fused_wb = self.needs_grad(1) && self.needs_grad(2) && g2.device().is_cpu() &&
-                                   g2.dtype() == DType::f32 && x2s.dtype() == DType::f32 &&
-                                   x2s.device() == g2.device() && g2.is_contiguous() && x2s.is_contiguous();
-             if (fused_wb) {
-               const int64_t rows = g2.size(0);
-               profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(rows) * double(in) * double(outf));
-               gw = empty({outf, in}, g2.options());  // (out, in) = g2^T (out, N) x2 (N, in)
-               gb = empty({outf}, g2.options());
-               kernels::gemm_f32_a_sums(true, false, outf, in, rows, 1.0f, static_cast<const float*>(g2.data_ptr()),
-                                        outf, static_cast<const float*>(x2s.data_ptr()), in, 0.0f,
-                                        static_cast<float*>(gw.data_ptr()), in, static_cast<float*>(gb.data_ptr()));
-               return {gx, gw, gb};
-             }
-             if (self.needs_grad(1)) gw = raw::matmul(raw::transpose(g2, 0, 1), x2s);
-             if (self.needs_grad(2)) gb = raw::reduce(ReduceOp::sum, g2, {0}, false);
-             return {gx, gw, gb};
+             return linear_backward(self, g2, self.saved_at(0), self.saved_at(1), xs, in, outf);
            });
   }
   return y;
+}
+
+namespace {
+// linear_relu and linear_gelu: act(linear(x, weight, bias)). On the CPU in f32
+// one GEMM applies the activation as it stores each row panel (NOTE [ The
+// activation in the GEMM's store ] in core/gemm_avx512.cpp); elsewhere the
+// two ops. Backward: g * act'(.) in one elementwise pass (ReLU from the
+// output, GELU from the saved pre-activation), then linear's backward.
+Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                  kernels::GemmAct act) {
+  const LinearArgs a = linear_args(op, x_in, weight_in, bias_in);
+  const bool relu = act == kernels::GemmAct::relu;
+  const UnaryOp fwd = relu ? UnaryOp::relu : act == kernels::GemmAct::gelu ? UnaryOp::gelu : UnaryOp::gelu_tanh;
+  if (!a.one_pass) {
+    Tensor y = linear(x_in, weight_in, bias_in);
+    return relu ? snug::relu(y) : snug::gelu(y, fwd == UnaryOp::gelu ? GeluApprox::none : GeluApprox::tanh);
+  }
+  const Tensor &x = a.x, &weight = a.weight, &bias = a.bias, &x2 = a.x2;
+  const bool grad = any_requires_grad({x, weight, bias});
+  // "linear" for selective checkpointing: a policy that keeps Linear outputs
+  // keeps this op's output (and GELU's pre-activation) too.
+  std::vector<Tensor> outs = autograd::keep_or_compute("linear", [&] {
+    Tensor z = grad && !relu ? empty({x2.size(0), a.outf}, x2.options()) : Tensor();  // (N, out)
+    Tensor h = linear_one_pass(a, act, z);
+    std::vector<Tensor> r{raw::view(h, a.out_shape)};
+    if (z.defined()) r.push_back(z);
+    return r;
+  });
+  const Tensor& y = outs[0];
+  if (grad) {
+    const Shape xs = x.shape();
+    const int64_t in = a.in, outf = a.outf;
+    const BinaryOp back = relu ? BinaryOp::relu_backward
+                               : fwd == UnaryOp::gelu ? BinaryOp::gelu_backward : BinaryOp::gelu_tanh_backward;
+    // ReLU's derivative comes from its output (y > 0 exactly where z > 0), GELU's from z.
+    record(op, {x, weight, bias}, {y}, {weight.requires_grad() ? x2 : Tensor(), weight, relu ? y : outs.at(1)},
+           [xs, in, outf, back](FunctionNode& self, const G& g) -> G {
+             const Tensor& s = self.saved_at(2);
+             Tensor g2 = raw::binary(back, raw::view(raw::contiguous(g[0]), {-1, outf}), raw::view(s, {-1, outf}));
+             return linear_backward(self, g2, self.saved_at(0), self.saved_at(1), xs, in, outf);
+           });
+  }
+  return y;
+}
+}  // namespace
+
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_act("linear_relu", x, weight, bias, kernels::GemmAct::relu);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, GeluApprox approximate) {
+  return linear_act("linear_gelu", x, weight, bias,
+                    approximate == GeluApprox::tanh ? kernels::GemmAct::gelu_tanh : kernels::GemmAct::gelu);
 }
 
 // ---- layer_norm ------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 
+#include "autograd/ops.h"
 #include "core/tensor.h"
 
 namespace snug::nn::functional {
@@ -18,5 +19,18 @@ namespace snug::nn::functional {
 Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                    std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
                    std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1);
+
+// relu(linear(x, weight, bias)) and gelu(linear(x, weight, bias)) as one op:
+// on the CPU in f32 the GEMM applies the activation to each row panel of the
+// output right after computing it (kernels::gemm_f32_bias_act), so the
+// activation is not a separate pass over memory. Elsewhere (GPU, f64, 16-bit,
+// non-contiguous weights) it is linear then the activation. The same values
+// and gradients either way. Backward is one elementwise pass for the
+// activation's derivative, then linear's backward. nn::Sequential uses them
+// for a Linear followed by a ReLU or GELU; the GPT block's MLP calls
+// linear_gelu.
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                   GeluApprox approximate = GeluApprox::none);
 
 }  // namespace snug::nn::functional

@@ -251,6 +251,22 @@ Tensor Sequential::forward(const Tensor& x) {
       ++i;
       continue;
     }
+    // A Linear followed by a ReLU or GELU: the activation in the GEMM's store
+    // (nn/fused.h), the same way.
+    if (i + 1 < mods_.size() && typeid(m) == typeid(Linear)) {
+      const Module& next = *mods_[i + 1];
+      const auto& l = static_cast<const Linear&>(m);
+      if (typeid(next) == typeid(ReLU)) {
+        h = functional::linear_relu(h, l.weight, l.bias);
+        ++i;
+        continue;
+      }
+      if (typeid(next) == typeid(GELU)) {
+        h = functional::linear_gelu(h, l.weight, l.bias, static_cast<const GELU&>(next).approximate);
+        ++i;
+        continue;
+      }
+    }
     h = m.forward(h);
   }
   return h;

@@ -37,7 +37,8 @@ TEST_CASE("fault injection: anomaly mode names the op whose output turned NaN") 
   manual_seed(2);
   Tensor x = randint(0, 65, Shape{2, 8}), y = randint(0, 65, Shape{2, 8});
   CHECK(std::isfinite(gpt.loss(x, y).item()));
-  for (const char* op : {"gelu", "layer_norm", "linear", "causal_attention", "embedding"}) {
+  // The GPT block's fc + GELU is one op in f32 (nn/fused.h: linear_gelu).
+  for (const char* op : {"linear_gelu", "layer_norm", "linear", "causal_attention", "embedding"}) {
     CAPTURE(op);
     autograd::AnomalyGuard anomaly;
     autograd::InjectNanGuard nan(op);
@@ -57,19 +58,19 @@ TEST_CASE("fault injection: without anomaly mode the NaN reaches the loss; guard
   manual_seed(2);
   Tensor x = randint(0, 65, Shape{2, 8}), y = randint(0, 65, Shape{2, 8});
   {
-    autograd::InjectNanGuard nan("gelu");
-    CHECK(autograd::injected_nan_op() == "gelu");
+    autograd::InjectNanGuard nan("linear_gelu");
+    CHECK(autograd::injected_nan_op() == "linear_gelu");
     CHECK(std::isnan(gpt.loss(x, y).item()));
     {
       autograd::InjectNanGuard inner("no_such_op");
       CHECK(std::isfinite(gpt.loss(x, y).item()));
     }
-    CHECK(autograd::injected_nan_op() == "gelu");
+    CHECK(autograd::injected_nan_op() == "linear_gelu");
   }
   CHECK(autograd::injected_nan_op().empty());
   CHECK(std::isfinite(gpt.loss(x, y).item()));
   // Ops that record no history are left alone.
-  autograd::InjectNanGuard nan("gelu");
+  autograd::InjectNanGuard nan("linear_gelu");
   NoGradGuard ng;
   CHECK(std::isfinite(gpt.loss(x, y).item()));
 }
@@ -86,7 +87,7 @@ TEST_CASE("fault injection: the loss scaler skips a step whose gradients a NaN r
     {
       autocast::AutocastGuard amp(DType::f16);
       std::optional<autograd::InjectNanGuard> nan;
-      if (inject) nan.emplace("gelu");
+      if (inject) nan.emplace("gelu");  // under autocast, linear_gelu is linear then gelu
       loss = gpt.loss(x, y);
     }
     scaler.scale(loss).backward();

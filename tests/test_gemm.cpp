@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include "core/error.h"
+#include "core/functors.h"
 #include "core/gemm.h"
 
 namespace k = snug::kernels;
@@ -273,6 +274,61 @@ TEST_CASE("gemm_f32_bias: the bias lands on every row (edges, K past one block, 
   k::gemm_f32_bias(false, false, 64, 70, 40, 0.5f, A.data(), 40, B.data(), 70, C1.data(), 70, nullptr);
   k::gemm_f32(false, false, 64, 70, 40, 0.5f, A.data(), 40, B.data(), 70, 0.0f, C2.data(), 70);
   CHECK(C1 == C2);
+}
+
+TEST_CASE("gemm_f32_bias_act: gemm_f32_bias then the activation, bit for bit, on every path") {
+  // Paths (core/gemm_avx512.cpp): panels on demand (M split, one K block or
+  // all of B in cache), the fixed split with several NC blocks and K blocks,
+  // K split in two halves for a small C, one thread; the Eigen fallback is
+  // the two passes themselves. C is padded so that writes past N show up.
+  ThreadGuard tg;
+  struct S { bool ta, tb; int64_t M, N, K; };
+  const S shapes[] = {S{false, true, 2048, 512, 128}, S{false, true, 300, 1100, 600}, S{true, false, 128, 384, 2048},
+                      S{false, false, 37, 45, 20}, S{true, true, 1, 3, 5}, S{false, true, 64, 70, 0}};
+  for (int threads : {1, 2})
+    for (S c : shapes)
+      for (k::GemmAct act : {k::GemmAct::none, k::GemmAct::relu, k::GemmAct::gelu, k::GemmAct::gelu_tanh})
+        for (bool with_pre : {false, true}) {
+          k::set_num_threads(threads);
+          CAPTURE(threads);
+          CAPTURE(c.M);
+          CAPTURE(c.N);
+          CAPTURE(c.K);
+          CAPTURE(int(act));
+          const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N, ldc = c.N + 5;
+          auto A = random_vec<float>(size_t(std::max<int64_t>(1, c.M * c.K)), 11);
+          auto B = random_vec<float>(size_t(std::max<int64_t>(1, c.K * c.N)), 12);
+          auto bias = random_vec<float>(size_t(c.N), 13);
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          std::vector<float> Cb(size_t(c.M * ldc), nan), Ca(Cb.size(), nan), pre(Cb.size(), nan);
+          k::gemm_f32_bias(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
+                           std::max<int64_t>(ldb, 1), Cb.data(), ldc, bias.data());
+          k::gemm_f32_bias_act(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
+                               std::max<int64_t>(ldb, 1), Ca.data(), ldc, bias.data(), act,
+                               with_pre ? pre.data() : nullptr);
+          auto f = [&](float x) {
+            switch (act) {
+              case k::GemmAct::relu: return snug::ReluF{}(x);
+              case k::GemmAct::gelu: return snug::GeluF{}(x);
+              case k::GemmAct::gelu_tanh: return snug::GeluTanhF{}(x);
+              default: return x;
+            }
+          };
+          int64_t bad = 0, bad_pre = 0, touched = 0;
+          for (int64_t i = 0; i < c.M; ++i)
+            for (int64_t j = 0; j < ldc; ++j) {
+              const size_t at = size_t(i * ldc + j);
+              if (j >= c.N) {
+                touched += !std::isnan(Ca[at]) + !std::isnan(pre[at]);
+                continue;
+              }
+              bad += Ca[at] != f(Cb[at]);
+              if (with_pre) bad_pre += pre[at] != Cb[at];
+            }
+          CHECK(bad == 0);
+          CHECK(bad_pre == 0);
+          CHECK(touched == 0);
+        }
 }
 
 TEST_CASE("gemm_f64: matches the reference") {

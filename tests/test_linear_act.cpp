@@ -1,0 +1,143 @@
+// linear_relu and linear_gelu (nn/fused.h, kernels::gemm_f32_bias_act): the
+// same values and gradients as the activation after linear, for f32 (the
+// one-pass GEMM) and f64 (the composed path), finite differences, partial
+// gradients, nn::Sequential's and the GPT block's use of them, and errors.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "core/generator.h"
+#include "core/profiler.h"
+#include "nn/attention.h"
+#include "nn/functional.h"
+#include "nn/fused.h"
+#include "nn/layers.h"
+#include "test_util.h"
+
+using namespace snug;
+using snug::testing::check_grad;
+using snug::testing::contains;
+using snug::testing::error_of;
+namespace F = snug::nn::functional;
+
+namespace {
+
+enum class Act { relu, gelu, gelu_tanh };
+
+Tensor fused(Act a, const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (a == Act::relu) return F::linear_relu(x, w, b);
+  return F::linear_gelu(x, w, b, a == Act::gelu ? GeluApprox::none : GeluApprox::tanh);
+}
+Tensor composed(Act a, const Tensor& x, const Tensor& w, const Tensor& b) {
+  Tensor y = F::linear(x, w, b);
+  if (a == Act::relu) return relu(y);
+  return gelu(y, a == Act::gelu ? GeluApprox::none : GeluApprox::tanh);
+}
+
+void check_same(const Tensor& a, const Tensor& b, const std::string& what) {
+  CAPTURE(what);
+  REQUIRE(a.defined() == b.defined());
+  if (!a.defined()) return;
+  REQUIRE(a.shape() == b.shape());
+  CHECK(a.to_vector<double>() == b.to_vector<double>());
+}
+
+// Forward and every gradient of sum(act(linear) * r), fused against composed.
+void check_against_composed(Act a, DType dt, const Shape& xs, int64_t out, bool bias, bool gx, bool gw,
+                            uint64_t seed) {
+  Generator g(seed);
+  const int64_t in = xs.back();
+  Tensor x0 = randn(xs, TensorOptions(dt), &g), w0 = randn({out, in}, TensorOptions(dt), &g);
+  Tensor b0 = bias ? randn({out}, TensorOptions(dt), &g) : Tensor();
+  Shape ys = xs;
+  ys.back() = out;
+  Tensor r = randn(ys, TensorOptions(dt), &g);
+  std::vector<Tensor> grads[2];
+  Tensor y[2];
+  for (int k = 0; k < 2; ++k) {
+    Tensor x = x0.clone(), w = w0.clone(), b = bias ? b0.clone() : Tensor();
+    x.requires_grad_(gx);
+    w.requires_grad_(gw);
+    if (bias) b.requires_grad_(true);
+    y[k] = k == 0 ? fused(a, x, w, b) : composed(a, x, w, b);
+    (y[k] * r).sum().backward();
+    grads[k] = {gx ? x.grad() : Tensor(), gw ? w.grad() : Tensor(), bias ? b.grad() : Tensor()};
+  }
+  check_same(y[0], y[1], "y");
+  check_same(grads[0][0], grads[1][0], "grad x");
+  check_same(grads[0][1], grads[1][1], "grad weight");
+  check_same(grads[0][2], grads[1][2], "grad bias");
+}
+
+}  // namespace
+
+TEST_CASE("linear_relu / linear_gelu equal the activation after linear: values and gradients, bit for bit") {
+  int64_t seed = 1;
+  for (Act a : {Act::relu, Act::gelu, Act::gelu_tanh})
+    for (DType dt : {DType::f32, DType::f64}) {
+      CAPTURE(int(a));
+      CAPTURE(dtype_name(dt));
+      check_against_composed(a, dt, {7, 5}, 9, true, true, true, seed++);
+      check_against_composed(a, dt, {4, 32, 128}, 512, true, true, true, seed++);  // W-GPT's fc, batch 4
+      check_against_composed(a, dt, {128, 784}, 300, true, true, true, seed++);    // K over several blocks
+      check_against_composed(a, dt, {3, 6, 10}, 4, false, true, true, seed++);     // no bias
+      check_against_composed(a, dt, {5, 10}, 6, true, false, true, seed++);        // x needs no gradient
+      check_against_composed(a, dt, {5, 10}, 6, true, true, false, seed++);        // frozen weight
+    }
+}
+
+TEST_CASE("gradcheck: linear_relu, linear_gelu (f64)") {
+  Generator g(3);
+  Tensor x = randn({4, 5}, TensorOptions(kFloat64), &g), w = randn({3, 5}, TensorOptions(kFloat64), &g),
+         b = randn({3}, TensorOptions(kFloat64), &g);
+  check_grad([](const std::vector<Tensor>& t) { return F::linear_relu(t[0], t[1], t[2]); }, {x, w, b});
+  check_grad([](const std::vector<Tensor>& t) { return F::linear_gelu(t[0], t[1], t[2]); }, {x, w, b});
+  check_grad([](const std::vector<Tensor>& t) { return F::linear_gelu(t[0], t[1], t[2], GeluApprox::tanh); },
+             {x, w, b});
+}
+
+TEST_CASE("f32 on the CPU: one GEMM, no separate activation pass") {
+  Generator g(4);
+  Tensor x = randn({64, 32}, TensorOptions(kFloat32), &g), w = randn({48, 32}, TensorOptions(kFloat32), &g),
+         b = randn({48}, TensorOptions(kFloat32), &g);
+  profiler::Profile prof;
+  F::linear_gelu(x, w, b);
+  F::linear_relu(x, w, b);
+  prof.stop();
+  int matmuls = 0, others = 0;
+  for (const auto& e : prof.events()) (e.name == "matmul" ? matmuls : others) += 1;
+  CHECK(matmuls == 2);
+  CHECK(others == 0);
+}
+
+TEST_CASE("nn::Sequential runs Linear + GELU as linear_gelu; the GPT block's MLP too") {
+  manual_seed(5);
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Linear>(12, 20));
+  net->push_back(std::make_shared<nn::GELU>(GeluApprox::tanh));
+  net->push_back(std::make_shared<nn::Linear>(20, 3));
+  const Tensor x = randn({6, 12});
+  Tensor a = net->forward(x);
+  Tensor h = x;
+  for (size_t i = 0; i < net->size(); ++i) h = (*net)[i]->forward(h);  // module by module: no fusion
+  check_same(a, h, "Sequential");
+
+  nn::TransformerBlock block(16, 2);
+  const Tensor t = randn({2, 5, 16});
+  Tensor y = block.forward(t);
+  // The same block by hand, with fc and GELU as two ops.
+  Tensor u = t + block.attn->forward(block.ln_1->forward(t));
+  Tensor ref = u + block.fc_proj->forward(gelu(block.fc->forward(block.ln_2->forward(u))));
+  check_same(y, ref, "TransformerBlock");
+}
+
+TEST_CASE("linear_relu / linear_gelu: bad input names the op and the problem") {
+  Tensor x = zeros({4, 5}), w = zeros({3, 6}), b = zeros({3});
+  CHECK(contains(error_of([&] { F::linear_relu(x, w, b); }), "linear_relu: input of shape [4, 5]"));
+  CHECK(contains(error_of([&] { F::linear_gelu(x, zeros({3, 5}), zeros({4})); }), "linear_gelu: bias of shape [4]"));
+  CHECK(contains(error_of([&] { F::linear_gelu(x, zeros({5})); }), "linear_gelu: weight must be (out, in)"));
+  // Empty batch: an empty result of the right shape.
+  CHECK(F::linear_relu(zeros({0, 5}), zeros({3, 5}), b).shape() == Shape{0, 3});
+}
