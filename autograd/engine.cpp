@@ -42,6 +42,8 @@ bool has_nonfinite(const Tensor& t) {
   return false;
 }
 
+thread_local bool t_release_after_node = false;  // saved_tensors_die_after_node()
+
 // Runs the graph below `roots`. With captures, the gradient reaching each
 // capture point is stored in captured[...] and leaves are not accumulated.
 void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& seeds, bool retain_graph,
@@ -111,7 +113,16 @@ void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& seeds
     {
       memory::OpScope op(node->name());
       profiler::RecordRange range("backward:", node->name());
-      outs = node->apply(grads);
+      // Restored after: a closure may run a nested backward (checkpointing).
+      const bool outer = t_release_after_node;
+      t_release_after_node = !retain_graph;
+      try {
+        outs = node->apply(grads);
+      } catch (...) {
+        t_release_after_node = outer;
+        throw;
+      }
+      t_release_after_node = outer;
     }
     if (!retain_graph) node->release_saved();
     if (is_anomaly_enabled()) {
@@ -153,6 +164,8 @@ std::vector<Tensor> make_seeds(const std::vector<Tensor>& roots, const std::vect
 }
 
 }  // namespace
+
+bool saved_tensors_die_after_node() { return t_release_after_node; }
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
   std::vector<Tensor> seeds = make_seeds(roots, grad_roots);

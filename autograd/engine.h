@@ -17,4 +17,11 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
                          bool allow_unused = false);
 
+// True while a node's backward runs in a backward pass that frees its saved
+// tensors once it returns (retain_graph is false). A backward closure that is
+// done with one of its saved tensors halfway may then release it early
+// (FunctionNode::saved[i].release()), e.g. linear_relu / linear_gelu drop the
+// activation before their GEMMs.
+bool saved_tensors_die_after_node();
+
 }  // namespace snug::autograd

@@ -7,6 +7,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
+#include "autograd/engine.h"
 #include "autograd/node.h"
 #include "core/backend.h"
 #include "core/cpu_fused_attention.h"
@@ -126,6 +127,24 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
 }
 
 namespace {
+// g * act'(s) as (N, out), for the backward of linear_relu / linear_gelu. When
+// the incoming gradient is seen by nothing but the engine's input vector (the
+// test AccumulateGrad uses: one handle, a storage of its own, dense), the
+// result overwrites it: no new (N, out) buffer, and the incoming gradient no
+// longer stays alive beside its successor through the GEMMs of linear's
+// backward (with a separate activation node, the engine freed it in between).
+Tensor act_backward(BinaryOp back, const Tensor& g, const Tensor& s, int64_t outf) {
+  const bool alone = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
+                     g.impl()->offset == 0 && g.storage()->nbytes() == g.nbytes() && !g.requires_grad() &&
+                     g.dtype() == s.dtype() && g.device() == s.device() && g.numel() == s.numel() &&
+                     s.is_contiguous();
+  if (!alone) return raw::binary(back, raw::view(raw::contiguous(g), {-1, outf}), raw::view(s, {-1, outf}));
+  Tensor g2 = raw::view(g, {-1, outf});
+  profiler::RecordOp rec(binary_op_name(back), g2.device());
+  backend_for(g2.device()).binary(back, g2, raw::view(s, {-1, outf}), g2);  // elementwise: in place is safe
+  return g2;
+}
+
 // linear_relu and linear_gelu: act(linear(x, weight, bias)). On the CPU in f32
 // one GEMM applies the activation as it stores each row panel (NOTE [ The
 // activation in the GEMM's store ] in core/gemm_avx512.cpp); elsewhere the
@@ -160,8 +179,10 @@ Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, c
     // ReLU's derivative comes from its output (y > 0 exactly where z > 0), GELU's from z.
     record(op, {x, weight, bias}, {y}, {weight.requires_grad() ? x2 : Tensor(), weight, relu ? y : outs.at(1)},
            [xs, in, outf, back](FunctionNode& self, const G& g) -> G {
-             const Tensor& s = self.saved_at(2);
-             Tensor g2 = raw::binary(back, raw::view(raw::contiguous(g[0]), {-1, outf}), raw::view(s, {-1, outf}));
+             Tensor g2 = act_backward(back, g[0], self.saved_at(2), outf);  // (N, out)
+             // Done with the activation: free it before the GEMMs, as the engine
+             // would between a separate activation node and linear's.
+             if (autograd::saved_tensors_die_after_node()) self.saved[2].release();
              return linear_backward(self, g2, self.saved_at(0), self.saved_at(1), xs, in, outf);
            });
   }

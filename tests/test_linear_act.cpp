@@ -4,6 +4,7 @@
 // gradients, nn::Sequential's and the GPT block's use of them, and errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,28 @@ TEST_CASE("linear_relu / linear_gelu equal the activation after linear: values a
       check_against_composed(a, dt, {5, 10}, 6, true, false, true, seed++);        // x needs no gradient
       check_against_composed(a, dt, {5, 10}, 6, true, true, false, seed++);        // frozen weight
     }
+}
+
+TEST_CASE("backward twice with retain_graph: the early release of the activation waits for the last pass") {
+  // The backward frees the saved activation before its GEMMs only when the
+  // graph is not retained (autograd::saved_tensors_die_after_node).
+  Generator g(8);
+  for (Act a : {Act::relu, Act::gelu}) {
+    CAPTURE(int(a));
+    Tensor x = randn({16, 12}, TensorOptions(kFloat32), &g), w = randn({20, 12}, TensorOptions(kFloat32), &g);
+    Tensor b = randn({20}, TensorOptions(kFloat32), &g);
+    w.requires_grad_(true);
+    Tensor y = fused(a, x, w, b);
+    y.sum().backward(Tensor(), /*retain_graph=*/true);
+    const std::vector<double> once = w.grad().to_vector<double>();
+    y.sum().backward();  // the second pass still finds the activation
+    const std::vector<double> twice = w.grad().to_vector<double>();
+    REQUIRE(once.size() == twice.size());
+    int bad = 0;
+    for (size_t i = 0; i < once.size(); ++i) bad += std::abs(twice[i] - 2 * once[i]) > 1e-5 * (1 + std::abs(once[i]));
+    CHECK(bad == 0);
+    CHECK(contains(error_of([&] { y.sum().backward(); }), "already freed by an earlier backward"));  // now freed
+  }
 }
 
 TEST_CASE("gradcheck: linear_relu, linear_gelu (f64)") {
