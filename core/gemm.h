@@ -28,8 +28,9 @@ void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
                    const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
                    const float* bias);
 
-// What gemm_f32_bias_act applies to each element of C as it stores it.
-enum class GemmAct : int { none, relu, gelu, gelu_tanh };
+// What gemm_f32_bias_act applies to each element of C as it stores it. The
+// _grad values are the activations' derivatives for backward (gemm_f32_act_grad).
+enum class GemmAct : int { none, relu, gelu, gelu_tanh, relu_grad, gelu_grad, gelu_tanh_grad };
 
 // C = act(alpha * op(A) * op(B) + bias): a Linear layer and the activation
 // after it in one pass. The activation runs on each row panel of C right after
@@ -42,6 +43,15 @@ enum class GemmAct : int { none, relu, gelu, gelu_tanh };
 void gemm_f32_bias_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
                        const float* bias, GemmAct act, float* pre);
+
+// C = (alpha * op(A) * op(B)) * act'(z) elementwise, z (M x N, row stride
+// ldc) the activation's input saved by the forward: the gradient of a Linear
+// layer's input times the derivative of the activation before it, in one pass
+// (act: relu, gelu or gelu_tanh). The same values as gemm_f32 followed by the
+// elementwise backward (ReluBackwardF, GeluBackwardF, GeluTanhBackwardF).
+void gemm_f32_act_grad(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
+                       GemmAct act, const float* z);
 
 // gemm_f32, and a_sums (M) = the sums over k of each row of op(A) (not
 // scaled by alpha), in float within each K block of 256 and in double across

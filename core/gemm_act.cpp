@@ -30,6 +30,16 @@ void act_rows(F f, int64_t rows, int64_t n, float* c, float* pre, int64_t ld) {
     }
   }
 }
+// c[j] = f(c[j], z[j]): the incoming gradient times the activation's derivative at z.
+template <class F>
+void grad_rows(F f, int64_t rows, int64_t n, float* c, const float* z, int64_t ld) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* r = c + i * ld;
+    const float* zr = z + i * ld;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) r[j] = f(r[j], zr[j]);
+  }
+}
 }  // namespace
 
 void apply_act(GemmAct act, int64_t rows, int64_t n, float* c, float* pre, int64_t ld) {
@@ -41,6 +51,10 @@ void apply_act(GemmAct act, int64_t rows, int64_t n, float* c, float* pre, int64
     case GemmAct::relu: return act_rows(ReluF{}, rows, n, c, pre, ld);
     case GemmAct::gelu: return act_rows(GeluF{}, rows, n, c, pre, ld);
     case GemmAct::gelu_tanh: return act_rows(GeluTanhF{}, rows, n, c, pre, ld);
+    // pre holds the forward's pre-activation here, and is only read.
+    case GemmAct::relu_grad: return grad_rows(ReluBackwardF{}, rows, n, c, pre, ld);
+    case GemmAct::gelu_grad: return grad_rows(GeluBackwardF{}, rows, n, c, pre, ld);
+    case GemmAct::gelu_tanh_grad: return grad_rows(GeluTanhBackwardF{}, rows, n, c, pre, ld);
   }
 }
 

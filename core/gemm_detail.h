@@ -24,7 +24,8 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                      float* a_sums = nullptr, GemmAct act = GemmAct::none, float* pre = nullptr);
 
 // c[j] = act(c[j]) for j < n in each of `rows` rows (row stride ld), the
-// values before it copied to pre's rows first when pre is not null.
+// values before it copied to pre's rows first when pre is not null. For the
+// _grad values, c[j] = c[j] * act'(pre[j]) instead (pre read, not written).
 void apply_act(GemmAct act, int64_t rows, int64_t n, float* c, float* pre, int64_t ld);
 
 }  // namespace snug::kernels::detail

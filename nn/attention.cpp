@@ -48,11 +48,12 @@ TransformerBlock::TransformerBlock(int64_t e, int64_t h, bool causal, double d, 
 
 Tensor TransformerBlock::forward(const Tensor& x) {
   Tensor h = x + drop->forward(attn->forward(ln_1->forward(x)));
-  // GELU in the GEMM's store (nn/fused.h), unless fc was swapped for a
-  // subclass with a forward of its own.
+  // fc, GELU, fc_proj as one op (nn/fused.h: GELU in the GEMMs' stores),
+  // unless a layer was swapped for a subclass with a forward of its own.
   const Tensor u = ln_2->forward(h);
-  Tensor a = typeid(*fc) == typeid(Linear) ? functional::linear_gelu(u, fc->weight, fc->bias) : gelu(fc->forward(u));
-  Tensor m = fc_proj->forward(a);
+  Tensor m = typeid(*fc) == typeid(Linear) && typeid(*fc_proj) == typeid(Linear)
+                 ? functional::gelu_mlp(u, fc->weight, fc->bias, fc_proj->weight, fc_proj->bias)
+                 : fc_proj->forward(gelu(fc->forward(u)));
   return h + drop->forward(m);
 }
 

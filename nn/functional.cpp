@@ -74,16 +74,24 @@ Tensor linear_one_pass(const LinearArgs& a, kernels::GemmAct act, const Tensor& 
   return r;
 }
 
+// Which of a Linear layer's gradients (x, weight, bias) are wanted.
+struct LinearNeeds {
+  bool x, w, b;
+};
+LinearNeeds needs_of(const FunctionNode& self, size_t first) {
+  return {self.needs_grad(first), self.needs_grad(first + 1), self.needs_grad(first + 2)};
+}
+
 // The backward of y = x W^T + b from g2 = dL/dy as (N, out); x2s is x as
 // (N, in) (undefined when W needs no gradient), w the weight. Returns
-// {gx (xs), gW, gb}.
-G linear_backward(FunctionNode& self, const Tensor& g2, const Tensor& x2s, const Tensor& w, const Shape& xs,
+// {gx (xs), gW, gb}, each undefined unless wanted.
+G linear_backward(LinearNeeds need, const Tensor& g2, const Tensor& x2s, const Tensor& w, const Shape& xs,
                   int64_t in, int64_t outf) {
   Tensor gx, gw, gb;
-  if (self.needs_grad(0)) gx = raw::view(raw::matmul(g2, w), xs);
+  if (need.x) gx = raw::view(raw::matmul(g2, w), xs);
   // CPU f32: the bias gradient rides along with the weight gradient's
   // GEMM, summed from its packed panels of g (kernels::gemm_f32_a_sums).
-  const bool fused_wb = self.needs_grad(1) && self.needs_grad(2) && g2.device().is_cpu() &&
+  const bool fused_wb = need.w && need.b && g2.device().is_cpu() &&
                         g2.dtype() == DType::f32 && x2s.dtype() == DType::f32 && x2s.device() == g2.device() &&
                         g2.is_contiguous() && x2s.is_contiguous();
   if (fused_wb) {
@@ -96,8 +104,8 @@ G linear_backward(FunctionNode& self, const Tensor& g2, const Tensor& x2s, const
                              in, static_cast<float*>(gb.data_ptr()));
     return {gx, gw, gb};
   }
-  if (self.needs_grad(1)) gw = raw::matmul(raw::transpose(g2, 0, 1), x2s);
-  if (self.needs_grad(2)) gb = raw::reduce(ReduceOp::sum, g2, {0}, false);
+  if (need.w) gw = raw::matmul(raw::transpose(g2, 0, 1), x2s);
+  if (need.b) gb = raw::reduce(ReduceOp::sum, g2, {0}, false);
   return {gx, gw, gb};
 }
 
@@ -120,7 +128,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     record("linear", {x, weight, bias}, {y}, {weight.requires_grad() ? x2 : Tensor(), weight},
            [xs, in, outf](FunctionNode& self, const G& g) -> G {
              Tensor g2 = raw::view(raw::contiguous(g[0]), {-1, outf});  // (N, out)
-             return linear_backward(self, g2, self.saved_at(0), self.saved_at(1), xs, in, outf);
+             return linear_backward(needs_of(self, 0), g2, self.saved_at(0), self.saved_at(1), xs, in, outf);
            });
   }
   return y;
@@ -183,7 +191,7 @@ Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, c
              // Done with the activation: free it before the GEMMs, as the engine
              // would between a separate activation node and linear's.
              if (autograd::saved_tensors_die_after_node()) self.saved[2].release();
-             return linear_backward(self, g2, self.saved_at(0), self.saved_at(1), xs, in, outf);
+             return linear_backward(needs_of(self, 0), g2, self.saved_at(0), self.saved_at(1), xs, in, outf);
            });
   }
   return y;
@@ -197,6 +205,93 @@ Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, GeluApprox approximate) {
   return linear_act("linear_gelu", x, weight, bias,
                     approximate == GeluApprox::tanh ? kernels::GemmAct::gelu_tanh : kernels::GemmAct::gelu);
+}
+
+namespace {
+// relu_mlp and gelu_mlp: linear(act(linear(x, w1, b1)), w2, b2) as one op.
+// Forward: the two one-pass GEMMs (the first with the activation in its
+// store, keeping the pre-activation z when a gradient is wanted). Backward:
+// the second layer's weight and bias gradients, then dz = (g W2) * act'(z) in
+// one GEMM (kernels::gemm_f32_act_grad) instead of dh = g W2 and an
+// elementwise pass over it, then the first layer's backward. The separate
+// (N, hidden) dh is never allocated. Elsewhere (not CPU f32, not contiguous):
+// linear_act then linear.
+Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in, const Tensor& w2_in,
+           const Tensor& b2_in, kernels::GemmAct act) {
+  const LinearArgs a1 = linear_args(op, x_in, w1_in, b1_in);
+  const Tensor w2 = autocast::lower(w2_in), b2 = autocast::lower(b2_in);
+  SNUG_CHECK(w2.dim() == 2 && w2.size(1) == a1.outf, ShapeError, op, ": second weight of shape ",
+             shape_str(w2.shape()), " does not take the first layer's ", a1.outf, " outputs (expected (out, ",
+             a1.outf, "))");
+  if (b2.defined())
+    SNUG_CHECK(b2.dim() == 1 && b2.size(0) == w2.size(0), ShapeError, op, ": bias of shape ", shape_str(b2.shape()),
+               " does not match the second weight ", shape_str(w2.shape()));
+  const bool fast = a1.one_pass && w2.device() == a1.x2.device() && w2.dtype() == DType::f32 && w2.is_contiguous() &&
+                    (!b2.defined() || (b2.device() == w2.device() && b2.dtype() == DType::f32 && b2.is_contiguous()));
+  if (!fast) {
+    const char* first = act == kernels::GemmAct::relu ? "linear_relu" : "linear_gelu";
+    return linear(linear_act(first, x_in, w1_in, b1_in, act), w2_in, b2_in);
+  }
+  const Tensor &x = a1.x, &w1 = a1.weight, &b1 = a1.bias, &x2 = a1.x2;
+  const bool first_grad = any_requires_grad({x, w1, b1}), grad = first_grad || any_requires_grad({w2, b2});
+  const int64_t rows = x2.size(0), hid = a1.outf, outf = w2.size(0);
+  // "linear" for selective checkpointing, as for linear_act.
+  std::vector<Tensor> outs = autograd::keep_or_compute("linear", [&] {
+    Tensor z = first_grad ? empty({rows, hid}, x2.options()) : Tensor();  // (N, hidden), for act'(z)
+    Tensor h = linear_one_pass(a1, act, z);                         // (N, hidden)
+    const LinearArgs a2 = linear_args(op, h, w2, b2);
+    std::vector<Tensor> r{raw::view(linear_one_pass(a2, kernels::GemmAct::none, Tensor()), {-1, outf}), h};
+    if (z.defined()) r.push_back(z);
+    return r;
+  });
+  Shape ys = x.shape();
+  ys.back() = outf;
+  Tensor y = raw::view(outs[0], ys);
+  if (grad) {
+    const Shape xs = x.shape();
+    const int64_t in = a1.in;
+    // saved: x (N, in), W1, z, h, W2
+    record(op, {x, w1, b1, w2, b2}, {y},
+           {w1.requires_grad() ? x2 : Tensor(), w1, first_grad ? outs.at(2) : Tensor(),
+            w2.requires_grad() ? outs[1] : Tensor(), w2},
+           [xs, in, hid, outf, act](FunctionNode& self, const G& g) -> G {
+             const bool die = autograd::saved_tensors_die_after_node();
+             Tensor g2 = raw::view(raw::contiguous(g[0]), {-1, outf});  // (N, out)
+             const int64_t n = g2.size(0);
+             // Second layer: its weight and bias gradients (its input's comes below, with act').
+             const G l2 = linear_backward({false, self.needs_grad(3), self.needs_grad(4)}, g2, self.saved_at(3),
+                                          self.saved_at(4), xs, hid, outf);
+             if (die) self.saved[3].release();  // h
+             G l1(3);
+             const LinearNeeds n1 = needs_of(self, 0);
+             if (n1.x || n1.w || n1.b) {
+               const Tensor z = self.saved_at(2), w2s = self.saved_at(4);
+               Tensor dz = empty({n, hid}, g2.options());  // (N, hidden) = (g2 (N, out) W2 (out, hidden)) * act'(z)
+               {
+                 profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(n) * double(hid) * double(outf));
+                 kernels::gemm_f32_act_grad(false, false, n, hid, outf, 1.0f, static_cast<const float*>(g2.data_ptr()),
+                                            outf, static_cast<const float*>(w2s.data_ptr()), hid,
+                                            static_cast<float*>(dz.data_ptr()), hid, act,
+                                            static_cast<const float*>(z.data_ptr()));
+               }
+               if (die) self.saved[2].release();  // z
+               l1 = linear_backward(n1, dz, self.saved_at(0), self.saved_at(1), xs, in, hid);
+             }
+             return {l1[0], l1[1], l1[2], l2[1], l2[2]};
+           });
+  }
+  return y;
+}
+}  // namespace
+
+Tensor relu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2) {
+  return mlp("relu_mlp", x, w1, b1, w2, b2, kernels::GemmAct::relu);
+}
+
+Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                GeluApprox approximate) {
+  return mlp("gelu_mlp", x, w1, b1, w2, b2,
+             approximate == GeluApprox::tanh ? kernels::GemmAct::gelu_tanh : kernels::GemmAct::gelu);
 }
 
 // ---- layer_norm ------------------------------------------------------------------

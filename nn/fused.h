@@ -33,4 +33,17 @@ Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                    GeluApprox approximate = GeluApprox::none);
 
+// linear(relu(linear(x, w1, b1)), w2, b2) and the same with GELU, as one op:
+// a two-layer MLP. On the CPU in f32 the forward is linear_relu/linear_gelu's
+// GEMM and the second GEMM; the backward computes the first layer's output
+// gradient times the activation's derivative in the store of the GEMM that
+// makes it (kernels::gemm_f32_act_grad), so neither the separate elementwise
+// pass nor the (N, hidden) gradient before it exists. The same values and
+// gradients as the three ops (tested bit for bit). nn::Sequential uses them
+// for Linear, ReLU/GELU, Linear when that Linear is not itself followed by an
+// activation; the GPT block's MLP calls gelu_mlp.
+Tensor relu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2);
+Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                GeluApprox approximate = GeluApprox::none);
+
 }  // namespace snug::nn::functional

@@ -252,10 +252,25 @@ Tensor Sequential::forward(const Tensor& x) {
       continue;
     }
     // A Linear followed by a ReLU or GELU: the activation in the GEMM's store
-    // (nn/fused.h), the same way.
+    // (nn/fused.h), the same way; with a Linear after them, the three as one
+    // MLP op, unless that Linear is itself followed by an activation (W-MLP's
+    // Linear, ReLU, Linear, ReLU, Linear: a pair, then a triple).
     if (i + 1 < mods_.size() && typeid(m) == typeid(Linear)) {
       const Module& next = *mods_[i + 1];
       const auto& l = static_cast<const Linear&>(m);
+      const bool act = typeid(next) == typeid(ReLU) || typeid(next) == typeid(GELU);
+      const bool triple = act && i + 2 < mods_.size() && typeid(*mods_[i + 2]) == typeid(Linear) &&
+                          !(i + 3 < mods_.size() && (typeid(*mods_[i + 3]) == typeid(ReLU) ||
+                                                     typeid(*mods_[i + 3]) == typeid(GELU)));
+      if (triple) {
+        const auto& l2 = static_cast<const Linear&>(*mods_[i + 2]);
+        h = typeid(next) == typeid(ReLU)
+                ? functional::relu_mlp(h, l.weight, l.bias, l2.weight, l2.bias)
+                : functional::gelu_mlp(h, l.weight, l.bias, l2.weight, l2.bias,
+                                       static_cast<const GELU&>(next).approximate);
+        i += 2;
+        continue;
+      }
       if (typeid(next) == typeid(ReLU)) {
         h = functional::linear_relu(h, l.weight, l.bias);
         ++i;

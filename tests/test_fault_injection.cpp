@@ -37,8 +37,8 @@ TEST_CASE("fault injection: anomaly mode names the op whose output turned NaN") 
   manual_seed(2);
   Tensor x = randint(0, 65, Shape{2, 8}), y = randint(0, 65, Shape{2, 8});
   CHECK(std::isfinite(gpt.loss(x, y).item()));
-  // The GPT block's fc + GELU is one op in f32 (nn/fused.h: linear_gelu).
-  for (const char* op : {"linear_gelu", "layer_norm", "linear", "causal_attention", "embedding"}) {
+  // The GPT block's fc, GELU, fc_proj are one op in f32 (nn/fused.h: gelu_mlp).
+  for (const char* op : {"gelu_mlp", "layer_norm", "linear", "causal_attention", "embedding"}) {
     CAPTURE(op);
     autograd::AnomalyGuard anomaly;
     autograd::InjectNanGuard nan(op);
@@ -58,19 +58,19 @@ TEST_CASE("fault injection: without anomaly mode the NaN reaches the loss; guard
   manual_seed(2);
   Tensor x = randint(0, 65, Shape{2, 8}), y = randint(0, 65, Shape{2, 8});
   {
-    autograd::InjectNanGuard nan("linear_gelu");
-    CHECK(autograd::injected_nan_op() == "linear_gelu");
+    autograd::InjectNanGuard nan("gelu_mlp");
+    CHECK(autograd::injected_nan_op() == "gelu_mlp");
     CHECK(std::isnan(gpt.loss(x, y).item()));
     {
       autograd::InjectNanGuard inner("no_such_op");
       CHECK(std::isfinite(gpt.loss(x, y).item()));
     }
-    CHECK(autograd::injected_nan_op() == "linear_gelu");
+    CHECK(autograd::injected_nan_op() == "gelu_mlp");
   }
   CHECK(autograd::injected_nan_op().empty());
   CHECK(std::isfinite(gpt.loss(x, y).item()));
   // Ops that record no history are left alone.
-  autograd::InjectNanGuard nan("linear_gelu");
+  autograd::InjectNanGuard nan("gelu_mlp");
   NoGradGuard ng;
   CHECK(std::isfinite(gpt.loss(x, y).item()));
 }
@@ -87,7 +87,7 @@ TEST_CASE("fault injection: the loss scaler skips a step whose gradients a NaN r
     {
       autocast::AutocastGuard amp(DType::f16);
       std::optional<autograd::InjectNanGuard> nan;
-      if (inject) nan.emplace("gelu");  // under autocast, linear_gelu is linear then gelu
+      if (inject) nan.emplace("gelu");  // under autocast, gelu_mlp is linear, gelu, linear
       loss = gpt.loss(x, y);
     }
     scaler.scale(loss).backward();

@@ -331,6 +331,53 @@ TEST_CASE("gemm_f32_bias_act: gemm_f32_bias then the activation, bit for bit, on
         }
 }
 
+TEST_CASE("gemm_f32_act_grad: gemm_f32 then the activation's backward, bit for bit, on every path") {
+  ThreadGuard tg;
+  struct S { bool ta, tb; int64_t M, N, K; };
+  const S shapes[] = {S{false, false, 2048, 512, 128}, S{false, true, 300, 1100, 600}, S{true, false, 128, 384, 2048},
+                      S{false, false, 37, 45, 20}, S{false, true, 64, 70, 0}};
+  for (int threads : {1, 2})
+    for (S c : shapes)
+      for (k::GemmAct act : {k::GemmAct::relu, k::GemmAct::gelu, k::GemmAct::gelu_tanh}) {
+        k::set_num_threads(threads);
+        CAPTURE(threads);
+        CAPTURE(c.M);
+        CAPTURE(c.N);
+        CAPTURE(c.K);
+        CAPTURE(int(act));
+        const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N, ldc = c.N + 5;
+        auto A = random_vec<float>(size_t(std::max<int64_t>(1, c.M * c.K)), 21);
+        auto B = random_vec<float>(size_t(std::max<int64_t>(1, c.K * c.N)), 22);
+        auto z = random_vec<float>(size_t(c.M * ldc), 23);  // the pre-activation, some of it negative
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> Cp(size_t(c.M * ldc), nan), Cg(Cp.size(), nan);
+        k::gemm_f32(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
+                    std::max<int64_t>(ldb, 1), 0.0f, Cp.data(), ldc);
+        k::gemm_f32_act_grad(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
+                             std::max<int64_t>(ldb, 1), Cg.data(), ldc, act, z.data());
+        auto f = [&](float g, float x) {
+          switch (act) {
+            case k::GemmAct::relu: return snug::ReluBackwardF{}(g, x);
+            case k::GemmAct::gelu: return snug::GeluBackwardF{}(g, x);
+            default: return snug::GeluTanhBackwardF{}(g, x);
+          }
+        };
+        int64_t bad = 0, touched = 0;
+        for (int64_t i = 0; i < c.M; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const size_t at = size_t(i * ldc + j);
+            if (j >= c.N) touched += !std::isnan(Cg[at]);
+            else bad += Cg[at] != f(Cp[at], z[at]);
+          }
+        CHECK(bad == 0);
+        CHECK(touched == 0);
+      }
+  std::vector<float> C(4);
+  CHECK_THROWS_AS(k::gemm_f32_act_grad(false, false, 2, 2, 2, 1.0f, C.data(), 2, C.data(), 2, C.data(), 2,
+                                       k::GemmAct::gelu_grad, C.data()),
+                  snug::ValueError);
+}
+
 TEST_CASE("gemm_f64: matches the reference") {
   const int64_t sizes[] = {1, 3, 8, 17, 40};
   uint32_t seed = 100;

@@ -1,9 +1,11 @@
-// linear_relu and linear_gelu (nn/fused.h, kernels::gemm_f32_bias_act): the
-// same values and gradients as the activation after linear, for f32 (the
-// one-pass GEMM) and f64 (the composed path), finite differences, partial
-// gradients, nn::Sequential's and the GPT block's use of them, and errors.
+// linear_relu, linear_gelu, relu_mlp and gelu_mlp (nn/fused.h;
+// kernels::gemm_f32_bias_act, gemm_f32_act_grad): the same values and
+// gradients as the ops they fuse, for f32 (the one-pass GEMMs) and f64 (the
+// composed path), finite differences, partial gradients, retained graphs,
+// nn::Sequential's and the GPT block's use of them, and errors.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "nn/functional.h"
 #include "nn/fused.h"
 #include "nn/layers.h"
+#include "autograd/node.h"
 #include "test_util.h"
 
 using namespace snug;
@@ -109,6 +112,114 @@ TEST_CASE("backward twice with retain_graph: the early release of the activation
     CHECK(bad == 0);
     CHECK(contains(error_of([&] { y.sum().backward(); }), "already freed by an earlier backward"));  // now freed
   }
+}
+
+namespace {
+// relu_mlp / gelu_mlp against linear, act, linear: y and every gradient, with
+// `want` saying which of x, w1, b1, w2, b2 require a gradient.
+void check_mlp(Act a, DType dt, const Shape& xs, int64_t hid, int64_t out, std::array<bool, 5> want, uint64_t seed) {
+  Generator g(seed);
+  const int64_t in = xs.back();
+  std::vector<Tensor> p0 = {randn(xs, TensorOptions(dt), &g), randn({hid, in}, TensorOptions(dt), &g),
+                            randn({hid}, TensorOptions(dt), &g), randn({out, hid}, TensorOptions(dt), &g),
+                            randn({out}, TensorOptions(dt), &g)};
+  Shape ys = xs;
+  ys.back() = out;
+  Tensor r = randn(ys, TensorOptions(dt), &g);
+  Tensor y[2];
+  std::vector<Tensor> grads[2];
+  for (int k = 0; k < 2; ++k) {
+    std::vector<Tensor> p;
+    for (size_t i = 0; i < 5; ++i) p.push_back(p0[i].clone().requires_grad_(want[i]));
+    if (k == 0)
+      y[k] = a == Act::relu ? F::relu_mlp(p[0], p[1], p[2], p[3], p[4])
+                            : F::gelu_mlp(p[0], p[1], p[2], p[3], p[4], a == Act::gelu ? GeluApprox::none : GeluApprox::tanh);
+    else
+      y[k] = F::linear(composed(a, p[0], p[1], p[2]), p[3], p[4]);
+    if (want[0] || want[1] || want[2] || want[3] || want[4]) (y[k] * r).sum().backward();
+    for (size_t i = 0; i < 5; ++i) grads[k].push_back(want[i] ? p[i].grad() : Tensor());
+  }
+  check_same(y[0], y[1], "y");
+  for (size_t i = 0; i < 5; ++i) check_same(grads[0][i], grads[1][i], str("grad of input ", i));
+}
+}  // namespace
+
+TEST_CASE("relu_mlp / gelu_mlp equal linear, activation, linear: values and gradients, bit for bit") {
+  uint64_t seed = 100;
+  const std::array<bool, 5> all{true, true, true, true, true};
+  for (Act a : {Act::relu, Act::gelu, Act::gelu_tanh})
+    for (DType dt : {DType::f32, DType::f64}) {
+      CAPTURE(int(a));
+      CAPTURE(dtype_name(dt));
+      check_mlp(a, dt, {6, 5}, 9, 4, all, seed++);
+      check_mlp(a, dt, {4, 32, 128}, 512, 128, all, seed++);  // W-GPT's MLP, batch 4
+      check_mlp(a, dt, {64, 300}, 700, 10, all, seed++);      // K past one block in both layers
+      check_mlp(a, dt, {5, 7}, 8, 3, {true, false, false, false, false}, seed++);  // input only
+      check_mlp(a, dt, {5, 7}, 8, 3, {false, true, true, false, false}, seed++);   // first layer only
+      check_mlp(a, dt, {5, 7}, 8, 3, {false, false, false, true, true}, seed++);   // second layer only
+      check_mlp(a, dt, {5, 7}, 8, 3, {false, false, false, false, false}, seed++); // no gradient at all
+    }
+}
+
+TEST_CASE("gradcheck: relu_mlp, gelu_mlp (f64)") {
+  Generator g(9);
+  std::vector<Tensor> p = {randn({3, 4}, TensorOptions(kFloat64), &g), randn({5, 4}, TensorOptions(kFloat64), &g),
+                           randn({5}, TensorOptions(kFloat64), &g), randn({2, 5}, TensorOptions(kFloat64), &g),
+                           randn({2}, TensorOptions(kFloat64), &g)};
+  check_grad([](const std::vector<Tensor>& t) { return F::relu_mlp(t[0], t[1], t[2], t[3], t[4]); }, p);
+  check_grad([](const std::vector<Tensor>& t) { return F::gelu_mlp(t[0], t[1], t[2], t[3], t[4]); }, p);
+}
+
+TEST_CASE("gelu_mlp: backward twice with retain_graph, then the graph is freed") {
+  Generator g(10);
+  Tensor x = randn({8, 6}, TensorOptions(kFloat32), &g), w1 = randn({12, 6}, TensorOptions(kFloat32), &g),
+         w2 = randn({3, 12}, TensorOptions(kFloat32), &g);
+  x.requires_grad_(true);
+  w2.requires_grad_(true);
+  Tensor y = F::gelu_mlp(x, w1, Tensor(), w2, Tensor());
+  y.sum().backward(Tensor(), /*retain_graph=*/true);
+  const std::vector<double> gx1 = x.grad().to_vector<double>(), gw1 = w2.grad().to_vector<double>();
+  y.sum().backward();
+  const std::vector<double> gx2 = x.grad().to_vector<double>(), gw2 = w2.grad().to_vector<double>();
+  int bad = 0;
+  for (size_t i = 0; i < gx1.size(); ++i) bad += std::abs(gx2[i] - 2 * gx1[i]) > 1e-5 * (1 + std::abs(gx1[i]));
+  for (size_t i = 0; i < gw1.size(); ++i) bad += std::abs(gw2[i] - 2 * gw1[i]) > 1e-5 * (1 + std::abs(gw1[i]));
+  CHECK(bad == 0);
+  CHECK(contains(error_of([&] { y.sum().backward(); }), "already freed by an earlier backward"));
+}
+
+TEST_CASE("nn::Sequential: W-MLP's Linear, ReLU, Linear, ReLU, Linear runs as a pair and a triple") {
+  manual_seed(11);
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Linear>(20, 16));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Linear>(16, 16));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Linear>(16, 4));
+  const Tensor x = randn({9, 20});
+  profiler::Profile prof;
+  Tensor a = net->forward(x);
+  prof.stop();
+  int matmuls = 0, others = 0;
+  for (const auto& e : prof.events()) (e.name == "matmul" ? matmuls : others) += 1;
+  CHECK(matmuls == 3);
+  CHECK(others == 0);  // no separate ReLU
+  CHECK(a.grad_fn() != nullptr);
+  CHECK(std::string(a.grad_fn()->name()) == "relu_mlp");
+  CHECK(std::string(a.grad_fn()->next[0].fn->name()) == "linear_relu");
+  Tensor h = x;
+  for (size_t i = 0; i < net->size(); ++i) h = (*net)[i]->forward(h);
+  check_same(a, h, "Sequential");
+}
+
+TEST_CASE("relu_mlp / gelu_mlp: bad input names the op and the problem") {
+  Tensor x = zeros({4, 5});
+  CHECK(contains(error_of([&] { F::gelu_mlp(x, zeros({6, 5}), zeros({6}), zeros({3, 7}), zeros({3})); }),
+                 "gelu_mlp: second weight of shape [3, 7] does not take the first layer's 6 outputs"));
+  CHECK(contains(error_of([&] { F::relu_mlp(x, zeros({6, 4}), zeros({6}), zeros({3, 6}), zeros({3})); }),
+                 "relu_mlp: input of shape [4, 5]"));
+  CHECK(contains(error_of([&] { F::relu_mlp(x, zeros({6, 5}), zeros({6}), zeros({3, 6}), zeros({4})); }),
+                 "relu_mlp: bias of shape [4]"));
 }
 
 TEST_CASE("gradcheck: linear_relu, linear_gelu (f64)") {
