@@ -133,7 +133,7 @@ TEST_CASE("nn::Sequential runs Conv2d + ReLU as conv2d_relu and Linear + ReLU as
       relu_ops += e.name == "relu";
     }
     CHECK(fused_ops == 2);  // both convolutions
-    CHECK(relu_ops == 0);   // the ReLU after the Linear goes into its GEMM (linear_relu)
+    CHECK(relu_ops == 0);   // the ReLU after the Linear goes into its GEMM (relu_mlp with the last Linear)
   }
   loss_fused.backward();
   std::vector<Tensor> g_fused;

@@ -276,36 +276,50 @@ TEST_CASE("gemm_f32_bias: the bias lands on every row (edges, K past one block, 
   CHECK(C1 == C2);
 }
 
+namespace {
+// The products the store-epilogue tests (bias_act, act_grad) run: panels on
+// demand (M split, one K block or all of B in cache), the fixed split with
+// several NC blocks and K blocks, K split in two halves for a small C, edges,
+// K = 0. C is padded (ldc = N + 5) so that writes past N show up.
+struct EpiCase {
+  bool ta, tb;
+  int64_t M, N, K;
+};
+const EpiCase kEpiCases[] = {EpiCase{false, true, 2048, 512, 128}, EpiCase{false, true, 300, 1100, 600},
+                             EpiCase{true, false, 128, 384, 2048}, EpiCase{false, false, 37, 45, 20},
+                             EpiCase{true, true, 1, 3, 5},         EpiCase{false, true, 64, 70, 0}};
+struct EpiOperands {
+  std::vector<float> A, B;
+  int64_t lda, ldb, ldc;
+  std::string what;  // for CAPTURE
+};
+EpiOperands epi_operands(const EpiCase& c, uint32_t seed) {
+  return {random_vec<float>(size_t(std::max<int64_t>(1, c.M * c.K)), seed),
+          random_vec<float>(size_t(std::max<int64_t>(1, c.K * c.N)), seed + 1),
+          std::max<int64_t>(c.ta ? c.M : c.K, 1), std::max<int64_t>(c.tb ? c.K : c.N, 1), c.N + 5,
+          std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + (c.ta ? " ta" : "") +
+              (c.tb ? " tb" : "")};
+}
+}  // namespace
+
 TEST_CASE("gemm_f32_bias_act: gemm_f32_bias then the activation, bit for bit, on every path") {
-  // Paths (core/gemm_avx512.cpp): panels on demand (M split, one K block or
-  // all of B in cache), the fixed split with several NC blocks and K blocks,
-  // K split in two halves for a small C, one thread; the Eigen fallback is
-  // the two passes themselves. C is padded so that writes past N show up.
   ThreadGuard tg;
-  struct S { bool ta, tb; int64_t M, N, K; };
-  const S shapes[] = {S{false, true, 2048, 512, 128}, S{false, true, 300, 1100, 600}, S{true, false, 128, 384, 2048},
-                      S{false, false, 37, 45, 20}, S{true, true, 1, 3, 5}, S{false, true, 64, 70, 0}};
   for (int threads : {1, 2})
-    for (S c : shapes)
+    for (const EpiCase& c : kEpiCases)
       for (k::GemmAct act : {k::GemmAct::none, k::GemmAct::relu, k::GemmAct::gelu, k::GemmAct::gelu_tanh})
         for (bool with_pre : {false, true}) {
           k::set_num_threads(threads);
+          const EpiOperands o = epi_operands(c, 11);
           CAPTURE(threads);
-          CAPTURE(c.M);
-          CAPTURE(c.N);
-          CAPTURE(c.K);
+          CAPTURE(o.what);
           CAPTURE(int(act));
-          const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N, ldc = c.N + 5;
-          auto A = random_vec<float>(size_t(std::max<int64_t>(1, c.M * c.K)), 11);
-          auto B = random_vec<float>(size_t(std::max<int64_t>(1, c.K * c.N)), 12);
           auto bias = random_vec<float>(size_t(c.N), 13);
           const float nan = std::numeric_limits<float>::quiet_NaN();
-          std::vector<float> Cb(size_t(c.M * ldc), nan), Ca(Cb.size(), nan), pre(Cb.size(), nan);
-          k::gemm_f32_bias(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
-                           std::max<int64_t>(ldb, 1), Cb.data(), ldc, bias.data());
-          k::gemm_f32_bias_act(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
-                               std::max<int64_t>(ldb, 1), Ca.data(), ldc, bias.data(), act,
-                               with_pre ? pre.data() : nullptr);
+          std::vector<float> Cb(size_t(c.M * o.ldc), nan), Ca(Cb.size(), nan), pre(Cb.size(), nan);
+          k::gemm_f32_bias(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, Cb.data(), o.ldc,
+                           bias.data());
+          k::gemm_f32_bias_act(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, Ca.data(),
+                               o.ldc, bias.data(), act, with_pre ? pre.data() : nullptr);
           auto f = [&](float x) {
             switch (act) {
               case k::GemmAct::relu: return snug::ReluF{}(x);
@@ -316,8 +330,8 @@ TEST_CASE("gemm_f32_bias_act: gemm_f32_bias then the activation, bit for bit, on
           };
           int64_t bad = 0, bad_pre = 0, touched = 0;
           for (int64_t i = 0; i < c.M; ++i)
-            for (int64_t j = 0; j < ldc; ++j) {
-              const size_t at = size_t(i * ldc + j);
+            for (int64_t j = 0; j < o.ldc; ++j) {
+              const size_t at = size_t(i * o.ldc + j);
               if (j >= c.N) {
                 touched += !std::isnan(Ca[at]) + !std::isnan(pre[at]);
                 continue;
@@ -333,28 +347,20 @@ TEST_CASE("gemm_f32_bias_act: gemm_f32_bias then the activation, bit for bit, on
 
 TEST_CASE("gemm_f32_act_grad: gemm_f32 then the activation's backward, bit for bit, on every path") {
   ThreadGuard tg;
-  struct S { bool ta, tb; int64_t M, N, K; };
-  const S shapes[] = {S{false, false, 2048, 512, 128}, S{false, true, 300, 1100, 600}, S{true, false, 128, 384, 2048},
-                      S{false, false, 37, 45, 20}, S{false, true, 64, 70, 0}};
   for (int threads : {1, 2})
-    for (S c : shapes)
+    for (const EpiCase& c : kEpiCases)
       for (k::GemmAct act : {k::GemmAct::relu, k::GemmAct::gelu, k::GemmAct::gelu_tanh}) {
         k::set_num_threads(threads);
+        const EpiOperands o = epi_operands(c, 21);
         CAPTURE(threads);
-        CAPTURE(c.M);
-        CAPTURE(c.N);
-        CAPTURE(c.K);
+        CAPTURE(o.what);
         CAPTURE(int(act));
-        const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N, ldc = c.N + 5;
-        auto A = random_vec<float>(size_t(std::max<int64_t>(1, c.M * c.K)), 21);
-        auto B = random_vec<float>(size_t(std::max<int64_t>(1, c.K * c.N)), 22);
-        auto z = random_vec<float>(size_t(c.M * ldc), 23);  // the pre-activation, some of it negative
+        auto z = random_vec<float>(size_t(c.M * o.ldc), 23);  // the pre-activation, some of it negative
         const float nan = std::numeric_limits<float>::quiet_NaN();
-        std::vector<float> Cp(size_t(c.M * ldc), nan), Cg(Cp.size(), nan);
-        k::gemm_f32(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
-                    std::max<int64_t>(ldb, 1), 0.0f, Cp.data(), ldc);
-        k::gemm_f32_act_grad(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), std::max<int64_t>(lda, 1), B.data(),
-                             std::max<int64_t>(ldb, 1), Cg.data(), ldc, act, z.data());
+        std::vector<float> Cp(size_t(c.M * o.ldc), nan), Cg(Cp.size(), nan);
+        k::gemm_f32(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.0f, Cp.data(), o.ldc);
+        k::gemm_f32_act_grad(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, Cg.data(), o.ldc,
+                             act, z.data());
         auto f = [&](float g, float x) {
           switch (act) {
             case k::GemmAct::relu: return snug::ReluBackwardF{}(g, x);
@@ -364,8 +370,8 @@ TEST_CASE("gemm_f32_act_grad: gemm_f32 then the activation's backward, bit for b
         };
         int64_t bad = 0, touched = 0;
         for (int64_t i = 0; i < c.M; ++i)
-          for (int64_t j = 0; j < ldc; ++j) {
-            const size_t at = size_t(i * ldc + j);
+          for (int64_t j = 0; j < o.ldc; ++j) {
+            const size_t at = size_t(i * o.ldc + j);
             if (j >= c.N) touched += !std::isnan(Cg[at]);
             else bad += Cg[at] != f(Cp[at], z[at]);
           }
