@@ -266,9 +266,10 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
              const LinearNeeds n1 = needs_of(self, 0);
              if (n1.x || n1.w || n1.b) {
                const Tensor z = self.saved_at(2), w2s = self.saved_at(4);
-               Tensor dz = empty({n, hid}, g2.options());  // (N, hidden) = (g2 (N, out) W2 (out, hidden)) * act'(z)
+               Tensor dz;  // (N, hidden) = (g2 (N, out) W2 (out, hidden)) * act'(z)
                {
                  profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(n) * double(hid) * double(outf));
+                 dz = empty({n, hid}, g2.options());  // inside the record: the profile counts its bytes
                  kernels::gemm_f32_act_grad(false, false, n, hid, outf, 1.0f, static_cast<const float*>(g2.data_ptr()),
                                             outf, static_cast<const float*>(w2s.data_ptr()), hid,
                                             static_cast<float*>(dz.data_ptr()), hid, act,
