@@ -44,6 +44,15 @@ bool has_nonfinite(const Tensor& t) {
 
 thread_local bool t_release_after_node = false;  // saved_tensors_die_after_node()
 
+// Sets t_release_after_node for one node's backward and puts the outer value
+// back after, also on a throw: a closure may run a nested backward
+// (checkpointing).
+struct ReleaseAfterNode {
+  bool outer = t_release_after_node;
+  explicit ReleaseAfterNode(bool on) { t_release_after_node = on; }
+  ~ReleaseAfterNode() { t_release_after_node = outer; }
+};
+
 // Runs the graph below `roots`. With captures, the gradient reaching each
 // capture point is stored in captured[...] and leaves are not accumulated.
 void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& seeds, bool retain_graph,
@@ -113,16 +122,8 @@ void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& seeds
     {
       memory::OpScope op(node->name());
       profiler::RecordRange range("backward:", node->name());
-      // Restored after: a closure may run a nested backward (checkpointing).
-      const bool outer = t_release_after_node;
-      t_release_after_node = !retain_graph;
-      try {
-        outs = node->apply(grads);
-      } catch (...) {
-        t_release_after_node = outer;
-        throw;
-      }
-      t_release_after_node = outer;
+      ReleaseAfterNode release(!retain_graph);
+      outs = node->apply(grads);
     }
     if (!retain_graph) node->release_saved();
     if (is_anomaly_enabled()) {

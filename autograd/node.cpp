@@ -105,15 +105,10 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grads) {
     if (g.dtype() != t.dtype()) g = raw::to_dtype(g, t.dtype());
     if (!m.grad.defined()) {
       // Keep the incoming buffer when nothing else can see it (as PyTorch
-      // does), else copy it: the gradient may alias another tensor. Seen by
-      // nothing else means: held only by the engine's input vector and `g`
-      // here (a hook that kept it, another edge's pending buffer, a retained
-      // graph's saved copy, the caller's seed all add references), with a
-      // storage of its own, dense and exactly its size. Skipping the copy
-      // saves a pass over every parameter's gradient each step.
-      const bool alone = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
-                         g.impl()->offset == 0 && g.storage()->nbytes() == g.nbytes() && !g.requires_grad();
-      m.grad = alone ? g : raw::clone(g);
+      // does), else copy it: the gradient may alias another tensor. Held by the
+      // engine's input vector and `g` here. Skipping the copy saves a pass
+      // over every parameter's gradient each step.
+      m.grad = autograd::gradient_unshared(g, 2) ? g : raw::clone(g);
     } else {
       raw::copy_(m.grad, raw::binary(BinaryOp::add, m.grad, g));
       m.grad.bump_version();
@@ -126,6 +121,11 @@ std::vector<Tensor> AccumulateGrad::apply(const std::vector<Tensor>& grads) {
 }
 
 namespace autograd {
+
+bool gradient_unshared(const Tensor& g, long handles) {
+  return g.impl_ptr().use_count() <= handles && g.storage().use_count() == 1 && g.is_contiguous() &&
+         g.impl()->offset == 0 && g.storage()->nbytes() == g.nbytes() && !g.requires_grad();
+}
 
 AutogradMeta& meta(const Tensor& t) {
   TensorImpl* impl = t.impl();

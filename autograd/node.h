@@ -140,6 +140,15 @@ AutogradMeta& meta(const Tensor& t);  // creates it if missing
 // AccumulateGrad if it is a leaf requiring grad, or none.
 Edge edge_of(const Tensor& t);
 
+// True when nothing but `handles` Tensor handles can see the gradient g (the
+// engine's input vector, plus the caller's own copies): a storage of its own,
+// dense and exactly its size, outside any graph. Such a gradient may be kept
+// or overwritten instead of copied (AccumulateGrad, the backward of
+// linear_relu / linear_gelu). A hook that kept it, another edge's pending
+// buffer, a retained graph's saved copy or the caller's seed each add a
+// reference.
+bool gradient_unshared(const Tensor& g, long handles);
+
 // True when grad mode is on and any of ts requires grad.
 // A hook run right after backward accumulates into leaf's .grad (PyTorch's
 // register_post_accumulate_grad_hook). leaf must be a leaf that requires grad.

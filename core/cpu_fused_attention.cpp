@@ -97,16 +97,16 @@ T exp_row(T* row, int64_t vis, int64_t n, T sub) {
 #if defined(__AVX512F__)
 using kernels::detail::head_mask;
 
-// exp(x) for 16 lanes, as fmath::exp_approx: <= 1.5 ulp, 0 below -87.34, NaN
-// stays NaN. x <= 88 is assumed (the callers pass x - max or s - lse).
+// exp(x) for 16 lanes, fmath::exp_approx's formula and constants: <= 1.5 ulp,
+// 0 below fmath::kExpMin, NaN stays NaN. x <= 88 is assumed (the callers pass
+// x - max or s - lse).
 SNUG_INLINE __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33654f);
+  const __m512 lo = _mm512_set1_ps(fmath::kExpMin);
   const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);  // x >= lo, or NaN
   x = _mm512_max_ps(lo, x);  // the second operand comes back for NaN
-  const __m512 n =
-      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860676533018e-06f), r);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(fmath::kLog2e)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(fmath::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(fmath::kLn2Lo), r);
   __m512 p = _mm512_set1_ps(1.0f / 5040);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));

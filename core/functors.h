@@ -69,14 +69,19 @@ SNUG_HOST_DEVICE SNUG_INLINE float pow2i(int n) {  // 2^n for -126 <= n <= 127
   return std::bit_cast<float>((n + 127) << 23);
 #endif
 }
+// exp_approx's constants, shared with the AVX-512 exp of the fused attention
+// (exp16 in core/cpu_fused_attention.cpp), which evaluates the same formula.
+inline constexpr float kExpMin = -87.33654f;  // below it exp flushes to 0 (2^-126)
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860676533018e-06f;  // ln2 = hi + lo
 SNUG_HOST_DEVICE SNUG_INLINE float exp_approx(float y) {
   // Clamped so 2^n stays a normal float; NaN lands on 88 and is put back below.
-  const float yc = y < 88.0f ? (y > -87.33654f ? y : -87.33654f) : 88.0f;
+  const float yc = y < 88.0f ? (y > kExpMin ? y : kExpMin) : 88.0f;
   // n = round(y / ln2). Adding and taking away 1.5 * 2^23 rounds to an integer
   // in plain arithmetic; floorf would do, but GCC vectorizes it only under
   // -fno-trapping-math.
-  const float n = (yc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (yc - n * 0.693145751953125f) - n * 1.42860676533018e-06f;  // ln2 = hi + lo
+  const float n = (yc * kLog2e + 12582912.0f) - 12582912.0f;
+  const float r = (yc - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.0f / 5040;
   p = p * r + 1.0f / 720;
   p = p * r + 1.0f / 120;
@@ -86,7 +91,7 @@ SNUG_HOST_DEVICE SNUG_INLINE float exp_approx(float y) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   const float e = p * pow2i(static_cast<int>(n));
-  return y != y ? y : (y < -87.33654f ? 0.0f : e);
+  return y != y ? y : (y < kExpMin ? 0.0f : e);
 }
 SNUG_HOST_DEVICE SNUG_INLINE float erf_approx(float x) {
   const float ax = ::fabsf(x);

@@ -548,7 +548,8 @@ void gemm_split_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   const Problem P0{trans_a, trans_b, M, N, kmid, alpha, beta, A, lda, B, ldb, C, ldc, bias,
                    a_sums ? s0.data() : nullptr, nullptr, GemmAct::none, nullptr};
   const Problem P1{trans_a, trans_b, M, N, K - kmid, alpha, 0.0f, trans_a ? A + kmid * lda : A + kmid, lda,
-                   trans_b ? B + kmid : B + kmid * ldb, ldb, C1, N, nullptr, a_sums ? s1.data() : nullptr, nullptr, GemmAct::none, nullptr};
+                   trans_b ? B + kmid : B + kmid * ldb, ldb, C1, N, nullptr, a_sums ? s1.data() : nullptr, nullptr,
+                   GemmAct::none, nullptr};
   if (nthreads <= 1) {
     run_thread(P0, 0, 1);
     run_thread(P1, 0, 1);

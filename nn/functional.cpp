@@ -117,7 +117,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   Tensor y = autograd::keep_or_compute("linear", [&] {
     // CPU f32 with contiguous operands: one GEMM that adds the bias as it stores
     // its result (kernels::gemm_f32_bias), instead of a GEMM and a broadcast add.
-    if (a.one_pass) return std::vector<Tensor>{raw::view(linear_one_pass(a, kernels::GemmAct::none, Tensor()), a.out_shape)};
+    if (a.one_pass)
+      return std::vector<Tensor>{raw::view(linear_one_pass(a, kernels::GemmAct::none, Tensor()), a.out_shape)};
     Tensor r = raw::matmul(x2, raw::transpose(weight, 0, 1));  // (N, out)
     if (bias.defined()) r = raw::binary(BinaryOp::add, r, bias);
     return std::vector<Tensor>{raw::view(r, a.out_shape)};
@@ -136,16 +137,14 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
 
 namespace {
 // g * act'(s) as (N, out), for the backward of linear_relu / linear_gelu. When
-// the incoming gradient is seen by nothing but the engine's input vector (the
-// test AccumulateGrad uses: one handle, a storage of its own, dense), the
-// result overwrites it: no new (N, out) buffer, and the incoming gradient no
-// longer stays alive beside its successor through the GEMMs of linear's
-// backward (with a separate activation node, the engine freed it in between).
+// the incoming gradient is seen by nothing but the engine's input vector
+// (autograd::gradient_unshared with one handle), the result overwrites it: no
+// new (N, out) buffer, and the incoming gradient no longer stays alive beside
+// its successor through the GEMMs of linear's backward (with a separate
+// activation node, the engine freed it in between).
 Tensor act_backward(BinaryOp back, const Tensor& g, const Tensor& s, int64_t outf) {
-  const bool alone = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
-                     g.impl()->offset == 0 && g.storage()->nbytes() == g.nbytes() && !g.requires_grad() &&
-                     g.dtype() == s.dtype() && g.device() == s.device() && g.numel() == s.numel() &&
-                     s.is_contiguous();
+  const bool alone = autograd::gradient_unshared(g, 1) && g.dtype() == s.dtype() && g.device() == s.device() &&
+                     g.numel() == s.numel() && s.is_contiguous();
   if (!alone) return raw::binary(back, raw::view(raw::contiguous(g), {-1, outf}), raw::view(s, {-1, outf}));
   Tensor g2 = raw::view(g, {-1, outf});
   profiler::RecordOp rec(binary_op_name(back), g2.device());
@@ -162,10 +161,10 @@ Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, c
                   kernels::GemmAct act) {
   const LinearArgs a = linear_args(op, x_in, weight_in, bias_in);
   const bool relu = act == kernels::GemmAct::relu;
-  const UnaryOp fwd = relu ? UnaryOp::relu : act == kernels::GemmAct::gelu ? UnaryOp::gelu : UnaryOp::gelu_tanh;
+  const GeluApprox approx = act == kernels::GemmAct::gelu_tanh ? GeluApprox::tanh : GeluApprox::none;
   if (!a.one_pass) {
     Tensor y = linear(x_in, weight_in, bias_in);
-    return relu ? snug::relu(y) : snug::gelu(y, fwd == UnaryOp::gelu ? GeluApprox::none : GeluApprox::tanh);
+    return relu ? snug::relu(y) : snug::gelu(y, approx);
   }
   const Tensor &x = a.x, &weight = a.weight, &bias = a.bias, &x2 = a.x2;
   const bool grad = any_requires_grad({x, weight, bias});
@@ -182,8 +181,9 @@ Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, c
   if (grad) {
     const Shape xs = x.shape();
     const int64_t in = a.in, outf = a.outf;
-    const BinaryOp back = relu ? BinaryOp::relu_backward
-                               : fwd == UnaryOp::gelu ? BinaryOp::gelu_backward : BinaryOp::gelu_tanh_backward;
+    const BinaryOp back = relu                         ? BinaryOp::relu_backward
+                          : approx == GeluApprox::none ? BinaryOp::gelu_backward
+                                                       : BinaryOp::gelu_tanh_backward;
     // ReLU's derivative comes from its output (y > 0 exactly where z > 0), GELU's from z.
     record(op, {x, weight, bias}, {y}, {weight.requires_grad() ? x2 : Tensor(), weight, relu ? y : outs.at(1)},
            [xs, in, outf, back](FunctionNode& self, const G& g) -> G {
@@ -226,8 +226,9 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
   if (b2.defined())
     SNUG_CHECK(b2.dim() == 1 && b2.size(0) == w2.size(0), ShapeError, op, ": bias of shape ", shape_str(b2.shape()),
                " does not match the second weight ", shape_str(w2.shape()));
-  const bool fast = a1.one_pass && w2.device() == a1.x2.device() && w2.dtype() == DType::f32 && w2.is_contiguous() &&
-                    (!b2.defined() || (b2.device() == w2.device() && b2.dtype() == DType::f32 && b2.is_contiguous()));
+  const bool fast =
+      a1.one_pass && w2.device() == a1.x2.device() && w2.dtype() == DType::f32 && w2.is_contiguous() &&
+      (!b2.defined() || (b2.device() == w2.device() && b2.dtype() == DType::f32 && b2.is_contiguous()));
   if (!fast) {
     const char* first = act == kernels::GemmAct::relu ? "linear_relu" : "linear_gelu";
     return linear(linear_act(first, x_in, w1_in, b1_in, act), w2_in, b2_in);
@@ -238,7 +239,7 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
   // "linear" for selective checkpointing, as for linear_act.
   std::vector<Tensor> outs = autograd::keep_or_compute("linear", [&] {
     Tensor z = first_grad ? empty({rows, hid}, x2.options()) : Tensor();  // (N, hidden), for act'(z)
-    Tensor h = linear_one_pass(a1, act, z);                         // (N, hidden)
+    Tensor h = linear_one_pass(a1, act, z);                               // (N, hidden)
     const LinearArgs a2 = linear_args(op, h, w2, b2);
     std::vector<Tensor> r{raw::view(linear_one_pass(a2, kernels::GemmAct::none, Tensor()), {-1, outf}), h};
     if (z.defined()) r.push_back(z);
@@ -270,8 +271,9 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
                {
                  profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(n) * double(hid) * double(outf));
                  dz = empty({n, hid}, g2.options());  // inside the record: the profile counts its bytes
-                 kernels::gemm_f32_act_grad(false, false, n, hid, outf, 1.0f, static_cast<const float*>(g2.data_ptr()),
-                                            outf, static_cast<const float*>(w2s.data_ptr()), hid,
+                 kernels::gemm_f32_act_grad(false, false, n, hid, outf, 1.0f,
+                                            static_cast<const float*>(g2.data_ptr()), outf,
+                                            static_cast<const float*>(w2s.data_ptr()), hid,
                                             static_cast<float*>(dz.data_ptr()), hid, act,
                                             static_cast<const float*>(z.data_ptr()));
                }

@@ -27,8 +27,8 @@ Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
 // non-contiguous weights) it is linear then the activation. The same values
 // and gradients either way. Backward is one elementwise pass for the
 // activation's derivative, then linear's backward. nn::Sequential uses them
-// for a Linear followed by a ReLU or GELU; the GPT block's MLP calls
-// linear_gelu.
+// for a Linear followed by a ReLU or GELU (when relu_mlp / gelu_mlp below do
+// not take the pair with the Linear after it).
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                    GeluApprox approximate = GeluApprox::none);

@@ -133,7 +133,8 @@ void check_mlp(Act a, DType dt, const Shape& xs, int64_t hid, int64_t out, std::
     for (size_t i = 0; i < 5; ++i) p.push_back(p0[i].clone().requires_grad_(want[i]));
     if (k == 0)
       y[k] = a == Act::relu ? F::relu_mlp(p[0], p[1], p[2], p[3], p[4])
-                            : F::gelu_mlp(p[0], p[1], p[2], p[3], p[4], a == Act::gelu ? GeluApprox::none : GeluApprox::tanh);
+                            : F::gelu_mlp(p[0], p[1], p[2], p[3], p[4],
+                                          a == Act::gelu ? GeluApprox::none : GeluApprox::tanh);
     else
       y[k] = F::linear(composed(a, p[0], p[1], p[2]), p[3], p[4]);
     if (want[0] || want[1] || want[2] || want[3] || want[4]) (y[k] * r).sum().backward();
