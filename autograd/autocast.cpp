@@ -50,6 +50,11 @@ AutocastGuard::~AutocastGuard() {
 
 void clear_cache() { t_state.cache.clear(); }
 std::size_t cache_size() { return t_state.cache.size(); }
+std::size_t cache_bytes() {
+  std::size_t n = 0;
+  for (const auto& [key, e] : t_state.cache) n += e.cast.nbytes();
+  return n;
+}
 
 Tensor lower(const Tensor& x) {
   if (!t_state.enabled || !x.defined()) return x;

@@ -50,6 +50,9 @@ class AutocastGuard {
 // Drops the cached casts (e.g. between steps inside one long scope).
 void clear_cache();
 std::size_t cache_size();
+// The bytes of the cached casts: parameters' 16-bit copies that live until
+// the outermost scope ends (the memory planner counts them, nn/planner.h).
+std::size_t cache_bytes();
 
 // The policy helpers the ops call. Both return x unchanged outside a scope.
 // lower: an f32 (or other-half) floating x cast to the scope's dtype; cached

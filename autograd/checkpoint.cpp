@@ -33,6 +33,7 @@
 #include <optional>
 #include <utility>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "core/generator.h"
@@ -62,6 +63,9 @@ struct CheckpointFrame : std::enable_shared_from_this<CheckpointFrame> {
   std::vector<SavedTensor> inputs;
   std::vector<bool> input_requires_grad;
   std::vector<std::pair<Generator*, PhiloxState>> rng;
+  // The autocast state the forward ran under (NOTE [ Recomputation replays autocast ]).
+  bool autocast_enabled = false;
+  DType autocast_dtype = DType::bf16;
   std::vector<Slot> slots;
   size_t released_slots = 0;
   bool recomputed = false, recomputing = false;
@@ -176,6 +180,16 @@ void recompute(CheckpointFrame& f) {
 
   {
     RngReplay rng(f.rng);
+    // NOTE [ Recomputation replays autocast ]
+    // Which dtype an op computes and saves in depends on the autocast scope
+    // around it, so the segment must run again under the scope its forward
+    // saw, not the one backward happens to run in: the usual pattern runs
+    // the forward inside AutocastGuard and backward() outside it, and a
+    // recomputation in f32 would save f32 tensors where the forward's graph
+    // expects bf16 ones. Like the RNG state, the scope is captured when the
+    // segment starts; a region inside fn that disables autocast does so again
+    // on its own, and a nested segment replays the state it started under.
+    AutocastGuard autocast_as_forward(f.autocast_dtype, f.autocast_enabled);
     GradModeGuard record(true);  // the engine runs with recording off
     memory::TagScope tag(memory::Tag::activation);
     ScopePush push(&f, Mode::recompute);
@@ -371,6 +385,8 @@ std::vector<Tensor> checkpoint(SegmentFn fn, const std::vector<Tensor>& inputs, 
   f->rng.emplace_back(&default_generator(), default_generator().get_state());
   for (Generator* g : opts.generators)
     if (g != &default_generator()) f->rng.emplace_back(g, g->get_state());
+  f->autocast_enabled = autocast::is_enabled();
+  f->autocast_dtype = autocast::dtype();
   ScopePush push(f.get(), Mode::forward);
   return f->fn(inputs);
 }

@@ -68,6 +68,10 @@ std::vector<Tensor> FunctionNode::apply(const std::vector<Tensor>& grads) {
 }
 
 void FunctionNode::release_saved() {
+  // A node that saved nothing can run again (as in PyTorch): the autocast
+  // cache hands the same cast of a weight, and so the same to_dtype node, to
+  // every micro-batch of a step, each with its own backward.
+  if (saved.empty()) return;
   for (auto& s : saved) s.release();
   saved.clear();
   released = true;

@@ -15,6 +15,7 @@
 #include "core/profiler.h"
 #include "core/raw_ops.h"
 #include "cuda/fused_api.h"
+#include "memory/allocator.h"
 
 namespace snug::nn::functional {
 
@@ -54,11 +55,59 @@ LinearArgs linear_args(const char* op, const Tensor& x_in, const Tensor& weight_
              ? raw::view(x, {-1, a.in})
              : raw::view(raw::contiguous(x), {-1, a.in});
   const Tensor& x2 = a.x2;
-  a.one_pass = x2.device().is_cpu() && x2.dtype() == DType::f32 && weight.dtype() == DType::f32 &&
-               weight.device() == x2.device() && x2.is_contiguous() && weight.is_contiguous() &&
-               (!bias.defined() ||
-                (bias.dtype() == DType::f32 && bias.device() == x2.device() && bias.is_contiguous()));
+  // f32, or one 16-bit dtype throughout (an autocast region's operands):
+  // NOTE [ 16-bit one-pass linear ].
+  const DType dt = x2.dtype();
+  const bool dtype_ok = dt == DType::f32 || dt == DType::f16 || dt == DType::bf16;
+  a.one_pass = x2.device().is_cpu() && dtype_ok && weight.dtype() == dt && weight.device() == x2.device() &&
+               x2.is_contiguous() && weight.is_contiguous() &&
+               (!bias.defined() || (bias.dtype() == dt && bias.device() == x2.device() && bias.is_contiguous()));
   return a;
+}
+
+bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
+
+// NOTE [ 16-bit one-pass linear ]
+// Under autocast the operands of a Linear are f16/bf16 and so is its output;
+// what backward keeps (x, the pre-activation, the activation) stays in that
+// dtype, which is the memory mixed precision promises. The product itself is
+// the f32 GEMM's, as in NOTE [ Half-precision matmul ]: the weight and bias
+// are widened once, x a block of rows at a time, and each block's x W^T + b
+// is rounded once into 16 bits. The activation then runs on the rounded
+// values, as a separate ReLU or GELU on 16-bit storage would, so the fused
+// op stays bit for bit the composed one in 16 bits too (in f32 the GEMM's
+// store applies it). The f32 blocks are workspace of about 1 MiB.
+// r (N, out) 16-bit = act(round(x2 (N, in) W^T + b)); z = round(x2 W^T + b) when defined.
+Tensor linear_one_pass_half(const LinearArgs& a, kernels::GemmAct act, const Tensor& z) {
+  const int64_t rows = a.x2.size(0), in = a.in, outf = a.outf;
+  Tensor r = empty({rows, outf}, a.x2.options());  // (N, out), 16-bit
+  Backend& be = backend_for(a.x2.device());
+  {
+    memory::TagScope tag(memory::Tag::workspace);
+    const TensorOptions f32(DType::f32, a.x2.device());
+    const Tensor w32 = raw::to_dtype(a.weight, DType::f32);  // (out, in), contiguous
+    const Tensor b32 = a.bias.defined() ? raw::to_dtype(a.bias, DType::f32) : Tensor();
+    const int64_t blk = std::min<int64_t>(rows, std::max<int64_t>(64, (int64_t(1) << 18) / std::max(in, outf)));
+    Tensor x32 = empty({blk, in}, f32), r32 = empty({blk, outf}, f32);  // (blk, in), (blk, out)
+    const Tensor& pre = z.defined() ? z : r;  // where the rounded x W^T + b goes
+    for (int64_t m0 = 0; m0 < rows; m0 += blk) {
+      const int64_t n = std::min(blk, rows - m0);
+      auto head = [&](const Tensor& t) { return n == blk ? t : raw::slice(t, 0, 0, n, 1); };
+      be.copy(raw::slice(a.x2, 0, m0, m0 + n, 1), head(x32));
+      kernels::gemm_f32_bias_act(false, true, n, outf, in, 1.0f, static_cast<const float*>(x32.data_ptr()), in,
+                                 static_cast<const float*>(w32.data_ptr()), in, static_cast<float*>(r32.data_ptr()),
+                                 outf, b32.defined() ? static_cast<const float*>(b32.data_ptr()) : nullptr,
+                                 kernels::GemmAct::none, nullptr);
+      be.copy(head(r32), raw::slice(pre, 0, m0, m0 + n, 1));
+    }
+  }
+  if (act != kernels::GemmAct::none) {
+    const UnaryOp op = act == kernels::GemmAct::relu ? UnaryOp::relu
+                       : act == kernels::GemmAct::gelu ? UnaryOp::gelu
+                                                       : UnaryOp::gelu_tanh;
+    be.unary(op, 0.0, 0.0, z.defined() ? z : r, r);  // elementwise: in place is safe
+  }
+  return r;
 }
 
 // One-pass CPU f32 forward: r (N, out) = act(x2 W^T + b), z receiving the
@@ -66,6 +115,7 @@ LinearArgs linear_args(const char* op, const Tensor& x_in, const Tensor& weight_
 Tensor linear_one_pass(const LinearArgs& a, kernels::GemmAct act, const Tensor& z) {
   const int64_t rows = a.x2.size(0);
   profiler::RecordOp rec("matmul", a.x2.device(), 2.0 * double(rows) * double(a.in) * double(a.outf));
+  if (is_half(a.x2.dtype())) return linear_one_pass_half(a, act, z);
   Tensor r = empty({rows, a.outf}, a.x2.options());  // (N, out)
   kernels::gemm_f32_bias_act(false, true, rows, a.outf, a.in, 1.0f, static_cast<const float*>(a.x2.data_ptr()), a.in,
                              static_cast<const float*>(a.weight.data_ptr()), a.in, static_cast<float*>(r.data_ptr()),
@@ -152,6 +202,14 @@ Tensor act_backward(BinaryOp back, const Tensor& g, const Tensor& s, int64_t out
   return g2;
 }
 
+// The derivative of a GEMM activation as an elementwise op: (g, s) -> g * act'(s),
+// s being the output for ReLU and the pre-activation for GELU.
+BinaryOp act_backward_op(kernels::GemmAct act) {
+  return act == kernels::GemmAct::relu ? BinaryOp::relu_backward
+         : act == kernels::GemmAct::gelu ? BinaryOp::gelu_backward
+                                         : BinaryOp::gelu_tanh_backward;
+}
+
 // linear_relu and linear_gelu: act(linear(x, weight, bias)). On the CPU in f32
 // one GEMM applies the activation as it stores each row panel (NOTE [ The
 // activation in the GEMM's store ] in core/gemm_avx512.cpp); elsewhere the
@@ -181,9 +239,7 @@ Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, c
   if (grad) {
     const Shape xs = x.shape();
     const int64_t in = a.in, outf = a.outf;
-    const BinaryOp back = relu                         ? BinaryOp::relu_backward
-                          : approx == GeluApprox::none ? BinaryOp::gelu_backward
-                                                       : BinaryOp::gelu_tanh_backward;
+    const BinaryOp back = act_backward_op(act);
     // ReLU's derivative comes from its output (y > 0 exactly where z > 0), GELU's from z.
     record(op, {x, weight, bias}, {y}, {weight.requires_grad() ? x2 : Tensor(), weight, relu ? y : outs.at(1)},
            [xs, in, outf, back](FunctionNode& self, const G& g) -> G {
@@ -226,9 +282,9 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
   if (b2.defined())
     SNUG_CHECK(b2.dim() == 1 && b2.size(0) == w2.size(0), ShapeError, op, ": bias of shape ", shape_str(b2.shape()),
                " does not match the second weight ", shape_str(w2.shape()));
-  const bool fast =
-      a1.one_pass && w2.device() == a1.x2.device() && w2.dtype() == DType::f32 && w2.is_contiguous() &&
-      (!b2.defined() || (b2.device() == w2.device() && b2.dtype() == DType::f32 && b2.is_contiguous()));
+  const DType dt = a1.x2.dtype();
+  const bool fast = a1.one_pass && w2.device() == a1.x2.device() && w2.dtype() == dt && w2.is_contiguous() &&
+                    (!b2.defined() || (b2.device() == w2.device() && b2.dtype() == dt && b2.is_contiguous()));
   if (!fast) {
     const char* first = act == kernels::GemmAct::relu ? "linear_relu" : "linear_gelu";
     return linear(linear_act(first, x_in, w1_in, b1_in, act), w2_in, b2_in);
@@ -268,7 +324,12 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
              if (n1.x || n1.w || n1.b) {
                const Tensor z = self.saved_at(2), w2s = self.saved_at(4);
                Tensor dz;  // (N, hidden) = (g2 (N, out) W2 (out, hidden)) * act'(z)
-               {
+               if (is_half(z.dtype())) {
+                 // 16-bit (NOTE [ 16-bit one-pass linear ]): the product, then
+                 // the derivative in place over it, both on 16-bit storage.
+                 dz = raw::matmul(g2, w2s);
+                 backend_for(dz.device()).binary(act_backward_op(act), dz, z, dz);
+               } else {
                  profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(n) * double(hid) * double(outf));
                  dz = empty({n, hid}, g2.options());  // inside the record: the profile counts its bytes
                  kernels::gemm_f32_act_grad(false, false, n, hid, outf, 1.0f,
@@ -552,14 +613,20 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
   const int64_t D = C / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(D, 1)));
   const bool on_gpu = qkv.device().is_cuda();
-  // On a GPU, 16-bit qkv (an autocast region's) takes the f32 op too: it is
-  // converted on the way in and the result and gradient on the way out, and
-  // the op's large products may run in TF32 (cuda/fused_api.h). The composed
-  // path below would keep (B, H, T, T) scores and probabilities instead.
+  // NOTE [ 16-bit attention ]
+  // 16-bit qkv (an autocast region's) takes the fused op too, on both
+  // devices: the kernels compute in f32 (qkv is widened on the way in, y
+  // rounded on the way out; on a GPU the large products may run in TF32,
+  // cuda/fused_api.h), and what backward keeps is the 16-bit qkv and y (y is
+  // the output, which the next Linear keeps anyway) plus the f32 lse. The
+  // composed path below would keep (B, H, T, T) scores and probabilities,
+  // and an f32 copy of qkv would double the op's memory. Backward widens qkv,
+  // y and the gradient again for the kernel, as workspace.
   const DType in_dt = qkv.dtype();
-  const bool half_in = on_gpu && (in_dt == DType::f16 || in_dt == DType::bf16);
+  const bool half_in = in_dt == DType::f16 || in_dt == DType::bf16;
+  const DType math_dt = half_in ? DType::f32 : in_dt;
   const bool kernel_ok = on_gpu ? (in_dt == DType::f32 || half_in) && D <= cuda::kMaxFusedAttentionHeadSize
-                                : in_dt == DType::f32 || in_dt == DType::f64;
+                                : in_dt == DType::f32 || in_dt == DType::f64 || half_in;
   if (!fused || !kernel_ok || (dropout_p > 0 && training)) {
     Tensor split = qkv.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
     Tensor y = scaled_dot_product_attention(split.select(0, 0), split.select(0, 1), split.select(0, 2), true,
@@ -567,27 +634,40 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
     return y.transpose(1, 2).reshape({B, T, C});
   }
   profiler::RecordOp rec("causal_attention", qkv.device(), cpu::causal_attention_flops(B, T, heads, D));
-  Tensor xc = raw::contiguous(half_in ? raw::to_dtype(qkv, DType::f32) : qkv);
+  const Tensor xc = raw::contiguous(qkv);  // (B, T, 3C) in qkv's dtype: what backward keeps
   std::vector<Tensor> outs = autograd::keep_or_compute("causal_attention", [&] {
-    Tensor y = empty({B, T, C}, xc.options()), lse = empty({B, heads, T}, xc.options());
-    if (on_gpu) cuda::causal_attention_forward(xc, heads, scale, y, lse, half_in);
-    else cpu::causal_attention_forward(xc, heads, scale, y, lse);
-    return std::vector<Tensor>{y, lse};
+    Tensor lse = empty({B, heads, T}, xc.options().with_dtype(math_dt));  // (B, H, T)
+    Tensor x = xc, ym;                                                      // (B, T, 3C), (B, T, C)
+    {
+      memory::TagScope tag(memory::Tag::workspace);  // the f32 copies of 16-bit operands
+      if (half_in) x = raw::to_dtype(xc, math_dt), ym = empty({B, T, C}, x.options());
+    }
+    if (!half_in) ym = empty({B, T, C}, x.options());
+    if (on_gpu) cuda::causal_attention_forward(x, heads, scale, ym, lse, half_in);
+    else cpu::causal_attention_forward(x, heads, scale, ym, lse);
+    return std::vector<Tensor>{raw::to_dtype(ym, in_dt), lse};  // ym itself unless 16-bit
   });
-  Tensor y = raw::to_dtype(outs[0], in_dt);  // itself unless half_in
+  const Tensor& y = outs[0];
   if (any_requires_grad({qkv}))
-    record("causal_attention", {qkv}, {y}, {xc, outs[0], outs[1]},
-           [heads, scale, half_in, in_dt](FunctionNode& self, const G& g) -> G {
-             const Tensor& x = self.saved_at(0);  // f32
+    record("causal_attention", {qkv}, {y}, {xc, y, outs[1]},
+           [heads, scale, half_in, in_dt, math_dt](FunctionNode& self, const G& g) -> G {
+             Tensor x = self.saved_at(0), yo = self.saved_at(1), gy = raw::contiguous(g[0]), gx;
+             {
+               memory::TagScope tag(memory::Tag::workspace);
+               if (half_in) {
+                 x = raw::to_dtype(x, math_dt), yo = raw::to_dtype(yo, math_dt);
+                 gy = raw::contiguous(raw::to_dtype(gy, math_dt));
+                 gx = empty(x.shape(), x.options());
+               }
+             }
+             if (!half_in) gx = empty(x.shape(), x.options());  // (B, T, 3C)
              profiler::RecordOp rec("causal_attention_backward", x.device(),
                                     2.5 * cpu::causal_attention_flops(x.size(0), x.size(1), heads, x.size(2) / 3 / heads));
-             Tensor gx = empty(x.shape(), x.options());
-             const Tensor gy = raw::contiguous(raw::to_dtype(g[0], x.dtype()));
              if (x.device().is_cuda())
-               cuda::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), gy, heads, scale, gx, half_in);
+               cuda::causal_attention_backward(x, yo, self.saved_at(2), gy, heads, scale, gx, half_in);
              else
-               cpu::causal_attention_backward(x, self.saved_at(1), self.saved_at(2), gy, heads, scale, gx);
-             return {raw::to_dtype(gx, in_dt)};
+               cpu::causal_attention_backward(x, yo, self.saved_at(2), gy, heads, scale, gx);
+             return {raw::to_dtype(gx, in_dt)};  // gx itself unless 16-bit
            });
   return y;
 }

@@ -29,6 +29,7 @@
 #include <limits>
 #include <sstream>
 
+#include "autograd/autocast.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "core/generator.h"
@@ -68,12 +69,16 @@ LayerCost measure(const std::string& name, const std::function<Tensor(const Tens
   {
     memory::TagScope tag(memory::Tag::activation);
     const int64_t before = now_allocated(dev);
+    const auto casts_before = static_cast<int64_t>(autocast::cache_bytes());
     memory::reset_peak(dev);
     const double t0 = clock();
     y = fn(x);
     c.forward_ms = clock() - t0;
-    c.saved_bytes = now_allocated(dev) - before;
-    c.forward_peak = static_cast<int64_t>(memory::peak_allocated(dev)) - before;
+    // Parameter casts that the autocast cache made here live for the whole
+    // step, not from this forward to this backward: static, not saved.
+    c.cast_bytes = static_cast<int64_t>(autocast::cache_bytes()) - casts_before;
+    c.saved_bytes = now_allocated(dev) - before - c.cast_bytes;
+    c.forward_peak = static_cast<int64_t>(memory::peak_allocated(dev)) - before - c.cast_bytes;
   }
   c.output_bytes = alloc_bytes(y);
   if (y.requires_grad()) {
@@ -240,7 +245,9 @@ std::string ChainProfile::table() const {
   row(head);
   os << "static: parameters " << mib(parameter_bytes) << ", gradients " << mib(gradient_bytes)
      << ", optimizer state " << mib(optimizer_state_bytes) << ", other " << mib(other_bytes) << ", step "
-     << mib(step_bytes) << "\n";
+     << mib(step_bytes);
+  if (autocast_cast_bytes > 0) os << ", autocast casts " << mib(autocast_cast_bytes);
+  os << "\n";
   return os.str();
 }
 
@@ -255,7 +262,11 @@ LayerCost measure_layer(const std::string& name, const std::function<Tensor(cons
   return measure(name, fn, input, device, output, cpu_time ? cpu_ms_now : wall_ms_now);
 }
 
-ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_slots, const ProfileOptions& options) {
+namespace {
+// optimizer_state: the optimizer's expected state bytes, or -1 for
+// optimizer_slots f32 tensors per trainable parameter.
+ChainProfile profile(const ChainModel& model, Device dev, int optimizer_slots, int64_t optimizer_state,
+                     const ProfileOptions& options) {
   SNUG_CHECK(model.prefix && model.head && !model.layers.empty(), ValueError,
              "profile_chain: the model needs a prefix, at least one layer and a head");
   SNUG_CHECK(options.repeats >= 1, ValueError, "profile_chain: repeats must be >= 1, got ", options.repeats);
@@ -277,6 +288,7 @@ ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_sl
       if (t.grad().defined()) existing_grads += alloc_bytes(t.grad());
     }
   }
+  if (optimizer_state >= 0) prof.optimizer_state_bytes = optimizer_state;
   prof.other_bytes = std::max<int64_t>(0, now_allocated(dev) - prof.parameter_bytes - existing_grads);
   prof.step_bytes = 3 * largest;
   auto clear_grads = [&] {
@@ -289,7 +301,8 @@ ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_sl
   prof.prefix = measure("prefix", [&](const Tensor&) { return model.prefix(); }, Tensor(), dev, &x0, clock);
   // One untimed round of the first layer: the first call pays for thread
   // start-up and fresh allocator segments, which the step never sees again.
-  measure("warm-up", [&](const Tensor& in) { return model.layers[0]->forward(in); }, x0, dev, nullptr, clock);
+  const LayerCost warm =
+      measure("warm-up", [&](const Tensor& in) { return model.layers[0]->forward(in); }, x0, dev, nullptr, clock);
   clear_grads();
   // Every repeat runs the chain from the same input; dropout draws differ
   // between repeats, which changes no byte count and no shape.
@@ -323,7 +336,20 @@ ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_sl
   prof.head = measure("head", model.head, x, dev, nullptr, clock);
   clear_grads();
   gen.set_state(rng);
+  // The first pass made every cast (later repeats find them cached).
+  prof.autocast_cast_bytes = prof.prefix.cast_bytes + warm.cast_bytes + prof.head.cast_bytes;
+  for (const LayerCost& l : prof.layers) prof.autocast_cast_bytes += l.cast_bytes;
   return prof;
+}
+}  // namespace
+
+ChainProfile profile_chain(const ChainModel& model, Device dev, int optimizer_slots, const ProfileOptions& options) {
+  return profile(model, dev, optimizer_slots, -1, options);
+}
+
+ChainProfile profile_chain(const ChainModel& model, Device dev, const optim::Optimizer& optimizer,
+                           const ProfileOptions& options) {
+  return profile(model, dev, 0, static_cast<int64_t>(optimizer.expected_state_bytes()), options);
 }
 
 PlanCost evaluate_plan(const ChainProfile& prof, const ChainPlan& plan) {
@@ -359,6 +385,7 @@ namespace {
       str(what, " a budget of ", mib(budget), " cannot hold a training step; the minimum is ", mib(minimum),
           " (", minimum, " bytes): parameters ", mib(prof.parameter_bytes), ", gradients ", mib(prof.gradient_bytes),
           ", optimizer state ", mib(prof.optimizer_state_bytes), ", other ", mib(prof.other_bytes),
+          prof.autocast_cast_bytes > 0 ? str(", autocast casts ", mib(prof.autocast_cast_bytes)) : std::string(),
           ", and activations of at least ", mib(min_act),
           " with the best checkpointing. Smaller batches (gradient accumulation) or fewer optimizer slots lower it."),
       static_cast<std::size_t>(minimum), static_cast<std::size_t>(std::max<int64_t>(budget, 0)));
@@ -382,6 +409,7 @@ MemoryEstimate estimate_memory(const ChainProfile& prof, const ChainPlan& plan) 
   e.optimizer_state = prof.optimizer_state_bytes;
   e.activations = c.activation_peak;
   e.other = prof.other_bytes + std::max<int64_t>(0, prof.step_bytes - c.activation_peak);
+  e.autocast_casts = prof.autocast_cast_bytes;
   return e;
 }
 
@@ -397,6 +425,7 @@ std::string MemoryEstimate::table() const {
   row("optimizer_state", optimizer_state);
   row("activation", activations);
   row("other", other);
+  if (autocast_casts > 0) row("autocast casts", autocast_casts);
   row("total (peak)", total());
   return os.str();
 }

@@ -15,6 +15,7 @@
 
 #include "nn/checkpoint_sequential.h"
 #include "nn/module.h"
+#include "nn/optim/optimizer.h"
 
 namespace snug::nn {
 
@@ -35,6 +36,7 @@ struct LayerCost {
   int64_t forward_peak = 0;   // highest bytes above those live before its forward, during it (saved included)
   int64_t backward_peak = 0;  // highest bytes above those live when its backward starts (saved + incoming gradient)
   double forward_ms = 0, backward_ms = 0;
+  int64_t cast_bytes = 0;     // parameter casts its forward added to the autocast cache (left out of the above)
 };
 
 struct ChainProfile {
@@ -47,15 +49,21 @@ struct ChainProfile {
   int64_t optimizer_state_bytes = 0;  // optimizer_slots tensors per trainable parameter
   int64_t other_bytes = 0;            // allocated when profiling began, besides parameters (the batch, buffers)
   int64_t step_bytes = 0;             // the optimizer step's temporaries (a few of the largest parameter)
+  // Under autocast: the parameters' 16-bit casts, which the cast cache keeps
+  // for the whole scope (a training step) whatever the plan.
+  int64_t autocast_cast_bytes = 0;
   int64_t static_bytes() const {
-    return parameter_bytes + gradient_bytes + optimizer_state_bytes + other_bytes;
+    return parameter_bytes + gradient_bytes + optimizer_state_bytes + other_bytes + autocast_cast_bytes;
   }
   std::string table() const;  // one row per layer, for logs and docs
 };
 
 // The measuring pass: runs the prefix, then each layer and the head on its
 // own (a detached input, forward, backward with a gradient of ones), timing
-// them and reading the allocator's counters on `device`. Its own peak is about
+// them and reading the allocator's counters on `device`. It measures under
+// the caller's autocast state: call it inside the AutocastGuard the
+// training step will use, so activations come out in the step's dtypes and
+// the cached parameter casts are counted (autocast_cast_bytes). Its own peak is about
 // one layer's activations above the static bytes, so it runs where a full step
 // would not fit. Call it before the first optimizer step (it counts gradients
 // and optimizer state as still to come) with the model in training mode; it
@@ -75,6 +83,11 @@ struct ProfileOptions {
   bool cpu_time = false;
 };
 ChainProfile profile_chain(const ChainModel& model, Device device, int optimizer_slots,
+                           const ProfileOptions& options = {});
+// The same, with the optimizer state that `optimizer` will really hold
+// (Optimizer::expected_state_bytes: 8-bit moments, f32 masters of 16-bit
+// parameters) instead of a number of f32 slots per parameter.
+ChainProfile profile_chain(const ChainModel& model, Device device, const optim::Optimizer& optimizer,
                            const ProfileOptions& options = {});
 // The measuring pass's unit, for other planners (parallel/placement.cpp):
 // fn on a detached copy of input (requiring grad when floating), forward under
@@ -112,7 +125,8 @@ int64_t minimum_budget(const ChainProfile& prof);
 // "Will it fit": the predicted bytes by tag at the peak of a step under plan.
 struct MemoryEstimate {
   int64_t parameters = 0, gradients = 0, optimizer_state = 0, activations = 0, other = 0;
-  int64_t total() const { return parameters + gradients + optimizer_state + activations + other; }
+  int64_t autocast_casts = 0;  // parameter casts cached for the autocast scope
+  int64_t total() const { return parameters + gradients + optimizer_state + activations + other + autocast_casts; }
   std::string table() const;
 };
 MemoryEstimate estimate_memory(const ChainProfile& prof, const ChainPlan& plan);

@@ -232,3 +232,29 @@ TEST_CASE("autocast: gradcheck of the differentiable casts (f64 -> f32 -> f64 ro
   b.requires_grad_(true);
   CHECK(autograd::gradcheck([](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }, {a, b}));
 }
+
+TEST_CASE("autocast: gradient accumulation in one scope runs backward through the cached casts each time") {
+  // charlm's step: one scope around every micro-batch, so each weight is
+  // cast once and each micro-batch's backward goes through the same cast.
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    nn::Linear fc(16, 8);
+    Tensor a = randn32({4, 16}, 1), b = randn32({4, 16}, 2);
+    auto loss_of = [&](const Tensor& x) { return fc.forward(x).to(DType::f32).pow(2.0).mean(); };
+    // Reference: one scope per micro-batch.
+    fc.zero_grad();
+    for (const Tensor& x : {a, b}) {
+      AutocastGuard ac(dt);
+      loss_of(x).backward();
+    }
+    const std::vector<float> want = fc.weight.grad().to_vector<float>();
+    fc.zero_grad();
+    {
+      AutocastGuard ac(dt);
+      loss_of(a).backward();
+      loss_of(b).backward();
+      CHECK(autocast::cache_size() == 2);  // weight and bias, cast once
+    }
+    CHECK(fc.weight.grad().to_vector<float>() == want);
+  }
+}

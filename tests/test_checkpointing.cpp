@@ -3,6 +3,7 @@
 // files; this one is about activation checkpointing.)
 #include <cstring>
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -366,4 +367,142 @@ TEST_CASE("checkpoint_sequential: balanced segments and gradients equal to the p
   auto plain = run(0);
   check_bitwise(plain, run(3));
   check_bitwise(plain, run(21));
+}
+
+// NOTE [ Recomputation replays autocast ]: the segment runs again under the
+// autocast state its forward ran under, wherever backward() is called. The
+// usual pattern (docs/mixed_precision.md) is the forward inside the scope and
+// backward outside it.
+TEST_CASE("checkpoint under autocast: gradients bitwise equal to the same autocast run without checkpointing") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (bool backward_inside : {false, true}) {
+      CAPTURE(std::string(dtype_name(dt)));
+      CAPTURE(backward_inside);
+      manual_seed(5);
+      nn::models::GPT model(small_gpt(0.2));
+      model.train();
+      auto [x, y] = tokens(4, 16, 77);
+      auto step = [&] {
+        model.zero_grad();
+        manual_seed(123);
+        Tensor loss;
+        {
+          AutocastGuard ac(dt);
+          loss = model.loss(x, y);
+          if (backward_inside) loss.backward();
+        }
+        if (!backward_inside) loss.backward();
+        return grads_of(model);
+      };
+      model.checkpointing = {};
+      auto plain = step();
+
+      SUBCASE("sqrt plan") { model.checkpointing = nn::sqrt_plan(6); }
+      SUBCASE("selective: keep linear and layer_norm outputs") {
+        model.checkpointing = nn::balanced_plan(6, 3);
+        model.checkpointing.options.policy = autograd::save_ops({"linear", "layer_norm", "causal_attention"});
+      }
+      SUBCASE("every block checkpointed, verify on") {
+        model.checkpointing = nn::balanced_plan(6, 6);
+        model.checkpointing.segments.back().checkpoint = true;
+        model.checkpointing.options.verify = true;
+      }
+      autograd::reset_recompute_stats();
+      auto ckpt = step();
+      CHECK(autograd::recompute_stats().segments == model.checkpointing.num_checkpointed());
+      check_bitwise(plain, ckpt);
+    }
+  }
+}
+
+TEST_CASE("checkpoint under autocast: nested segments and a segment that disables autocast inside") {
+  Tensor w1 = testing::rnd({16, 16}, 21, DType::f32).requires_grad_();
+  Tensor w2 = testing::rnd({16, 16}, 22, DType::f32).requires_grad_();
+  // The inner function runs its first matmul in full precision whatever the
+  // scope around it, its second under the scope's dtype.
+  auto inner = [w1, w2](const Tensor& x) {
+    Tensor h;
+    {
+      AutocastGuard off(DType::bf16, /*enabled=*/false);
+      h = matmul(x.to(DType::f32), w1).tanh();
+    }
+    return dropout(matmul(h, w2).relu(), 0.25, true);
+  };
+  auto outer_plain = [=](const Tensor& x) {
+    Tensor h = matmul(x, w2).sigmoid();
+    return inner(inner(h) + h);
+  };
+  auto outer_nested = [=](const Tensor& x) {
+    Tensor h = matmul(x, w2).sigmoid();
+    return checkpoint([inner](const Tensor& z) { return checkpoint(inner, z); }, checkpoint(inner, h) + h);
+  };
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (bool backward_inside : {false, true}) {
+      CAPTURE(std::string(dtype_name(dt)));
+      CAPTURE(backward_inside);
+      auto run = [&](int mode) {
+        Tensor x = testing::rnd({6, 16}, 23, DType::f32).requires_grad_();
+        w1.set_grad(Tensor());
+        w2.set_grad(Tensor());
+        manual_seed(31);
+        Tensor loss;
+        {
+          AutocastGuard ac(dt);
+          Tensor y = mode == 0 ? outer_plain(x) : checkpoint(outer_nested, x);
+          loss = (y.to(DType::f32) * y.to(DType::f32)).sum();
+          if (backward_inside) loss.backward();
+        }
+        if (!backward_inside) loss.backward();
+        return std::vector<std::vector<float>>{x.grad().to_vector<float>(), w1.grad().to_vector<float>(),
+                                               w2.grad().to_vector<float>()};
+      };
+      autograd::reset_recompute_stats();
+      check_bitwise(run(0), run(1));
+      CHECK(autograd::recompute_stats().segments == 4);
+      // A segment whose forward ran with autocast off inside an enabled scope
+      // recomputes with it off, even when backward runs in an enabled scope.
+      Tensor x = testing::rnd({6, 16}, 24, DType::f32).requires_grad_();
+      Tensor y;
+      {
+        AutocastGuard off(dt, false);
+        y = checkpoint([w2](const Tensor& z) { return matmul(z, w2).relu(); }, x);
+      }
+      CHECK(y.dtype() == DType::f32);
+      {
+        AutocastGuard on(dt);
+        y.sum().backward();
+      }
+      CHECK(x.grad().dtype() == DType::f32);
+    }
+  }
+}
+
+TEST_CASE("checkpoint_sequential under autocast: gradients bitwise equal to the plain autocast run") {
+  manual_seed(3);
+  nn::Sequential seq;
+  for (int i = 0; i < 5; ++i) {
+    seq.push_back(std::make_shared<nn::Linear>(12, 12));
+    seq.push_back(std::make_shared<nn::GELU>());
+    seq.push_back(std::make_shared<nn::LayerNorm>(12));
+  }
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    auto run = [&](int segments) {
+      Tensor x = testing::rnd({5, 12}, 8, DType::f32).requires_grad_();
+      seq.zero_grad();
+      Tensor loss;
+      {
+        AutocastGuard ac(dt);
+        Tensor y = segments ? nn::checkpoint_sequential(seq, segments, x) : seq.forward(x);
+        loss = y.to(DType::f32).pow(2.0).sum();
+      }
+      loss.backward();
+      auto g = grads_of(seq);
+      g.push_back(x.grad().to_vector<float>());
+      return g;
+    };
+    auto plain = run(0);
+    check_bitwise(plain, run(3));
+    check_bitwise(plain, run(15));
+  }
 }

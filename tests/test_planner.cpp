@@ -4,10 +4,12 @@
 #include <cmath>
 #include <random>
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "memory/allocator.h"
 #include "memory/stats.h"
 #include "nn/models/gpt.h"
+#include "nn/optim/adamw8bit.h"
 #include "nn/optim/optimizer.h"
 #include "nn/planner.h"
 #include "test_util.h"
@@ -274,4 +276,95 @@ TEST_CASE("planner: on a virtual device of capacity C the 16-layer GPT only trai
                << ", measured " << memory::peak_allocated(dev) << ", reserved " << memory::stats(dev).reserved_bytes.peak);
   CHECK(static_cast<int64_t>(memory::peak_allocated(dev)) <= C);
   memory::set_capacity(dev, SIZE_MAX);
+}
+
+TEST_CASE("planner: expected_state_bytes is what each optimizer holds after its first step") {
+  manual_seed(2);
+  nn::models::GPT model(gpt16(64, 16));  // width 64: most weights have >= 4096 elements (8-bit state)
+  auto [x, y] = batch(2, 16, kCPU, 3);
+  auto check = [&](nn::optim::Optimizer& opt) {
+    CAPTURE(opt.name());
+    const std::size_t expected = opt.expected_state_bytes();
+    CHECK(opt.state_bytes() == 0);
+    train_step(model, opt, x, y);
+    CHECK(opt.state_bytes() == expected);
+    CHECK(expected > 0);
+  };
+  nn::optim::AdamW adamw(model.parameters(), {1e-3});
+  check(adamw);
+  nn::optim::AdamW8bit adamw8(model.parameters(), {1e-3});
+  check(adamw8);
+  // 8-bit moments: about a quarter of AdamW's state.
+  CHECK(adamw8.expected_state_bytes() * 3 < adamw.expected_state_bytes());
+  nn::optim::SGD sgd(model.parameters(), {.lr = 1e-3, .momentum = 0.9});
+  check(sgd);
+  CHECK(sgd.expected_state_bytes() * 2 == adamw.expected_state_bytes());
+
+  // 16-bit parameters: their f32 masters are state too.
+  nn::Linear half(64, 32);
+  half.to(DType::bf16);
+  nn::optim::Adam adam(half.parameters(), {1e-3});
+  CHECK(adam.expected_state_bytes() == 3 * (64 * 32 + 32) * sizeof(float));
+  Tensor in = randn({4, 64}).to(DType::bf16);
+  half.forward(in).to(DType::f32).sum().backward();
+  adam.step();
+  CHECK(adam.state_bytes() == adam.expected_state_bytes());
+}
+
+// The training step charlm runs with --amp bf16 --optim adamw8bit: forward
+// and backward inside one autocast scope, the optimizer after it.
+double amp_step(nn::models::GPT& model, nn::optim::Optimizer& opt, const Tensor& x, const Tensor& y, DType dt) {
+  opt.zero_grad();
+  double l = 0;
+  {
+    AutocastGuard ac(dt);
+    Tensor loss;
+    {
+      memory::TagScope tag(memory::Tag::activation);
+      loss = model.loss(x, y);
+    }
+    loss.backward();
+    l = loss.item();
+  }
+  opt.step();
+  return l;
+}
+
+TEST_CASE("planner: under autocast with AdamW8bit the prediction follows real steps within 10%") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    const Device dev(dt == DType::bf16 ? "cpu:4" : "cpu:5");
+    manual_seed(11);
+    nn::models::GPT model(gpt16(64, 64));
+    model.to(dev);
+    nn::optim::AdamW8bit opt(model.parameters(), {1e-3});
+    auto [x, y] = batch(8, 64, dev, 5);
+    ChainProfile prof;
+    {
+      AutocastGuard ac(dt);
+      prof = nn::profile_chain(model.chain(x, y), dev, opt);
+    }
+    CHECK(prof.optimizer_state_bytes == static_cast<int64_t>(opt.expected_state_bytes()));
+    // Every Linear weight (the tied LM head's too) has a 16-bit copy in the cache.
+    CHECK(prof.autocast_cast_bytes > 0);
+    CHECK(prof.autocast_cast_bytes < prof.parameter_bytes / 2 + 16 * 512);
+    // Activations are 16-bit: a block keeps about half of what it keeps in f32.
+    ChainProfile f32 = nn::profile_chain(model.chain(x, y), dev, opt);
+    CHECK(prof.layers[0].saved_bytes < f32.layers[0].saved_bytes * 6 / 10);
+
+    const int64_t lo = nn::minimum_budget(prof), hi = nn::evaluate_plan(prof, {}).total_peak;
+    for (int k : {0, 4, 10}) {
+      const int64_t budget = lo + (hi - lo) * k / 10;
+      nn::PlanResult r = nn::plan_checkpoints(prof, budget);
+      model.checkpointing = r.plan;
+      amp_step(model, opt, x, y, dt);  // the first step creates the optimizer state
+      memory::reset_peak(dev);
+      amp_step(model, opt, x, y, dt);
+      const auto measured = static_cast<double>(memory::peak_allocated(dev));
+      INFO("budget " << budget << " plan " << model.checkpointing.str() << " predicted " << r.cost.total_peak
+                     << " measured " << measured);
+      CHECK(measured <= static_cast<double>(budget));
+      CHECK(std::abs(measured - static_cast<double>(r.cost.total_peak)) <= 0.1 * measured);
+    }
+  }
 }

@@ -428,7 +428,14 @@ int run(int argc, char** argv) {
   if (budget > 0) {
     Generator sample_gen(seed + 4000);
     auto [sx, sy] = get_batch(corpus.train, micro_B, T, sample_gen);
-    nn::ChainProfile prof = nn::profile_chain(model.chain(sx, sy), kCPU, /*optimizer_slots=*/2);
+    // Measured as training will run: under the step's autocast scope (its
+    // activations' dtypes and the cached 16-bit weight casts), with the
+    // optimizer's real state (8-bit moments with --optim adamw8bit).
+    nn::ChainProfile prof;
+    {
+      AutocastGuard ac(amp.value_or(DType::bf16), amp.has_value());
+      prof = nn::profile_chain(model.chain(sx, sy), kCPU, opt);
+    }
     if (ckpt_mode == "auto") {
       nn::PlanResult r = nn::plan_checkpoints(prof, budget);
       model.checkpointing = r.plan;

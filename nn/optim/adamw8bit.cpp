@@ -125,6 +125,13 @@ Shape AdamW8bit::state_shape(const Tensor& p, const std::string& name) const {
   return p.shape();
 }
 
+// Large tensors: two u8 codes per element and two f32 absmax per block; small ones two f32 moments.
+std::size_t AdamW8bit::expected_param_state_bytes(size_t, const Tensor& p) const {
+  const auto n = static_cast<std::size_t>(p.numel());
+  if (!is_8bit(p, defaults.min_8bit_size)) return 2 * n * sizeof(float);
+  return 2 * n + 2 * static_cast<std::size_t>(num_blocks(p.numel(), defaults.block_size)) * sizeof(float);
+}
+
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p = p (1 - lr wd) - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
 void AdamW8bit::step() {
   profiler::RecordRange range("optim:", "AdamW8bit.step");

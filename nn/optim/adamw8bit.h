@@ -51,6 +51,7 @@ class AdamW8bit : public Optimizer {
 
  protected:
   Shape state_shape(const Tensor& p, const std::string& name) const override;
+  std::size_t expected_param_state_bytes(size_t group, const Tensor& p) const override;
 };
 
 }  // namespace snug::nn::optim

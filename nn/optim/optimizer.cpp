@@ -229,6 +229,30 @@ std::size_t Optimizer::state_bytes() const {
   return n;
 }
 
+std::size_t Optimizer::expected_state_bytes() const {
+  std::size_t n = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (const Tensor& p : groups_[gi].params) {
+      if (!p.requires_grad()) continue;
+      n += expected_param_state_bytes(gi, p);
+      if (is_half(p)) n += static_cast<std::size_t>(p.numel()) * sizeof(float);  // the f32 master
+    }
+  return n;
+}
+
+// One f32 momentum buffer per parameter when any group uses momentum (step()
+// stages them for all, NOTE [ Failure-atomic optimizer steps ]).
+std::size_t SGD::expected_param_state_bytes(size_t, const Tensor& p) const {
+  bool any_momentum = false;
+  for (auto& g : groups_) any_momentum = any_momentum || opt(g, "momentum", defaults.momentum) != 0;
+  return any_momentum ? static_cast<std::size_t>(p.numel()) * sizeof(float) : 0;
+}
+
+// exp_avg and exp_avg_sq, f32.
+std::size_t Adam::expected_param_state_bytes(size_t, const Tensor& p) const {
+  return 2 * static_cast<std::size_t>(p.numel()) * sizeof(float);
+}
+
 void Optimizer::select_param_state(const Tensor& param, int64_t dim, const Tensor& index, const Shape& old_shape) {
   for (size_t gi = 0; gi < groups_.size(); ++gi)
     for (size_t pi = 0; pi < groups_[gi].params.size(); ++pi) {

@@ -52,6 +52,10 @@ class Optimizer {
   // Bytes held by the optimizer's per-parameter state (what the
   // optimizer_state tag counts for this optimizer).
   std::size_t state_bytes() const;
+  // What state_bytes() will be once every parameter that requires grad has
+  // taken a step (16-bit parameters' f32 masters included), known before the
+  // first one: the memory planner budgets with it (nn/planner.h).
+  std::size_t expected_state_bytes() const;
 
   // Step hooks: run after every step() (PyTorch's register_step_post_hook).
   // Pruning uses the global one (register_optimizer_step_post_hook) to re-mask
@@ -67,6 +71,10 @@ class Optimizer {
  protected:
   // The shape a state tensor `name` of parameter p must have on load.
   virtual Shape state_shape(const Tensor& p, const std::string& name) const { return p.shape(); }
+  // The bytes of the state a step creates for parameter p of `group`, its
+  // master weights left out (expected_state_bytes adds them). An optimizer
+  // that keeps per-parameter state overrides it; the default says none.
+  virtual std::size_t expected_param_state_bytes(size_t group, const Tensor& p) const { return 0; }
   // Every step() ends with this: instance hooks, then the global ones.
   void run_step_post_hooks();
   double opt(const ParamGroup& g, const std::string& key, double def) const;
@@ -108,6 +116,11 @@ class SGD : public Optimizer {
   void step() override;
   std::string name() const override { return "SGD"; }
   SGDOptions defaults;
+
+ protected:
+  std::size_t expected_param_state_bytes(size_t group, const Tensor& p) const override;
+
+ public:
 };
 
 struct AdamOptions {
@@ -122,6 +135,11 @@ class Adam : public Optimizer {
   void step() override;
   std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
   AdamOptions defaults;
+
+ protected:
+  std::size_t expected_param_state_bytes(size_t group, const Tensor& p) const override;
+
+ public:
 
  private:
   bool decoupled_;
