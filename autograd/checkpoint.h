@@ -25,10 +25,17 @@
 //
 // Selective recomputation: a policy says, per op, whether the segment keeps
 // that op's output (save) or recomputes it. Only the ops that can skip their
-// own work ask the policy (kSelectiveOps: matmul, linear, layer_norm,
-// causal_softmax, causal_attention); everything else, elementwise ops in particular, is always
-// recomputed. The typical policy keeps matmul-like outputs and recomputes the
-// cheap ops around them: save_ops({"linear", "matmul"}).
+// own work ask the policy, by one of the names of kSelectiveOps:
+//   matmul            snug::matmul
+//   linear            nn::functional::linear, linear_relu, linear_gelu,
+//                     relu_mlp, gelu_mlp (one name: a policy that keeps
+//                     Linear outputs keeps the fused layers' too)
+//   layer_norm        nn::functional::layer_norm
+//   causal_softmax    nn::functional::causal_softmax
+//   causal_attention  nn::functional::causal_self_attention's fused op
+// Everything else, elementwise ops in particular, is always recomputed. The
+// typical policy keeps matmul-like outputs and recomputes the cheap ops
+// around them: save_ops({"linear", "matmul"}).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -97,7 +97,7 @@ SNUG_BENCH(cuda_alloc, "cached allocate+free on cuda:0 vs cudaMalloc+cudaFree (-
   return 0;
 }
 
-// A GPT training step on cuda:0 (AdamW as in WORKLOADS.md). --amp bf16|f16
+// A GPT training step on cuda:0 (AdamW as in docs/workloads.md). --amp bf16|f16
 // runs the forward pass and the loss under autocast, as bench/peers/gpu_torch.py
 // does with torch.autocast; parameters, gradients and AdamW stay f32. f16 adds
 // a GradScaler (bf16 has f32's exponent range and needs none).

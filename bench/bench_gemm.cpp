@@ -1,5 +1,5 @@
 // snug-bench gemm: float32 C = A x B, GFLOP/s of snug's gemm_f32 and of Eigen
-// side by side in the same run (W-GEMM in WORKLOADS.md).
+// side by side in the same run (W-GEMM in docs/workloads.md).
 //
 //   snug-bench gemm --n 1024 --threads 2 --json
 //   snug-bench gemm --m 2048 --n 384 --k 128 --ta 0 --tb 1 --json   (any shape)

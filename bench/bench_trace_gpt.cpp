@@ -1,6 +1,6 @@
 // snug-bench trace-gpt --out PATH [--steps N]
 // Records the allocator's event history of real W-GPT training steps
-// (shared/WORKLOADS.md: batch 16 x 128 tokens, AdamW) from process start
+// (docs/workloads.md: batch 16 x 128 tokens, AdamW) from process start
 // (model creation included) and writes it as a snapshot that
 // `snug-bench replay` reads. bench/traces/wgpt_step.json was made this way.
 #include <cstdio>

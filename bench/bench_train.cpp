@@ -1,5 +1,5 @@
 // snug-bench gpt|cnn|mlp: one timed training step of the W-GPT, W-CNN and W-MLP
-// workloads exactly as shared/WORKLOADS.md defines them.
+// workloads exactly as docs/workloads.md defines them.
 //
 // A timed step = zero the gradients, forward, cross-entropy loss, backward,
 // optimizer step. Batches are random (seeded) and prepared before the timer.
@@ -100,7 +100,7 @@ Tensor random_labels(int64_t n, int64_t classes) {
 
 // W-GPT: vocab 65, block 128, 4 layers, 4 heads, width 128; batch 16;
 // AdamW lr 3e-4, betas (0.9, 0.999), weight decay 0.01 on every parameter.
-SNUG_BENCH(gpt, "W-GPT training step (WORKLOADS.md): median ms/step, tokens/s, peak memory") {
+SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens/s, peak memory") {
   const Common c = common(args);
   const int64_t B = 16, T = 128, V = 65;
   nn::models::GPT net(nn::models::GPTConfig{});
@@ -132,12 +132,12 @@ int classifier_bench(const Args& args, const char* name, std::shared_ptr<nn::Mod
 }  // namespace
 
 // W-CNN: 1x28x28 inputs, batch 64.
-SNUG_BENCH(cnn, "W-CNN training step (WORKLOADS.md): median ms/step, samples/s, peak memory") {
+SNUG_BENCH(cnn, "W-CNN training step (docs/workloads.md): median ms/step, samples/s, peak memory") {
   return classifier_bench(args, "cnn", nn::models::make_wcnn(), Shape{64, 1, 28, 28});
 }
 
 // W-MLP: 784-1024-1024-10, batch 128.
-SNUG_BENCH(mlp, "W-MLP training step (WORKLOADS.md): median ms/step, samples/s, peak memory") {
+SNUG_BENCH(mlp, "W-MLP training step (docs/workloads.md): median ms/step, samples/s, peak memory") {
   return classifier_bench(args, "mlp", nn::models::make_wmlp(), Shape{128, 784});
 }
 

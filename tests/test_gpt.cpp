@@ -1,4 +1,4 @@
-// The W-GPT model (shared/WORKLOADS.md): parameter count, shapes, the tied
+// The W-GPT model (docs/workloads.md): parameter count, shapes, the tied
 // LM head, initialization, and that it learns.
 #include <doctest/doctest.h>
 
@@ -35,7 +35,7 @@ std::pair<double, double> mean_std(const Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("W-GPT default config: 818,048 parameters, the layout of WORKLOADS.md") {
+TEST_CASE("W-GPT default config: 818,048 parameters, the layout of docs/workloads.md") {
   manual_seed(1337);
   GPT m(GPTConfig{});
   CHECK(m.cfg.vocab == 65);

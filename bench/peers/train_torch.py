@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch peer of `snug-bench gpt|cnn|mlp`: the W-GPT, W-CNN and W-MLP training
-steps of shared/WORKLOADS.md with the same shapes, optimizers, warmup and step
+steps of docs/workloads.md with the same shapes, optimizers, warmup and step
 counts, and the same JSON fields.
 
 A timed step = zero the gradients, forward, cross-entropy, backward, optimizer

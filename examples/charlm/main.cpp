@@ -1,5 +1,5 @@
 // charlm: trains the W-GPT character-level transformer on tiny shakespeare
-// (shared/WORKLOADS.md), evaluates it, and prints generated text.
+// (docs/workloads.md), evaluates it, and prints generated text.
 //
 //   charlm [--data FILE] [--steps N] [--lr X] [--layers N] [--heads N] [--embd N]
 //          [--block N] [--batch N] [--seed N] [--eval-every N] [--eval-batches N]

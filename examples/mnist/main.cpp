@@ -4,7 +4,7 @@
 //         [--decay linear|none] [--workers W] [--data DIR] [--seed S] [--limit N]
 //         [--threads T] [--every K] [--amp f16|bf16 [--half-params]] [--json]
 //
-// cnn is W-CNN and mlp is W-MLP from WORKLOADS.md with SGD, momentum 0.9, lr
+// cnn is W-CNN and mlp is W-MLP from docs/workloads.md with SGD, momentum 0.9, lr
 // 0.03; mobilenet is nn/models/cnn.h's depthwise-separable network (SGD lr
 // 0.05, momentum 0.9); vit is nn/models/vit.h's small vision transformer
 // (AdamW lr 1e-3, weight decay 0.01). The learning rate falls linearly to 0

@@ -1,4 +1,4 @@
-// The reference image models of WORKLOADS.md (W-CNN, W-MLP) and a small
+// The reference image models of docs/workloads.md (W-CNN, W-MLP) and a small
 // MobileNet-style network, all for MNIST-shaped input (N, 1, 28, 28) and
 // 10 classes, built from nn/layers.h and nn/conv.h.
 #pragma once

@@ -19,7 +19,7 @@ GPT::GPT(GPTConfig c) : Module("GPT"), cfg(c) {
   for (int64_t i = 0; i < c.layers; ++i)
     blocks->push_back(std::make_shared<TransformerBlock>(c.embd, c.heads, true, c.dropout));
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.embd));
-  // WORKLOADS.md init: N(0, 0.02) for Linear and Embedding weights, zero
+  // docs/workloads.md init: N(0, 0.02) for Linear and Embedding weights, zero
   // biases, and N(0, 0.02 / sqrt(2 * layers)) for the two output projections.
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
   apply([&](Module& m) {

@@ -1,4 +1,4 @@
-// GPT: the W-GPT decoder-only transformer of shared/WORKLOADS.md, any size.
+// GPT: the W-GPT decoder-only transformer of docs/workloads.md, any size.
 //   tokens (B, T) i64 -> logits (B, T, vocab)
 #pragma once
 #include "nn/attention.h"
