@@ -2,19 +2,24 @@
 // dynamic program (docs/checkpointing.md).
 //
 // NOTE [ Checkpoint memory model ]
-// Bytes above the static ones (parameters, gradients, optimizer state, other),
-// for a chain split into segments, with base(j) the bytes kept by the prefix
-// and by the segments before j:
+// Bytes above the static ones (parameters, optimizer state, other, autocast
+// casts), for a chain split into segments, with base(j) the bytes kept by the
+// prefix and by the segments before j, and G(i) the parameter gradients that
+// exist when layer i's backward starts (those of the layers after i and of
+// the head: a step starts with none, and backward creates them back to front):
 //   keep(j)  = the saved bytes of its layers if stored, its output if checkpointed
 //   req(j)   = max over its layers i of
-//                S(begin..i) + output_i + backward_peak_i    (the backward of i)
-//                S(begin..i-1) + forward_peak_i              (the forward of i, or its recomputation)
+//                S(begin..i) + output_i + backward_peak_i + G(i)   (the backward of i,
+//                                                                   its own gradients included)
+//                S(begin..i-1) + forward_peak_i                    (the forward of i)
+//                S(begin..i-1) + forward_peak_i + G(end - 1)       (its recomputation, in backward)
 //              where S sums saved bytes: a checkpointed segment is recomputed
 //              whole before its backward starts, so it then holds what a
 //              stored one holds.
-//   peak     = max( prefix terms, max_j base(j) + req(j),
+//   peak     = max( prefix terms (its backward with every gradient), max_j base(j) + req(j),
 //                   base(end) + head.forward_peak,
 //                   base(end) + head.saved + head.output + head.backward_peak )
+// and after backward the optimizer step: every gradient plus step_bytes.
 // The forward of a checkpointed segment holds less than req(j) says (only
 // the current layer's), so the model errs on the safe side there; elsewhere
 // it follows the order the engine frees things in (NOTE [ Saved tensors die early ]).
@@ -70,13 +75,16 @@ LayerCost measure(const std::string& name, const std::function<Tensor(const Tens
     memory::TagScope tag(memory::Tag::activation);
     const int64_t before = now_allocated(dev);
     const auto casts_before = static_cast<int64_t>(autocast::cache_bytes());
+    const auto ncasts_before = static_cast<int64_t>(autocast::cache_size());
     memory::reset_peak(dev);
     const double t0 = clock();
     y = fn(x);
     c.forward_ms = clock() - t0;
     // Parameter casts that the autocast cache made here live for the whole
     // step, not from this forward to this backward: static, not saved.
-    c.cast_bytes = static_cast<int64_t>(autocast::cache_bytes()) - casts_before;
+    // (Each rounded up as the allocator rounds, at most 511 bytes more.)
+    c.cast_bytes = static_cast<int64_t>(autocast::cache_bytes()) - casts_before +
+                   511 * (static_cast<int64_t>(autocast::cache_size()) - ncasts_before);
     c.saved_bytes = now_allocated(dev) - before - c.cast_bytes;
     c.forward_peak = static_cast<int64_t>(memory::peak_allocated(dev)) - before - c.cast_bytes;
   }
@@ -104,21 +112,25 @@ std::string mib(int64_t b) { return memory::format_bytes(static_cast<std::size_t
 struct Prefixes {
   std::vector<int64_t> saved;  // saved[i] = saved bytes of layers [0, i)
   std::vector<double> fwd;     // fwd[i] = forward ms of layers [0, i)
-  explicit Prefixes(const std::vector<LayerCost>& ls) : saved(ls.size() + 1, 0), fwd(ls.size() + 1, 0) {
+  std::vector<int64_t> grads;  // grads[i] = G(i - 1): gradients of layers [i, n) and of the head
+  Prefixes(const std::vector<LayerCost>& ls, const LayerCost& head)
+      : saved(ls.size() + 1, 0), fwd(ls.size() + 1, 0), grads(ls.size() + 1, 0) {
     for (size_t i = 0; i < ls.size(); ++i) {
       saved[i + 1] = saved[i] + ls[i].saved_bytes;
       fwd[i + 1] = fwd[i] + ls[i].forward_ms;
     }
+    grads[ls.size()] = head.param_grad_bytes;
+    for (size_t i = ls.size(); i-- > 0;) grads[i] = grads[i + 1] + ls[i].param_grad_bytes;
   }
 };
 
-// req(j) of NOTE [ Checkpoint memory model ] for layers [a, b).
-int64_t segment_req(const std::vector<LayerCost>& ls, const Prefixes& p, int64_t a, int64_t b) {
+// req(j) of NOTE [ Checkpoint memory model ] for layers [a, b), stored or checkpointed.
+int64_t segment_req(const std::vector<LayerCost>& ls, const Prefixes& p, int64_t a, int64_t b, bool ckpt) {
   int64_t r = 0;
   for (int64_t i = a; i < b; ++i) {
     const LayerCost& l = ls[i];
-    r = std::max(r, p.saved[i + 1] - p.saved[a] + l.output_bytes + l.backward_peak);
-    r = std::max(r, p.saved[i] - p.saved[a] + l.forward_peak);
+    r = std::max(r, p.saved[i + 1] - p.saved[a] + l.output_bytes + l.backward_peak + p.grads[i + 1]);
+    r = std::max(r, p.saved[i] - p.saved[a] + l.forward_peak + (ckpt ? p.grads[b] : 0));
   }
   return r;
 }
@@ -127,10 +139,13 @@ int64_t segment_keep(const std::vector<LayerCost>& ls, const Prefixes& p, int64_
   return ckpt ? ls[b - 1].output_bytes : p.saved[b] - p.saved[a];
 }
 
-int64_t prefix_req(const ChainProfile& prof) {
+int64_t prefix_req(const ChainProfile& prof, const Prefixes& p) {
   const LayerCost& pre = prof.prefix;
-  return std::max(pre.forward_peak, pre.saved_bytes + pre.output_bytes + pre.backward_peak);
+  return std::max(pre.forward_peak, pre.saved_bytes + pre.output_bytes + pre.backward_peak + p.grads[0]);
 }
+
+// The optimizer step's need above the static bytes: every gradient and the step's temporaries.
+int64_t step_req(const ChainProfile& prof) { return prof.placed_gradient_bytes() + prof.step_bytes; }
 
 // The head's need on top of what the chain keeps at its end.
 int64_t head_req(const ChainProfile& prof) {
@@ -146,8 +161,8 @@ int64_t head_req(const ChainProfile& prof) {
 bool solve(const ChainProfile& prof, int64_t act_budget, ChainPlan* plan, PlanCost* cost) {
   const auto& ls = prof.layers;
   const auto n = static_cast<int64_t>(ls.size());
-  if (prefix_req(prof) > act_budget) return false;
-  const Prefixes p(ls);
+  const Prefixes p(ls, prof.head);
+  if (prefix_req(prof, p) > act_budget) return false;
   struct State {
     int64_t kept;
     double ms;
@@ -170,9 +185,11 @@ bool solve(const ChainProfile& prof, int64_t act_budget, ChainPlan* plan, PlanCo
     for (size_t k = 0; k < f.size(); ++k) {
       const State s = f[k];
       for (int64_t j = i + 1; j <= n; ++j) {
-        const int64_t req = segment_req(ls, p, i, j);
-        if (s.kept + req > act_budget) break;  // longer segments only need more
+        // A stored segment needs no more than a checkpointed one, and longer
+        // stored segments only need more.
+        if (s.kept + segment_req(ls, p, i, j, false) > act_budget) break;
         for (bool ckpt : {false, true}) {
+          if (ckpt && s.kept + segment_req(ls, p, i, j, true) > act_budget) continue;
           const double ms = s.ms + (ckpt ? p.fwd[j] - p.fwd[i] : 0.0);
           front[j].push_back({s.kept + segment_keep(ls, p, i, j, ckpt), ms, i, k, ckpt});
         }
@@ -228,6 +245,12 @@ int64_t minimum_activation_budget(const ChainProfile& prof) {
 
 }  // namespace
 
+int64_t ChainProfile::placed_gradient_bytes() const {
+  int64_t n = prefix.param_grad_bytes + head.param_grad_bytes;
+  for (const LayerCost& l : layers) n += l.param_grad_bytes;
+  return n;
+}
+
 std::string ChainProfile::table() const {
   std::ostringstream os;
   char line[200];
@@ -277,18 +300,22 @@ ChainProfile profile(const ChainModel& model, Device dev, int optimizer_slots, i
   const PhiloxState rng = gen.get_state();
 
   ChainProfile prof;
-  int64_t largest = 0, existing_grads = 0;
+  int64_t largest = 0, existing_grads = 0, trainable = 0;
   for (const Tensor& t : model.parameters) {
     const int64_t b = alloc_bytes(t);
     prof.parameter_bytes += b;
     largest = std::max(largest, b);
     if (t.requires_grad()) {
+      ++trainable;
       prof.gradient_bytes += b;
       prof.optimizer_state_bytes += optimizer_slots * b;
       if (t.grad().defined()) existing_grads += alloc_bytes(t.grad());
     }
   }
-  if (optimizer_state >= 0) prof.optimizer_state_bytes = optimizer_state;
+  // The optimizer's own count is of tensor bytes; each of its state tensors
+  // (up to four per parameter: two moments, 8-bit scales or a master) is
+  // rounded up by the allocator, by at most 511 bytes.
+  if (optimizer_state >= 0) prof.optimizer_state_bytes = optimizer_state + 4 * 511 * trainable;
   prof.other_bytes = std::max<int64_t>(0, now_allocated(dev) - prof.parameter_bytes - existing_grads);
   prof.step_bytes = 3 * largest;
   auto clear_grads = [&] {
@@ -296,9 +323,26 @@ ChainProfile profile(const ChainModel& model, Device dev, int optimizer_slots, i
       if (t.requires_grad()) t.set_grad(Tensor());
   };
   clear_grads();
+  // Which parameters have a gradient now, and the bytes of those that got one
+  // since `before`: a layer's param_grad_bytes.
+  const auto& params = model.parameters;
+  auto with_grad = [&] {
+    std::vector<bool> v(params.size());
+    for (size_t i = 0; i < params.size(); ++i) v[i] = params[i].requires_grad() && params[i].grad().defined();
+    return v;
+  };
+  auto new_grad_bytes = [&](const std::vector<bool>& now, const std::vector<bool>& before,
+                            const std::vector<bool>& skip) {
+    int64_t b = 0;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (now[i] && !before[i] && !skip[i]) b += alloc_bytes(params[i]);
+    return b;
+  };
+  const std::vector<bool> none(params.size(), false);
 
   Tensor x0;
   prof.prefix = measure("prefix", [&](const Tensor&) { return model.prefix(); }, Tensor(), dev, &x0, clock);
+  const std::vector<bool> prefix_grads = with_grad();
   // One untimed round of the first layer: the first call pays for thread
   // start-up and fresh allocator segments, which the step never sees again.
   const LayerCost warm =
@@ -313,7 +357,9 @@ ChainProfile profile(const ChainModel& model, Device dev, int optimizer_slots, i
     for (size_t i = 0; i < model.layers.size(); ++i) {
       auto& layer = model.layers[i];
       Tensor y;
+      const std::vector<bool> before = with_grad();
       LayerCost c = measure(str("layer ", i), [&](const Tensor& in) { return layer->forward(in); }, x, dev, &y, clock);
+      c.param_grad_bytes = new_grad_bytes(with_grad(), before, none);
       fwd[i].push_back(c.forward_ms);
       bwd[i].push_back(c.backward_ms);
       if (rep == 0) prof.layers.push_back(c);
@@ -334,6 +380,11 @@ ChainProfile profile(const ChainModel& model, Device dev, int optimizer_slots, i
     prof.layers[i].backward_ms = median(bwd[i]);
   }
   prof.head = measure("head", model.head, x, dev, nullptr, clock);
+  const std::vector<bool> head_grads = with_grad();
+  prof.head.param_grad_bytes = new_grad_bytes(head_grads, none, none);
+  // A weight the head shares with the prefix (a tied embedding) gets its
+  // gradient in the head's backward, which runs first.
+  prof.prefix.param_grad_bytes = new_grad_bytes(prefix_grads, none, head_grads);
   clear_grads();
   gen.set_state(rng);
   // The first pass made every cast (later repeats find them cached).
@@ -358,29 +409,29 @@ PlanCost evaluate_plan(const ChainProfile& prof, const ChainPlan& plan) {
   std::vector<ChainSegment> segs = plan.segments;
   if (segs.empty()) segs.push_back({0, n, false});
   else plan.validate(n);
-  const Prefixes p(ls);
+  const Prefixes p(ls, prof.head);
   PlanCost c;
-  int64_t peak = prefix_req(prof);
+  int64_t peak = prefix_req(prof, p);
   int64_t kept = prof.prefix.saved_bytes;
   for (const auto& s : segs) {
-    peak = std::max(peak, kept + segment_req(ls, p, s.begin, s.end));
+    peak = std::max(peak, kept + segment_req(ls, p, s.begin, s.end, s.checkpoint));
     kept += segment_keep(ls, p, s.begin, s.end, s.checkpoint);
     if (s.checkpoint) c.recompute_ms += p.fwd[s.end] - p.fwd[s.begin];
   }
   peak = std::max(peak, kept + head_req(prof));
   c.activation_peak = peak;
-  c.total_peak = prof.static_bytes() + std::max(peak, prof.step_bytes);
+  c.total_peak = prof.static_bytes() + std::max(peak, step_req(prof));
   return c;
 }
 
 int64_t minimum_budget(const ChainProfile& prof) {
-  return prof.static_bytes() + std::max(minimum_activation_budget(prof), prof.step_bytes);
+  return prof.static_bytes() + std::max(minimum_activation_budget(prof), step_req(prof));
 }
 
 namespace {
 [[noreturn]] void throw_too_small(const ChainProfile& prof, int64_t budget, const std::string& what) {
   const int64_t min_act = minimum_activation_budget(prof);
-  const int64_t minimum = prof.static_bytes() + std::max(min_act, prof.step_bytes);
+  const int64_t minimum = prof.static_bytes() + std::max(min_act, step_req(prof));
   throw OutOfMemoryError(
       str(what, " a budget of ", mib(budget), " cannot hold a training step; the minimum is ", mib(minimum),
           " (", minimum, " bytes): parameters ", mib(prof.parameter_bytes), ", gradients ", mib(prof.gradient_bytes),
@@ -396,7 +447,7 @@ PlanResult plan_checkpoints(const ChainProfile& prof, int64_t budget) {
   PlanResult r;
   r.budget = budget;
   const int64_t act_budget = budget - prof.static_bytes();
-  if (prof.static_bytes() + prof.step_bytes > budget || !solve(prof, act_budget, &r.plan, &r.cost))
+  if (prof.static_bytes() + step_req(prof) > budget || !solve(prof, act_budget, &r.plan, &r.cost))
     throw_too_small(prof, budget, "plan_checkpoints:");
   return r;
 }
@@ -405,10 +456,19 @@ MemoryEstimate estimate_memory(const ChainProfile& prof, const ChainPlan& plan) 
   const PlanCost c = evaluate_plan(prof, plan);
   MemoryEstimate e;
   e.parameters = prof.parameter_bytes;
-  e.gradients = prof.gradient_bytes;
+  // At the peak: during backward (activations and the gradients made so
+  // far, one number) or in the optimizer step (every gradient, the step's
+  // temporaries in other).
+  const int64_t placed = prof.placed_gradient_bytes();
   e.optimizer_state = prof.optimizer_state_bytes;
-  e.activations = c.activation_peak;
-  e.other = prof.other_bytes + std::max<int64_t>(0, prof.step_bytes - c.activation_peak);
+  if (c.activation_peak >= step_req(prof)) {
+    e.gradients = prof.gradient_bytes - placed;
+    e.activations = c.activation_peak;
+    e.other = prof.other_bytes;
+  } else {
+    e.gradients = prof.gradient_bytes;
+    e.other = prof.other_bytes + prof.step_bytes;
+  }
   e.autocast_casts = prof.autocast_cast_bytes;
   return e;
 }

@@ -37,6 +37,9 @@ struct LayerCost {
   int64_t backward_peak = 0;  // highest bytes above those live when its backward starts (saved + incoming gradient)
   double forward_ms = 0, backward_ms = 0;
   int64_t cast_bytes = 0;     // parameter casts its forward added to the autocast cache (left out of the above)
+  // Its parameters' gradients, which its backward creates (part of
+  // backward_peak) and which then live to the end of the step.
+  int64_t param_grad_bytes = 0;
 };
 
 struct ChainProfile {
@@ -52,8 +55,13 @@ struct ChainProfile {
   // Under autocast: the parameters' 16-bit casts, which the cast cache keeps
   // for the whole scope (a training step) whatever the plan.
   int64_t autocast_cast_bytes = 0;
+  // The gradients the prefix, layers and head create in their backward (a
+  // step starts without gradients: zero_grad sets them to none); the rest of
+  // gradient_bytes counts as static.
+  int64_t placed_gradient_bytes() const;
   int64_t static_bytes() const {
-    return parameter_bytes + gradient_bytes + optimizer_state_bytes + other_bytes + autocast_cast_bytes;
+    return parameter_bytes + (gradient_bytes - placed_gradient_bytes()) + optimizer_state_bytes + other_bytes +
+           autocast_cast_bytes;
   }
   std::string table() const;  // one row per layer, for logs and docs
 };
@@ -104,8 +112,8 @@ double cpu_ms_now();
 
 // The predicted peak of a training step under `plan` (empty: no checkpointing).
 struct PlanCost {
-  int64_t activation_peak = 0;  // above the static bytes: activations and activation gradients
-  int64_t total_peak = 0;       // static + max(activation_peak, step_bytes)
+  int64_t activation_peak = 0;  // above the static bytes: activations, activation and parameter gradients
+  int64_t total_peak = 0;       // static + max(activation_peak, placed gradients + step_bytes)
   double recompute_ms = 0;      // the forward time of the checkpointed layers, spent again in backward
 };
 PlanCost evaluate_plan(const ChainProfile& prof, const ChainPlan& plan);

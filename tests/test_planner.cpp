@@ -258,11 +258,15 @@ TEST_CASE("planner: on a virtual device of capacity C the 16-layer GPT only trai
   CHECK_THROWS_AS(train_step(model, opt, x, y), OutOfMemoryError);
   opt.zero_grad();
 
-  // The planner measures one layer at a time, which fits, and plans for C.
+  // The planner measures one layer at a time, which fits, and plans for C
+  // less the headroom the caching allocator needs: the budget is for
+  // allocated bytes, a capacity limits reserved ones, which rounding and
+  // split blocks keep a few percent higher (docs/checkpointing.md).
   ChainProfile prof = nn::profile_chain(model.chain(x, y), dev, 2);
   CHECK(nn::evaluate_plan(prof, {}).total_peak > C);
-  nn::PlanResult r = nn::plan_checkpoints(prof, C);
+  nn::PlanResult r = nn::plan_checkpoints(prof, C * 9 / 10);
   CHECK(r.plan.num_checkpointed() > 0);
+  MESSAGE("plan ", r.plan.str(), ", predicted peak ", r.cost.total_peak, " of C = ", C);
   model.checkpointing = r.plan;
   memory::reset_peak(dev);
   double first = 0, last = 0;
@@ -274,7 +278,8 @@ TEST_CASE("planner: on a virtual device of capacity C the 16-layer GPT only trai
   CHECK(last < first);  // it trains (the same batch three times)
   INFO("plan " << r.plan.str() << ", minimum " << nn::minimum_budget(prof) << ", predicted " << r.cost.total_peak
                << ", measured " << memory::peak_allocated(dev) << ", reserved " << memory::stats(dev).reserved_bytes.peak);
-  CHECK(static_cast<int64_t>(memory::peak_allocated(dev)) <= C);
+  MESSAGE("measured peak allocated ", memory::peak_allocated(dev), ", reserved ", memory::stats(dev).reserved_bytes.peak);
+  CHECK(static_cast<int64_t>(memory::peak_allocated(dev)) <= C * 9 / 10);
   memory::set_capacity(dev, SIZE_MAX);
 }
 
@@ -344,10 +349,15 @@ TEST_CASE("planner: under autocast with AdamW8bit the prediction follows real st
       AutocastGuard ac(dt);
       prof = nn::profile_chain(model.chain(x, y), dev, opt);
     }
-    CHECK(prof.optimizer_state_bytes == static_cast<int64_t>(opt.expected_state_bytes()));
-    // Every Linear weight (the tied LM head's too) has a 16-bit copy in the cache.
-    CHECK(prof.autocast_cast_bytes > 0);
-    CHECK(prof.autocast_cast_bytes < prof.parameter_bytes / 2 + 16 * 512);
+    // The optimizer's bytes, plus at most 511 of allocator rounding per state tensor.
+    const auto state = static_cast<int64_t>(opt.expected_state_bytes());
+    const auto ntrain = static_cast<int64_t>(model.parameters().size());
+    CHECK(prof.optimizer_state_bytes >= state);
+    CHECK(prof.optimizer_state_bytes <= state + 4 * 511 * ntrain);
+    // Every Linear weight (the tied LM head's too) has a 16-bit copy in the
+    // cache: about half the f32 parameters, plus rounding.
+    CHECK(prof.autocast_cast_bytes > prof.parameter_bytes / 3);
+    CHECK(prof.autocast_cast_bytes < prof.parameter_bytes / 2 + 511 * ntrain);
     // Activations are 16-bit: a block keeps about half of what it keeps in f32.
     ChainProfile f32 = nn::profile_chain(model.chain(x, y), dev, opt);
     CHECK(prof.layers[0].saved_bytes < f32.layers[0].saved_bytes * 6 / 10);
