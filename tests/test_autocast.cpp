@@ -12,6 +12,10 @@
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "memory/allocator.h"
+#include "memory/stats.h"
+#include "nn/fused.h"
+#include "nn/models/gpt.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "test_util.h"
@@ -256,5 +260,68 @@ TEST_CASE("autocast: gradient accumulation in one scope runs backward through th
       CHECK(autocast::cache_size() == 2);  // weight and bias, cast once
     }
     CHECK(fc.weight.grad().to_vector<float>() == want);
+  }
+}
+
+// What a forward pass keeps for backward (and its output), in bytes.
+template <class F>
+int64_t held_by(F&& forward) {
+  // No cached blocks to reuse: a cached block larger than the request would
+  // count in full.
+  memory::empty_cache(kCPU);
+  const auto before = static_cast<int64_t>(memory::stats(kCPU).allocated_bytes.current);
+  Tensor keep = forward();
+  return static_cast<int64_t>(memory::stats(kCPU).allocated_bytes.current) - before;
+}
+
+TEST_CASE("autocast: the fused ops keep 16-bit tensors for backward (NOTE [ 16-bit one-pass linear ], [ 16-bit attention ])") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    // Attention at W-GPT's shape: the 16-bit qkv and output (and the f32 lse),
+    // not (B, H, T, T) probabilities and not an f32 copy of qkv.
+    Tensor qkv = randn32({16, 128, 384}, 3).to(dt).requires_grad_();
+    const int64_t attn = held_by([&] {
+      AutocastGuard ac(dt);
+      return F::causal_self_attention(qkv, 4, 0.0, false, true);
+    });
+    const int64_t qkv_bytes = 16 * 128 * 384 * 2, y_bytes = 16 * 128 * 128 * 2, lse_bytes = 16 * 4 * 128 * 4;
+    CHECK(attn <= y_bytes + lse_bytes + 4096);  // qkv itself is the caller's
+    CHECK(attn < qkv_bytes);
+
+    // The one-op MLP: x (the caller's), z and h of (N, 4C) in 16 bits, the
+    // output and the weights' casts: little more than half of its f32 bytes.
+    nn::Linear fc(128, 512), proj(512, 128);
+    Tensor x = randn32({2048, 128}, 4).to(dt).requires_grad_();
+    const int64_t mlp = held_by([&] {
+      AutocastGuard ac(dt);
+      return F::gelu_mlp(x, fc.weight, fc.bias, proj.weight, proj.bias);
+    });
+    const int64_t zh = 2 * 2048 * 512 * 2, out = 2048 * 128 * 2;
+    Tensor x32 = x.to(DType::f32).detach().requires_grad_();
+    const int64_t mlp32 = held_by([&] { return F::gelu_mlp(x32, fc.weight, fc.bias, proj.weight, proj.bias); });
+    MESSAGE("gelu_mlp keeps ", mlp, " bytes in 16 bits, ", mlp32, " in f32");
+    CHECK(mlp >= zh + out);
+    CHECK(double(mlp) <= 0.6 * double(mlp32));
+  }
+}
+
+TEST_CASE("autocast: a GPT's forward keeps at most 0.55x the bytes it keeps in f32") {
+  nn::models::GPTConfig c;
+  c.vocab = 65, c.block = 128, c.layers = 2, c.heads = 4, c.embd = 128;
+  manual_seed(7);
+  nn::models::GPT model(c);
+  Generator g(8);
+  Tensor x = randint(0, 65, {16, 128}, DType::i64, &g), y = randint(0, 65, {16, 128}, DType::i64, &g);
+  const int64_t f32 = held_by([&] { return model.loss(x, y); });
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    const int64_t half = held_by([&] {
+      AutocastGuard ac(dt);
+      Tensor loss = model.loss(x, y);
+      autocast::clear_cache();  // the weight casts are not activations
+      return loss;
+    });
+    MESSAGE(std::string(dtype_name(dt)), ": ", half, " bytes kept by the forward, f32 ", f32, " (", double(half) / double(f32), "x)");
+    CHECK(double(half) <= 0.55 * double(f32));
   }
 }
