@@ -384,7 +384,7 @@ int run(int argc, char** argv) {
                                                         nn::optim::AdamW8bitOptions{lr, 0.9, 0.99, 1e-8, 0.1});
   else
     opt_holder = std::make_unique<nn::optim::AdamW>(std::vector<nn::optim::ParamGroup>{decay, no_decay},
-                                                    nn::optim::AdamOptions{lr, 0.9, 0.99, 1e-8, 0.1});
+                                                    nn::optim::AdamWOptions{lr, 0.9, 0.99, 1e-8, 0.1});
   nn::optim::Optimizer& opt = *opt_holder;
   nn::optim::WarmupCosine sched(opt, std::min<int64_t>(100, steps), steps, 0.1);
   // Training batches: step s is epoch s of this loader (see TrainWindows).
