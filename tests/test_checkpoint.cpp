@@ -65,7 +65,7 @@ struct Run {
   Run(uint64_t model_seed, uint64_t data_seed) {
     manual_seed(model_seed);
     model = std::make_unique<models::GPT>(tiny_cfg());
-    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamOptions{.lr = 1e-2, .weight_decay = 0.01});
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.01});
     sched = std::make_unique<optim::WarmupCosine>(*opt, 3, kSteps, 0.1);
     data.manual_seed(data_seed);
   }
