@@ -206,7 +206,7 @@ TEST_CASE("GPTConfig: each invalid field is an error naming that field and its v
       {"dropout -0.5", with([](GPTConfig& c) { c.dropout = -0.5; }), "dropout must be in [0, 1), got -0.5"},
   };
   for (const Case& c : cases) {
-    INFO(c.name);
+    INFO(std::string(c.name));
     const std::string m = error_of<ValueError>([&] { GPT g(c.cfg); });
     INFO("message: ", m);
     CHECK(m.find(c.want) != std::string::npos);
