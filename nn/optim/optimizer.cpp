@@ -61,12 +61,12 @@ void Optimizer::add_param_group(ParamGroup g) {
 }
 
 // The checks every optimizer shares; subclasses add their own options'.
-// (!(x >= 0) also rejects NaN.)
 void Optimizer::check_group(const ParamGroup& g, const std::string& where) const {
   const double lr = hyper(g, "lr"), wd = hyper(g, "weight_decay");
-  SNUG_CHECK(lr >= 0 && std::isfinite(lr), ValueError, name(), ": learning rate must be >= 0, got ", lr, " (", where, ")");
-  SNUG_CHECK(wd >= 0 && std::isfinite(wd), ValueError, name(), ": weight_decay must be >= 0, got ", wd, " (", where,
-             ")");
+  SNUG_CHECK(lr >= 0 && std::isfinite(lr), ValueError, name(), ": learning rate must be finite and >= 0, got ", lr, " (",
+             where, ")");
+  SNUG_CHECK(wd >= 0 && std::isfinite(wd), ValueError, name(), ": weight_decay must be finite and >= 0, got ", wd, " (",
+             where, ")");
 }
 
 void Optimizer::set_lr(double lr) {
