@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "core/raw_ops.h"
 
@@ -55,6 +57,45 @@ double Tensor::item() const {
   Tensor c = raw::to_dtype(raw::to_device(*this, kCPU), DType::f64).contiguous();
   return *static_cast<const double*>(c.data_ptr());
 }
+
+// NOTE [ Exact integer reads ]: a double holds integers exactly only up to
+// 2^53, so item<T>() for an integral T never goes through one when the
+// tensor is integral: it widens the element to int64 (every integer dtype
+// fits) and range-checks that. A floating element is range-checked as a
+// double first: converting an out-of-range or NaN double to an integer is
+// undefined behaviour.
+template <class T>
+T Tensor::item() const {
+  SNUG_CHECK(numel() == 1, ValueError, "Tensor::item<", dtype_name(dtype_v<T>), ">: expected a tensor with one element, got shape ",
+             shape_str(shape()), " (", numel(), " elements)");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    using L = std::numeric_limits<T>;
+    if (is_floating_point()) {
+      const double v = item();
+      // Truncation lands in [min, max] for v in (min - 1, max + 1); max + 1 and
+      // min are 0 or powers of two, exact in a double (min - 1 may round to min).
+      const double lo = static_cast<double>(L::min()), hi = 2.0 * static_cast<double>(L::max() / 2 + 1);
+      SNUG_CHECK(std::isfinite(v) && (v > lo - 1 || v == lo) && v < hi, ValueError, "Tensor::item<", dtype_name(dtype_v<T>),
+                 ">: the ", dtype_name(dtype()), " value ", v, " does not fit");
+      return static_cast<T>(v);
+    }
+    const int64_t v = to_vector<int64_t>()[0];
+    SNUG_CHECK(v >= static_cast<int64_t>(L::min()) && v <= static_cast<int64_t>(L::max()), ValueError, "Tensor::item<",
+               dtype_name(dtype_v<T>), ">: the ", dtype_name(dtype()), " value ", v, " does not fit");
+    return static_cast<T>(v);
+  } else {
+    return to_vector<T>()[0];
+  }
+}
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template Half Tensor::item<Half>() const;
+template BFloat16 Tensor::item<BFloat16>() const;
+template int8_t Tensor::item<int8_t>() const;
+template uint8_t Tensor::item<uint8_t>() const;
+template int32_t Tensor::item<int32_t>() const;
+template int64_t Tensor::item<int64_t>() const;
+template bool Tensor::item<bool>() const;
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {

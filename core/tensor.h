@@ -85,8 +85,12 @@ class Tensor {
 
   // ---- values -------------------------------------------------------------
   double item() const;                     // one-element tensors only
-  template <class T> T item() const { return static_cast<T>(item()); }
-  template <class T> std::vector<T> to_vector() const;  // converts to T, row-major
+  // The element as T. Integer and bool tensors are read as integers, so
+  // item<int64_t>() is exact for every int64 value; a value T cannot hold
+  // (300 as uint8, a NaN or 1e30 as int64) is a ValueError, as LibTorch's
+  // checked conversion. Floating values read as an integer truncate toward 0.
+  template <class T> T item() const;
+  template <class T> std::vector<T> to_vector() const;  // converts to T, row-major (as .to(dtype))
   std::string str() const;                 // readable printing (also operator<<)
 
   // ---- views (share storage; differentiable) -------------------------------

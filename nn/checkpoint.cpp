@@ -41,14 +41,26 @@ void save_checkpoint(const std::string& path, const CheckpointParts& parts, int6
   save_safetensors(path, tensors, md);
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts& parts) {
-  SNUG_CHECK(parts.model != nullptr, ValueError, "load_checkpoint: no model given");
-  SafetensorsFile f = load_safetensors(path);
+namespace {
+void check_format(const SafetensorsFile& f, const std::string& path, const char* who) {
   auto fmt = f.metadata.find("format");
-  SNUG_CHECK(fmt != f.metadata.end() && fmt->second == kFormat, IOError, "load_checkpoint: ", path,
+  SNUG_CHECK(fmt != f.metadata.end() && fmt->second == kFormat, IOError, who, ": ", path,
              " is not a snug checkpoint (metadata \"format\" is ",
              fmt == f.metadata.end() ? std::string("missing") : "\"" + fmt->second + "\"", ", expected \"", kFormat,
              "\")");
+}
+}  // namespace
+
+std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path) {
+  SafetensorsFile f = load_safetensors(path);
+  check_format(f, path, "read_checkpoint_metadata");
+  return std::move(f.metadata);
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts& parts) {
+  SNUG_CHECK(parts.model != nullptr, ValueError, "load_checkpoint: no model given");
+  SafetensorsFile f = load_safetensors(path);
+  check_format(f, path, "load_checkpoint");
   NamedTensors model_sd, optim_sd, scaler_sd;
   for (auto& [n, t] : f.tensors) {
     if (n.rfind("model.", 0) == 0) model_sd.emplace_back(n.substr(6), t);

@@ -5,7 +5,10 @@
 // (Optimizer::state_dict), "scaler.<key>" (GradScaler::state_dict; a file
 // with scaler state loads without a scaler too, the state is then unused). Metadata: "format" = "snug.checkpoint.v1",
 // "step", "scheduler.step", "rng.<name>.seed" / "rng.<name>.offset" (decimal
-// u64), and the caller's extra entries. Written atomically (temporary file,
+// u64), and the caller's extra entries, among them the model's configuration
+// when the caller records it (GPTConfig::to_metadata: "gpt.layers", ...), so
+// a program can build the model from the file before loading it
+// (read_checkpoint_metadata). Written atomically (temporary file,
 // fsync, rename): a crash or error mid-save leaves the previous file intact.
 // Resuming restores everything a step depends on, so a resumed run equals an
 // uninterrupted one bit for bit on the CPU.
@@ -41,5 +44,11 @@ struct LoadedCheckpoint {
 // tensor is an error listing the keys). Throws IOError for a file that is not
 // a snug checkpoint or is corrupt, naming the file.
 LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts& parts);
+
+// The metadata of a checkpoint, restoring nothing: what a program reads to
+// build the model (and optimizer) the file was saved from before calling
+// load_checkpoint. Reads and validates the whole file; the same IOErrors as
+// load_checkpoint for a file that is not a snug checkpoint or is corrupt.
+std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path);
 
 }  // namespace snug::nn

@@ -65,7 +65,7 @@ struct Run {
   Run(uint64_t model_seed, uint64_t data_seed) {
     manual_seed(model_seed);
     model = std::make_unique<models::GPT>(tiny_cfg());
-    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamOptions{.lr = 1e-2, .weight_decay = 0.01});
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.01});
     sched = std::make_unique<optim::WarmupCosine>(*opt, 3, kSteps, 0.1);
     data.manual_seed(data_seed);
   }
@@ -249,6 +249,47 @@ TEST_CASE("truncated, corrupted and foreign files are rejected with an IOError n
   CHECK(m.find("absent.safetensors") != std::string::npos);
   // The good file still loads.
   CHECK(load_checkpoint(good, r.parts()).step == 1);
+}
+
+TEST_CASE("a checkpoint carries the model's configuration: the model is rebuilt from the file alone") {
+  TempDir dir;
+  const std::string path = dir.file("config.safetensors");
+  models::GPTConfig cfg{.vocab = 13, .block = 6, .layers = 3, .heads = 2, .embd = 8, .dropout = 0.25};
+  manual_seed(5);
+  models::GPT model(cfg);
+  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+  save_checkpoint(path, {&model, &opt}, 2, cfg.to_metadata());
+
+  // What a program does on resume: read the metadata, build, load.
+  const auto md = read_checkpoint_metadata(path);
+  CHECK(md.at("step") == "2");
+  const std::optional<models::GPTConfig> back = models::GPTConfig::from_metadata(md, path);
+  REQUIRE(back.has_value());
+  CHECK(back->layers == 3);
+  CHECK(back->embd == 8);
+  CHECK(back->block == 6);
+  CHECK(back->vocab == 13);
+  CHECK(back->heads == 2);
+  CHECK(back->dropout == 0.25);
+  models::GPT rebuilt(*back);
+  optim::AdamW opt2(rebuilt.parameters(), {.lr = 1e-2});
+  CHECK(load_checkpoint(path, {&rebuilt, &opt2}).step == 2);
+  check_same_params(model, rebuilt);
+
+  // A file saved without a configuration reads as none.
+  const std::string bare = dir.file("bare.safetensors");
+  save_checkpoint(bare, {&model}, 1);
+  CHECK_FALSE(models::GPTConfig::from_metadata(read_checkpoint_metadata(bare), bare).has_value());
+  // Truncated, and not a checkpoint: IOErrors naming the file.
+  const std::string bytes = read_bytes(path);
+  const std::string cut = dir.file("cut.safetensors");
+  write_bytes(cut, bytes.substr(0, bytes.size() / 2));
+  CHECK(error_of<IOError>([&] { read_checkpoint_metadata(cut); }).find(cut) != std::string::npos);
+  const std::string plain = dir.file("plain.safetensors");
+  save_safetensors(plain, {{"w", zeros({2})}});
+  std::string m = error_of<IOError>([&] { read_checkpoint_metadata(plain); });
+  CHECK(m.find(plain) != std::string::npos);
+  CHECK(m.find("not a snug checkpoint") != std::string::npos);
 }
 
 TEST_CASE("a failed save leaves the previous checkpoint intact and loadable") {

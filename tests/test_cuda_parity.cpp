@@ -528,7 +528,8 @@ TEST_CASE("cuda parity: fused SGD, Adam and AdamW updates (f32 parameters, f16/b
     const AdamOptions ao{.lr = 1e-2, .weight_decay = 0.1};
     optimizer_parity("adam (L2)", dt, [&](std::vector<Tensor> ps) { return std::make_unique<Adam>(ps, ao); },
                      "fused_adam");
-    optimizer_parity("adamw", dt, [&](std::vector<Tensor> ps) { return std::make_unique<AdamW>(ps, ao); },
+    const AdamWOptions awo{.lr = 1e-2, .weight_decay = 0.1};
+    optimizer_parity("adamw", dt, [&](std::vector<Tensor> ps) { return std::make_unique<AdamW>(ps, awo); },
                      "fused_adam");
   }
 }

@@ -12,6 +12,7 @@
 #include "core/generator.h"
 #include "nn/models/gpt.h"
 #include "nn/optim/optimizer.h"
+#include "test_util.h"
 
 using namespace snug;
 using namespace snug::nn;
@@ -180,4 +181,68 @@ TEST_CASE("initial loss is about ln(65) and AdamW on a repeated batch reduces it
   }
   CHECK(m.loss(x, y).item() == doctest::Approx(total / yv.size()).epsilon(1e-5));
   CHECK(m.repr() == "GPT(vocab=65, block=128, layers=4, heads=4, embd=128)");
+}
+
+TEST_CASE("GPTConfig: each invalid field is an error naming that field and its value") {
+  using snug::testing::error_of;
+  struct Case {
+    const char* name;
+    GPTConfig cfg;
+    std::string want;
+  };
+  auto with = [](auto set) {
+    GPTConfig c;
+    set(c);
+    return c;
+  };
+  const std::vector<Case> cases = {
+      {"layers 0", with([](GPTConfig& c) { c.layers = 0; }), "layers must be >= 1, got 0"},
+      {"block 0", with([](GPTConfig& c) { c.block = 0; }), "block must be >= 1, got 0"},
+      {"vocab -3", with([](GPTConfig& c) { c.vocab = -3; }), "vocab must be >= 1, got -3"},
+      {"embd 0", with([](GPTConfig& c) { c.embd = 0; }), "embd must be >= 1, got 0"},
+      {"heads 0", with([](GPTConfig& c) { c.heads = 0; }), "heads must be >= 1, got 0"},
+      {"embd 100 heads 3", with([](GPTConfig& c) { c.embd = 100, c.heads = 3; }), "embd 100 must be a multiple of heads 3"},
+      {"dropout 1", with([](GPTConfig& c) { c.dropout = 1; }), "dropout must be in [0, 1), got 1"},
+      {"dropout -0.5", with([](GPTConfig& c) { c.dropout = -0.5; }), "dropout must be in [0, 1), got -0.5"},
+  };
+  for (const Case& c : cases) {
+    INFO(std::string(c.name));
+    const std::string m = error_of<ValueError>([&] { GPT g(c.cfg); });
+    INFO("message: ", m);
+    CHECK(m.find(c.want) != std::string::npos);
+    CHECK(m.find("GPTConfig") != std::string::npos);
+    CHECK_THROWS_AS(c.cfg.validate(), ValueError);
+  }
+  CHECK_NOTHROW(GPTConfig{}.validate());
+}
+
+TEST_CASE("GPTConfig round-trips through checkpoint metadata; missing or malformed entries are IOErrors") {
+  using snug::testing::error_of;
+  GPTConfig c{.vocab = 70, .block = 32, .layers = 6, .heads = 2, .embd = 48, .dropout = 0.1};
+  const auto md = c.to_metadata();
+  CHECK(md.at("gpt.layers") == "6");
+  const std::optional<GPTConfig> back = GPTConfig::from_metadata(md, "run.safetensors");
+  REQUIRE(back.has_value());
+  CHECK(back->vocab == 70);
+  CHECK(back->block == 32);
+  CHECK(back->layers == 6);
+  CHECK(back->heads == 2);
+  CHECK(back->embd == 48);
+  CHECK(back->dropout == 0.1);
+  // No configuration at all: nullopt (the caller decides).
+  CHECK_FALSE(GPTConfig::from_metadata({{"step", "3"}, {"model", "x"}}, "f").has_value());
+  // Files from before dropout was recorded.
+  auto no_dropout = md;
+  no_dropout.erase("gpt.dropout");
+  CHECK(GPTConfig::from_metadata(no_dropout, "f")->dropout == 0.0);
+  auto missing = md;
+  missing.erase("gpt.heads");
+  std::string m = error_of<IOError>([&] { GPTConfig::from_metadata(missing, "run.safetensors"); });
+  CHECK(m.find("run.safetensors") != std::string::npos);
+  CHECK(m.find("gpt.heads") != std::string::npos);
+  auto bad = md;
+  bad["gpt.layers"] = "6x";
+  CHECK(error_of<IOError>([&] { GPTConfig::from_metadata(bad, "f"); }).find("\"6x\"") != std::string::npos);
+  bad["gpt.layers"] = "0";
+  CHECK(error_of<IOError>([&] { GPTConfig::from_metadata(bad, "f"); }).find("layers must be >= 1") != std::string::npos);
 }

@@ -71,8 +71,8 @@ TEST_CASE("master weights: AdamW and SGD with momentum on bf16 match an f32 run 
     ref.requires_grad_(true);
     std::unique_ptr<optim::Optimizer> opt, opt_ref;
     if (kind == 0) {
-      opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.1});
-      opt_ref = std::make_unique<optim::AdamW>(std::vector<Tensor>{ref}, optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.1});
+      opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
+      opt_ref = std::make_unique<optim::AdamW>(std::vector<Tensor>{ref}, optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
     } else {
       opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .weight_decay = 1e-2});
       opt_ref = std::make_unique<optim::SGD>(std::vector<Tensor>{ref}, optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .weight_decay = 1e-2});

@@ -24,7 +24,7 @@ std::pair<double, double> fit_batch(nn::Module& m, int steps, double lr, bool ad
   Tensor y = randint(0, 10, {8}, DType::i64, &gen);
   std::unique_ptr<nn::optim::Optimizer> opt;
   if (adam)
-    opt = std::make_unique<nn::optim::AdamW>(m.parameters(), nn::optim::AdamOptions{.lr = lr});
+    opt = std::make_unique<nn::optim::AdamW>(m.parameters(), nn::optim::AdamWOptions{.lr = lr, .weight_decay = 0});
   else
     opt = std::make_unique<nn::optim::SGD>(m.parameters(), nn::optim::SGDOptions{.lr = lr, .momentum = 0.9});
   double first = 0, last = 0;

@@ -160,7 +160,8 @@ TEST_CASE("Adam and AdamW against reference steps (3 iterations)") {
     Vec init = {0.3, -1.2, 2.0, 0.0};
     Tensor p = param(init);
     std::unique_ptr<Optimizer> opt;
-    if (c.decoupled) opt = std::make_unique<AdamW>(std::vector<Tensor>{p}, c.o);
+    if (c.decoupled)
+      opt = std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamWOptions{c.o.lr, c.o.beta1, c.o.beta2, c.o.eps, c.o.weight_decay});
     else opt = std::make_unique<Adam>(std::vector<Tensor>{p}, c.o);
     CHECK(opt->name() == (c.decoupled ? "AdamW" : "Adam"));
     RefAdam ref{c.o.lr, c.o.beta1, c.o.beta2, c.o.eps, c.o.weight_decay, c.decoupled};
@@ -232,9 +233,11 @@ TEST_CASE("state_dict / load_state_dict: a resumed optimizer continues identical
   for (int kind = 0; kind < 2; ++kind) {
     INFO((kind == 0 ? "SGD" : "AdamW"));
     auto make = [&](std::vector<Tensor> ps) -> std::unique_ptr<Optimizer> {
-      std::vector<ParamGroup> groups = {ParamGroup{{ps[0]}, 0.1, 0.01, {}}, ParamGroup{{ps[1]}, 0.05, 0.0, {{"beta1", 0.8}}}};
+      // Group 1 overrides one of the optimizer's own options.
+      std::vector<ParamGroup> groups = {ParamGroup{{ps[0]}, 0.1, 0.01, {}},
+                                        ParamGroup{{ps[1]}, 0.05, 0.0, {{kind == 0 ? "momentum" : "beta1", 0.8}}}};
       if (kind == 0) return std::make_unique<SGD>(groups, SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
-      return std::make_unique<AdamW>(groups, AdamOptions{.lr = 0.1});
+      return std::make_unique<AdamW>(groups, AdamWOptions{.lr = 0.1});
     };
     Tensor a = param({1, 2}), b = param({-1});
     auto opt = make({a, b});

@@ -139,7 +139,7 @@ TEST_CASE("masks persist through optimizer steps: gradients masked, weights re-m
     const auto mk = prune::mask(fc->weight).to_vector<float>();
     std::unique_ptr<nn::optim::Optimizer> opt;
     if (which == 0) opt = std::make_unique<nn::optim::SGD>(fc->parameters(), nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
-    else if (which == 1) opt = std::make_unique<nn::optim::AdamW>(fc->parameters(), nn::optim::AdamOptions{.lr = 0.01, .weight_decay = 0.1});
+    else if (which == 1) opt = std::make_unique<nn::optim::AdamW>(fc->parameters(), nn::optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
     else opt = std::make_unique<nn::optim::Adam>(fc->parameters(), nn::optim::AdamOptions{.lr = 0.01});
     Generator g(11);
     for (int s = 0; s < 5; ++s) {

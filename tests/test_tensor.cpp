@@ -278,6 +278,61 @@ TEST_CASE("item") {
   CHECK_THROWS_AS(empty({0}).item(), ValueError);
 }
 
+// NOTE [ Exact integer reads ]: integers past 2^53 do not survive a double.
+TEST_CASE("item<T> and to_vector<T> read integer tensors exactly") {
+  const int64_t big = (int64_t(1) << 53) + 1, max = INT64_MAX, min = INT64_MIN;
+  const std::vector<int64_t> vals = {big, max, min, -1, 0, -big};
+  Tensor t = from_vector(vals);
+  for (size_t i = 0; i < vals.size(); ++i) {
+    INFO("value ", vals[i]);
+    CHECK(t.select(0, int64_t(i)).item<int64_t>() == vals[i]);
+    // From another CPU device and through a strided view as well.
+    CHECK(t.to(Device("cpu:1")).select(0, int64_t(i)).item<int64_t>() == vals[i]);
+  }
+  CHECK(t.to_vector<int64_t>() == vals);
+  CHECK(t.slice(0, 0, 6, 2).to_vector<int64_t>() == std::vector<int64_t>{big, min, 0});
+  CHECK(t.to(Device("cpu:1")).to_vector<int64_t>() == vals);
+
+  Tensor i32 = from_vector<int32_t>({INT32_MAX, INT32_MIN, -1});
+  CHECK(i32.select(0, 0).item<int32_t>() == INT32_MAX);
+  CHECK(i32.select(0, 1).item<int32_t>() == INT32_MIN);
+  CHECK(i32.select(0, 2).item<int32_t>() == -1);
+  CHECK(i32.select(0, 1).item<int64_t>() == INT32_MIN);
+  CHECK(i32.to_vector<int64_t>() == std::vector<int64_t>{INT32_MAX, INT32_MIN, -1});
+  Tensor u8 = from_vector<uint8_t>({255, 0, 7});
+  CHECK(u8.select(0, 0).item<uint8_t>() == 255);
+  CHECK(u8.select(0, 0).item<int64_t>() == 255);
+  CHECK(u8.select(0, 2).item<int32_t>() == 7);
+  Tensor i8 = from_vector<int8_t>({-128, 127});
+  CHECK(i8.select(0, 0).item<int8_t>() == -128);
+  CHECK(i8.select(0, 1).item<int64_t>() == 127);
+  Tensor b = from_vector<bool>({true, false});
+  CHECK(b.select(0, 0).item<bool>() == true);
+  CHECK(b.select(0, 1).item<bool>() == false);
+  CHECK(b.select(0, 0).item<int64_t>() == 1);
+  // Floating tensors read as integers truncate toward zero, as C++ and PyTorch.
+  CHECK(full({}, -2.75, kFloat64).item<int64_t>() == -2);
+  CHECK(full({}, 255.5, kFloat32).item<uint8_t>() == 255);
+  CHECK(full({}, 0x1p62, kFloat64).item<int64_t>() == (int64_t(1) << 62));
+  CHECK(full({}, -0x1p63, kFloat64).item<int64_t>() == min);
+  CHECK(full({}, 0.5, kFloat64).item<bool>() == true);
+  CHECK(full({}, 3.5, kFloat32).item<float>() == 3.5f);
+
+  // A value the type cannot hold is an error naming the type and the value
+  // (LibTorch's checked conversion), never a wrapped or undefined result.
+  std::string m = error_of<ValueError>([&] { from_vector<int64_t>({300}).item<uint8_t>(); });
+  CHECK(contains(m, "u8"));
+  CHECK(contains(m, "300"));
+  CHECK_THROWS_AS(t.select(0, 1).item<int32_t>(), ValueError);
+  CHECK_THROWS_AS(from_vector<int64_t>({-1}).item<uint8_t>(), ValueError);
+  CHECK_THROWS_AS(from_vector<int32_t>({128}).item<int8_t>(), ValueError);
+  CHECK_THROWS_AS(full({}, 0x1p63, kFloat64).item<int64_t>(), ValueError);
+  CHECK_THROWS_AS(full({}, NAN, kFloat32).item<int32_t>(), ValueError);
+  CHECK_THROWS_AS(full({}, -1.0, kFloat32).item<uint8_t>(), ValueError);
+  CHECK_THROWS_AS(full({}, 1e30, kFloat64).item<int64_t>(), ValueError);
+  CHECK_THROWS_AS(t.item<int64_t>(), ValueError);  // six elements
+}
+
 TEST_CASE("to_vector reads views in logical order and converts") {
   Tensor x = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   CHECK(x.t().to_vector<float>() == std::vector<float>{1, 4, 2, 5, 3, 6});

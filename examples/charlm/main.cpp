@@ -2,7 +2,7 @@
 // (docs/workloads.md), evaluates it, and prints generated text.
 //
 //   charlm [--data FILE] [--steps N] [--lr X] [--layers N] [--heads N] [--embd N]
-//          [--block N] [--batch N] [--seed N] [--eval-every N] [--eval-batches N]
+//          [--block N] [--dropout X] [--batch N] [--seed N] [--eval-every N] [--eval-batches N]
 //          [--save PATH] [--save-every N] [--resume PATH] [--threads N]
 //          [--generate N] [--profile FILE [--profile-steps N]] [--json]
 //          [--checkpoint none|sqrt|auto|stage] [--memory-budget BYTES] [--accum K]
@@ -13,7 +13,18 @@
 // Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
 // weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
 // then cosine to lr/10, first 90% of characters for training and the last
-// 10% for validation, validation loss averaged over 50 batches.
+// 10% for validation, validation loss averaged over 50 batches. Model: 4
+// layers, 4 heads, 128 channels, block 128, dropout 0. A bad value stops with
+// an error naming the flag and the value.
+//
+// --save PATH writes the training state (model, optimizer, schedule, RNG) at
+// the end and every --save-every steps, with the model's shape (layers,
+// heads, embd, block, dropout, vocab) and --optim in the file's metadata.
+// --resume PATH continues from such a file: the shape and the optimizer come
+// from the file, so they need not be repeated; a shape flag or --optim that
+// is given must agree with it ("--layers 4 contradicts the checkpoint's
+// layers = 6"), and --data must have the file's vocabulary size. --steps is
+// the total, counted from step 0, as in the run that saved the file.
 //
 // --profile FILE records --profile-steps steps (default 5) after two warm-up
 // steps with snug's profiler, writes them to FILE as a Chrome trace (open it in
@@ -45,6 +56,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -92,20 +104,31 @@ struct Flags {
     auto it = kv.find(k);
     return it == kv.end() ? d : it->second;
   }
+  // errno catches values strtoll / strtod would clamp (--steps 1e30 as an integer, 1e999).
   int64_t i(const std::string& k, int64_t d) const {
     std::string s = get(k, "");
     if (s.empty()) return d;
     char* end = nullptr;
+    errno = 0;
     long long v = std::strtoll(s.c_str(), &end, 10);
-    SNUG_CHECK(end && *end == 0, ValueError, "charlm: --", k, " expects an integer, got \"", s, "\"");
+    SNUG_CHECK(end && *end == 0 && errno == 0, ValueError, "charlm: --", k, " expects an integer, got \"", s, "\"");
     return v;
   }
   double f(const std::string& k, double d) const {
     std::string s = get(k, "");
     if (s.empty()) return d;
     char* end = nullptr;
+    errno = 0;
     double v = std::strtod(s.c_str(), &end);
-    SNUG_CHECK(end && *end == 0, ValueError, "charlm: --", k, " expects a number, got \"", s, "\"");
+    SNUG_CHECK(end && *end == 0 && errno == 0 && std::isfinite(v), ValueError, "charlm: --", k,
+               " expects a finite number, got \"", s, "\"");
+    return v;
+  }
+  // An integer flag that must be >= lo; the error names the flag and the value.
+  int64_t at_least(const std::string& k, int64_t d, int64_t lo) const {
+    const int64_t v = i(k, d);
+    SNUG_CHECK(v >= lo, ValueError, "charlm: --", k, " must be ", lo == 1 ? "a positive integer" : str("an integer >= ", lo),
+               ", got ", v);
     return v;
   }
   bool has(const std::string& k) const { return kv.count(k) != 0; }
@@ -116,7 +139,8 @@ Flags parse(int argc, char** argv) {
                                               "seed", "eval-every", "eval-batches", "save", "save-every", "resume",
                                               "threads", "generate", "profile", "profile-steps", "json", "help",
                                               "checkpoint", "memory-budget", "accum", "devices", "micro-batches",
-                                              "schedule", "placement", "capacity", "optim", "amp", "bucket-mb"};
+                                              "schedule", "placement", "capacity", "optim", "amp", "bucket-mb",
+                                              "dropout"};
   static const std::set<std::string> boolean = {"json", "help"};
   Flags f;
   for (int a = 1; a < argc; ++a) {
@@ -268,6 +292,46 @@ void progress(int64_t step, int64_t total, double loss, double tok_s, size_t mem
   else std::fprintf(stderr, "%s\n", line);
 }
 
+// NOTE [ charlm resume ]: the model's shape comes from the --resume file
+// when it records one (nn::models::GPTConfig::to_metadata, written by
+// --save), so a resumed run needs no shape flags; a shape flag given anyway
+// must agree with the file. Without --resume, or for a file that records no
+// shape (older charlm files have no gpt.dropout; that reads as 0), the flags
+// and their defaults give it.
+nn::models::GPTConfig model_config(const Flags& fl, const Corpus& corpus, const std::string& data_path,
+                                   const std::map<std::string, std::string>& resume_md) {
+  nn::models::GPTConfig cfg;
+  cfg.vocab = static_cast<int64_t>(corpus.itos.size());
+  cfg.layers = fl.at_least("layers", 4, 1);
+  cfg.heads = fl.at_least("heads", 4, 1);
+  cfg.embd = fl.at_least("embd", 128, 1);
+  cfg.block = fl.at_least("block", 128, 1);
+  cfg.dropout = fl.f("dropout", 0.0);
+  SNUG_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, ValueError, "charlm: --dropout must be in [0, 1), got ", cfg.dropout);
+  if (fl.has("resume")) {
+    const std::string path = fl.get("resume", "");
+    if (auto saved = nn::models::GPTConfig::from_metadata(resume_md, path)) {
+      auto agree = [&](const char* flag, const char* field, auto given, auto in_file) {
+        SNUG_CHECK(!fl.has(flag) || given == in_file, ValueError, "charlm: --", flag, " ", given,
+                   " contradicts the checkpoint's ", field, " = ", in_file, " (", path, "); drop the flag to use the file's");
+      };
+      agree("layers", "layers", cfg.layers, saved->layers);
+      agree("heads", "heads", cfg.heads, saved->heads);
+      agree("embd", "embd", cfg.embd, saved->embd);
+      agree("block", "block", cfg.block, saved->block);
+      agree("dropout", "dropout", cfg.dropout, saved->dropout);
+      SNUG_CHECK(saved->vocab == cfg.vocab, ValueError, "charlm: the data file \"", data_path, "\" has ", cfg.vocab,
+                 " distinct characters but the checkpoint's vocab = ", saved->vocab, " (", path,
+                 "); resume with the --data it was trained on");
+      return *saved;
+    }
+  }
+  SNUG_CHECK(cfg.embd % cfg.heads == 0, ValueError, "charlm: --embd ", cfg.embd, " must be a multiple of --heads ",
+             cfg.heads);
+  cfg.validate();
+  return cfg;
+}
+
 int run(int argc, char** argv) {
   Flags fl = parse(argc, argv);
   if (fl.has("help")) {
@@ -279,23 +343,27 @@ int run(int argc, char** argv) {
   const int world = pg->size(), rank = pg->rank();
   const bool lead = rank == 0;  // prints, evaluates and saves
   const bool json = fl.has("json");
-  if (fl.has("threads")) set_num_threads(static_cast<int>(fl.i("threads", 2)));
+  if (fl.has("threads")) {
+    const int64_t threads = fl.at_least("threads", 2, 1);
+    SNUG_CHECK(threads <= 65536, ValueError, "charlm: --threads must be at most 65536, got ", threads);
+    set_num_threads(static_cast<int>(threads));
+  }
   const std::string data_path = fl.get("data", default_data_path(argv[0]));
   Corpus corpus = load_corpus(data_path);
 
-  nn::models::GPTConfig cfg;
-  cfg.vocab = static_cast<int64_t>(corpus.itos.size());
-  cfg.layers = fl.i("layers", 4);
-  cfg.heads = fl.i("heads", 4);
-  cfg.embd = fl.i("embd", 128);
-  cfg.block = fl.i("block", 128);
-  const int64_t B = fl.i("batch", 16), T = cfg.block;
-  const int64_t steps = fl.i("steps", 3000);
+  SNUG_CHECK(!fl.has("resume") || !fl.get("resume", "").empty(), ValueError, "charlm: --resume needs a file name");
+  SNUG_CHECK(!fl.has("save") || !fl.get("save", "").empty(), ValueError, "charlm: --save needs a file name");
+  // NOTE [ charlm resume ]: the file's metadata first, for the model's shape and the optimizer.
+  const std::map<std::string, std::string> resume_md =
+      fl.has("resume") ? nn::read_checkpoint_metadata(fl.get("resume", "")) : std::map<std::string, std::string>{};
+  const nn::models::GPTConfig cfg = model_config(fl, corpus, data_path, resume_md);
+  const int64_t B = fl.at_least("batch", 16, 1), T = cfg.block;
+  const int64_t steps = fl.at_least("steps", 3000, 1);
   const double lr = fl.f("lr", 1e-3);
-  const uint64_t seed = static_cast<uint64_t>(fl.i("seed", 1337));
-  const int64_t eval_every = fl.i("eval-every", 250), eval_batches = fl.i("eval-batches", 50);
-  const int64_t save_every = fl.i("save-every", 0);
-  SNUG_CHECK(steps > 0 && B > 0 && eval_batches > 0, ValueError, "charlm: --steps, --batch and --eval-batches must be positive");
+  SNUG_CHECK(lr >= 0, ValueError, "charlm: --lr must be >= 0, got ", lr);
+  const uint64_t seed = static_cast<uint64_t>(fl.at_least("seed", 1337, 0));
+  const int64_t eval_every = fl.at_least("eval-every", 250, 0), eval_batches = fl.at_least("eval-batches", 50, 1);
+  const int64_t save_every = fl.at_least("save-every", 0, 0);
 
   const int64_t accum = fl.i("accum", 1);
   SNUG_CHECK(accum >= 1 && B % accum == 0, ValueError, "charlm: --accum ", accum, " must be >= 1 and divide --batch ", B);
@@ -375,16 +443,21 @@ int run(int argc, char** argv) {
   decay.lr = no_decay.lr = lr;
   decay.weight_decay = 0.1;
   // --optim adamw8bit keeps the moments of tensors >= 4096 elements in 8 bits (nn/optim/adamw8bit.h).
-  const std::string optim_name = fl.get("optim", "adamw");
+  // NOTE [ charlm resume ]: a resumed run keeps the file's optimizer.
+  const auto saved_optim = resume_md.find("charlm.optim");
+  const std::string optim_name = fl.get("optim", saved_optim != resume_md.end() ? saved_optim->second : "adamw");
   SNUG_CHECK(optim_name == "adamw" || optim_name == "adamw8bit", ValueError,
              "charlm: --optim takes adamw or adamw8bit, got \"", optim_name, "\"");
+  SNUG_CHECK(saved_optim == resume_md.end() || saved_optim->second == optim_name, ValueError, "charlm: --optim ",
+             optim_name, " contradicts the checkpoint's optim = ", saved_optim->second, " (", fl.get("resume", ""),
+             "); drop the flag to use the file's");
   std::unique_ptr<nn::optim::Optimizer> opt_holder;
   if (optim_name == "adamw8bit")
     opt_holder = std::make_unique<nn::optim::AdamW8bit>(std::vector<nn::optim::ParamGroup>{decay, no_decay},
                                                         nn::optim::AdamW8bitOptions{lr, 0.9, 0.99, 1e-8, 0.1});
   else
     opt_holder = std::make_unique<nn::optim::AdamW>(std::vector<nn::optim::ParamGroup>{decay, no_decay},
-                                                    nn::optim::AdamOptions{lr, 0.9, 0.99, 1e-8, 0.1});
+                                                    nn::optim::AdamWOptions{lr, 0.9, 0.99, 1e-8, 0.1});
   nn::optim::Optimizer& opt = *opt_holder;
   nn::optim::WarmupCosine sched(opt, std::min<int64_t>(100, steps), steps, 0.1);
   // Training batches: step s is epoch s of this loader (see TrainWindows).
@@ -541,11 +614,13 @@ int run(int argc, char** argv) {
       if (!json) std::fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\n" : "",
                               (long long)(step + 1), train_loss, val_loss);
     }
-    if (lead && fl.has("save") && ((save_every > 0 && (step + 1) % save_every == 0) || last))
-      nn::save_checkpoint(fl.get("save", ""), parts, step + 1,
-                          {{"model", model.repr()}, {"gpt.vocab", std::to_string(cfg.vocab)},
-                           {"gpt.block", std::to_string(cfg.block)}, {"gpt.layers", std::to_string(cfg.layers)},
-                           {"gpt.heads", std::to_string(cfg.heads)}, {"gpt.embd", std::to_string(cfg.embd)}});
+    if (lead && fl.has("save") && ((save_every > 0 && (step + 1) % save_every == 0) || last)) {
+      // NOTE [ charlm resume ]: the shape and the optimizer, for --resume.
+      std::map<std::string, std::string> md = cfg.to_metadata();
+      md["model"] = model.repr();
+      md["charlm.optim"] = optim_name;
+      nn::save_checkpoint(fl.get("save", ""), parts, step + 1, md);
+    }
   }
   if (lead && std::isnan(val_loss)) val_loss = evaluate(model, logits_of, corpus.val, B * world, T, eval_batches, seed + 2000, amp);
   auto median = [](std::vector<double> v) {
@@ -569,7 +644,7 @@ int run(int argc, char** argv) {
     return out + "}";
   };
   const int act = static_cast<int>(memory::Tag::activation);
-  int64_t gen_n = fl.i("generate", 300);
+  int64_t gen_n = fl.at_least("generate", 300, 0);
   if (!lead) return 0;  // rank 0 reports for the job
   if (!json && gen_n > 0) std::printf("---- sample ----\n%s\n----------------\n", generate(model, logits_of, corpus, gen_n, seed + 3000).c_str());
   std::printf(

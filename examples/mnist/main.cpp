@@ -203,7 +203,7 @@ Model make_model(const Args& a) {
   } else if (a.model == "vit") {
     m.net = nn::models::make_vit();
     m.opt = std::make_unique<nn::optim::AdamW>(m.net->parameters(),
-                                               nn::optim::AdamOptions{.lr = lr == 0 ? 1e-3 : lr, .weight_decay = 0.01});
+                                               nn::optim::AdamWOptions{.lr = lr == 0 ? 1e-3 : lr, .weight_decay = 0.01});
     return m;
   } else {
     std::fprintf(stderr, "mnist: unknown --model %s (expected cnn, mlp, mobilenet or vit)\n", a.model.c_str());

@@ -1,6 +1,10 @@
 #include "nn/models/gpt.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
 
 #include "nn/init.h"
 
@@ -8,10 +12,58 @@ namespace snug::nn::models {
 
 namespace F = functional;
 
+// Fix: one combined check used to report every invalid config (layers 0,
+// block 0, ...) as "embd must be a multiple of heads".
+void GPTConfig::validate() const {
+  for (auto [field, v] : {std::pair{"vocab", vocab}, {"block", block}, {"layers", layers}, {"heads", heads}, {"embd", embd}})
+    SNUG_CHECK(v >= 1, ValueError, "GPTConfig: ", field, " must be >= 1, got ", v);
+  SNUG_CHECK(embd % heads == 0, ValueError, "GPTConfig: embd ", embd, " must be a multiple of heads ", heads,
+             " (each head gets embd / heads channels)");
+  SNUG_CHECK(dropout >= 0 && dropout < 1, ValueError, "GPTConfig: dropout must be in [0, 1), got ", dropout);
+}
+
+std::map<std::string, std::string> GPTConfig::to_metadata() const {
+  char d[32];
+  std::snprintf(d, sizeof d, "%.17g", dropout);  // round-trips every double
+  return {{"gpt.vocab", std::to_string(vocab)}, {"gpt.block", std::to_string(block)},
+          {"gpt.layers", std::to_string(layers)}, {"gpt.heads", std::to_string(heads)},
+          {"gpt.embd", std::to_string(embd)},     {"gpt.dropout", d}};
+}
+
+std::optional<GPTConfig> GPTConfig::from_metadata(const std::map<std::string, std::string>& md,
+                                                  const std::string& source) {
+  auto any = md.lower_bound("gpt.");
+  if (any == md.end() || any->first.rfind("gpt.", 0) != 0) return std::nullopt;
+  GPTConfig c;
+  for (auto [key, field] : {std::pair{"gpt.vocab", &c.vocab}, {"gpt.block", &c.block}, {"gpt.layers", &c.layers},
+                            {"gpt.heads", &c.heads}, {"gpt.embd", &c.embd}}) {
+    auto it = md.find(key);
+    SNUG_CHECK(it != md.end(), IOError, source, ": the model configuration has no \"", key, "\"");
+    const std::string& s = it->second;
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    SNUG_CHECK(!s.empty() && end && *end == 0 && errno == 0, IOError, source, ": metadata \"", key,
+               "\" is not an integer: \"", s, "\"");
+    *field = v;
+  }
+  if (auto it = md.find("gpt.dropout"); it != md.end()) {
+    const std::string& s = it->second;
+    char* end = nullptr;
+    c.dropout = std::strtod(s.c_str(), &end);
+    SNUG_CHECK(!s.empty() && end && *end == 0, IOError, source, ": metadata \"gpt.dropout\" is not a number: \"", s,
+               "\"");
+  }
+  try {
+    c.validate();
+  } catch (const ValueError& e) {
+    throw IOError(str(source, ": the model configuration it records is invalid: ", e.what()));
+  }
+  return c;
+}
+
 GPT::GPT(GPTConfig c) : Module("GPT"), cfg(c) {
-  SNUG_CHECK(c.vocab > 0 && c.block > 0 && c.layers > 0 && c.heads > 0 && c.embd > 0 && c.embd % c.heads == 0,
-             ValueError, "GPT: invalid config (vocab=", c.vocab, ", block=", c.block, ", layers=", c.layers,
-             ", heads=", c.heads, ", embd=", c.embd, "; embd must be a multiple of heads)");
+  c.validate();
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab, c.embd));
   wpe = register_module("wpe", std::make_shared<Embedding>(c.block, c.embd));
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));

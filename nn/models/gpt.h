@@ -1,6 +1,10 @@
 // GPT: the W-GPT decoder-only transformer of docs/workloads.md, any size.
 //   tokens (B, T) i64 -> logits (B, T, vocab)
 #pragma once
+#include <map>
+#include <optional>
+#include <string>
+
 #include "nn/attention.h"
 #include "nn/checkpoint_sequential.h"
 #include "nn/planner.h"
@@ -12,6 +16,22 @@ namespace snug::nn::models {
 struct GPTConfig {
   int64_t vocab = 65, block = 128, layers = 4, heads = 4, embd = 128;
   double dropout = 0.0;
+
+  // Throws ValueError naming the first invalid field and its value: every
+  // size >= 1, embd a multiple of heads, dropout in [0, 1). GPT's
+  // constructor calls it.
+  void validate() const;
+  // The configuration as checkpoint metadata ("gpt.vocab", "gpt.block",
+  // "gpt.layers", "gpt.heads", "gpt.embd", "gpt.dropout"; decimal text,
+  // dropout to 17 digits), so a program can rebuild the model from the file
+  // alone (docs/nn.md, training-state files).
+  std::map<std::string, std::string> to_metadata() const;
+  // The inverse: nullopt when `md` holds no "gpt." key (a file written
+  // without a configuration); an IOError naming `source` and the key when a
+  // size is missing, a value is malformed or the configuration is invalid. A
+  // missing "gpt.dropout" (files from before it was recorded) reads as 0.
+  static std::optional<GPTConfig> from_metadata(const std::map<std::string, std::string>& md,
+                                                const std::string& source);
 };
 
 class GPT : public Module {

@@ -102,12 +102,13 @@ void AdamW8bit::dequantize_blockwise(const uint8_t* codes, const float* absmax, 
 }
 
 AdamW8bit::AdamW8bit(std::vector<Tensor> params, AdamW8bitOptions o)
-    : AdamW8bit(std::vector<ParamGroup>{ParamGroup{params, o.lr, o.weight_decay, {}}}, o) {}
+    : AdamW8bit(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, o) {}
 
 AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamW8bitOptions o) : defaults(o) {
-  SNUG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, ValueError,
-             "AdamW8bit: betas must be in [0, 1), got (", o.beta1, ", ", o.beta2, ")");
-  SNUG_CHECK(o.eps > 0, ValueError, "AdamW8bit: eps must be > 0, got ", o.eps);
+  // NOTE [ Parameter group options ]: block_size and min_8bit_size shape the
+  // state, so they are the optimizer's alone, not per group.
+  group_defaults_ = ParamGroup{{}, o.lr, o.weight_decay, {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}}};
+  check_group(group_defaults_, "the optimizer's defaults");
   SNUG_CHECK(o.block_size >= 16 && o.block_size <= kMaxBlock, ValueError, "AdamW8bit: block_size must be in [16, ",
              kMaxBlock, "], got ", o.block_size);
   SNUG_CHECK(o.min_8bit_size >= 0, ValueError, "AdamW8bit: min_8bit_size must be >= 0, got ", o.min_8bit_size);
@@ -118,6 +119,14 @@ AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, AdamW8bitOptions o) : defau
                  p.defined() ? str(dtype_name(p.dtype()), " on ", p.device().str()) : std::string("undefined"));
     add_param_group(std::move(g));
   }
+}
+
+void AdamW8bit::check_group(const ParamGroup& g, const std::string& where) const {
+  Optimizer::check_group(g, where);
+  const double b1 = hyper(g, "beta1"), b2 = hyper(g, "beta2"), eps = hyper(g, "eps");
+  SNUG_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, ValueError, "AdamW8bit: betas must be in [0, 1), got (", b1, ", ",
+             b2, ") (", where, ")");
+  SNUG_CHECK(eps > 0 && std::isfinite(eps), ValueError, "AdamW8bit: eps must be > 0, got ", eps, " (", where, ")");
 }
 
 Shape AdamW8bit::state_shape(const Tensor& p, const std::string& name) const {
@@ -141,10 +150,11 @@ void AdamW8bit::step() {
   const int64_t block = defaults.block_size;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
-    const float b1 = float(opt(g, "beta1", defaults.beta1)), b2 = float(opt(g, "beta2", defaults.beta2));
-    const float eps = float(opt(g, "eps", defaults.eps));
+    const double lr = hyper(g, "lr"), wd = hyper(g, "weight_decay");
+    const float b1 = float(hyper(g, "beta1")), b2 = float(hyper(g, "beta2"));
+    const float eps = float(hyper(g, "eps"));
     const double bc1 = 1 - std::pow(double(b1), t), bc2 = 1 - std::pow(double(b2), t);
-    const float decay = float(1 - g.lr * g.weight_decay), step_size = float(g.lr / bc1),
+    const float decay = float(1 - lr * wd), step_size = float(lr / bc1),
                 inv_sqrt_bc2 = float(1 / std::sqrt(bc2));
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
       Tensor p = g.params[pi];

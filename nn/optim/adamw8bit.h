@@ -25,6 +25,9 @@
 
 namespace snug::nn::optim {
 
+// Defaults are bitsandbytes' AdamW8bit's (lr 1e-3, betas (0.9, 0.999), eps
+// 1e-8, weight_decay 1e-2, min_8bit_size 4096, blocks of 256); docs/nn.md.
+// Group options: "beta1", "beta2", "eps".
 struct AdamW8bitOptions {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   int64_t block_size = 256;
@@ -33,8 +36,8 @@ struct AdamW8bitOptions {
 
 class AdamW8bit : public Optimizer {
  public:
-  AdamW8bit(std::vector<Tensor> params, AdamW8bitOptions o);
-  AdamW8bit(std::vector<ParamGroup> groups, AdamW8bitOptions o);
+  explicit AdamW8bit(std::vector<Tensor> params, AdamW8bitOptions o = {});
+  explicit AdamW8bit(std::vector<ParamGroup> groups, AdamW8bitOptions o = {});
   void step() override;
   std::string name() const override { return "AdamW8bit"; }
   void select_param_state(const Tensor& param, int64_t dim, const Tensor& index, const Shape& old_shape) override;
@@ -51,7 +54,11 @@ class AdamW8bit : public Optimizer {
 
  protected:
   Shape state_shape(const Tensor& p, const std::string& name) const override;
+<<<<<<< HEAD
   std::size_t expected_param_state_bytes(size_t group, const Tensor& p) const override;
+=======
+  void check_group(const ParamGroup& g, const std::string& where) const override;
+>>>>>>> optim
 };
 
 }  // namespace snug::nn::optim

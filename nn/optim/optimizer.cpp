@@ -25,9 +25,25 @@ void Optimizer::zero_grad(bool set_to_none) {
     }
 }
 
+namespace {
+std::string known_options(const ParamGroup& defaults) {
+  std::string out;
+  for (auto& [k, v] : defaults.options) out += (out.empty() ? "" : ", ") + k;
+  return out.empty() ? "none" : out;
+}
+}  // namespace
+
+// NOTE [ Parameter group options ]: fill what g leaves unset from the
+// optimizer's defaults, then check the result.
 void Optimizer::add_param_group(ParamGroup g) {
-  SNUG_CHECK(g.lr >= 0, ValueError, name(), ": learning rate must be >= 0, got ", g.lr);
-  SNUG_CHECK(g.weight_decay >= 0, ValueError, name(), ": weight_decay must be >= 0, got ", g.weight_decay);
+  const std::string where = str("parameter group ", groups_.size());
+  if (!g.lr) g.lr = group_defaults_.lr;
+  if (!g.weight_decay) g.weight_decay = group_defaults_.weight_decay;
+  for (auto& [k, v] : g.options)
+    SNUG_CHECK(group_defaults_.options.count(k), ValueError, name(), ": ", where, " sets unknown option \"", k, "\" (",
+               name(), " takes lr, weight_decay and options: ", known_options(group_defaults_), ")");
+  for (auto& [k, v] : group_defaults_.options) g.options.try_emplace(k, v);
+  check_group(g, where);
   for (size_t i = 0; i < g.params.size(); ++i) {
     const Tensor& p = g.params[i];
     SNUG_CHECK(p.defined() && p.is_floating_point(), ValueError, name(), ": parameters must be floating tensors");
@@ -44,13 +60,30 @@ void Optimizer::add_param_group(ParamGroup g) {
   groups_.push_back(std::move(g));
 }
 
+// The checks every optimizer shares; subclasses add their own options'.
+void Optimizer::check_group(const ParamGroup& g, const std::string& where) const {
+  const double lr = hyper(g, "lr"), wd = hyper(g, "weight_decay");
+  SNUG_CHECK(lr >= 0 && std::isfinite(lr), ValueError, name(), ": learning rate must be finite and >= 0, got ", lr, " (",
+             where, ")");
+  SNUG_CHECK(wd >= 0 && std::isfinite(wd), ValueError, name(), ": weight_decay must be finite and >= 0, got ", wd, " (",
+             where, ")");
+}
+
 void Optimizer::set_lr(double lr) {
   for (auto& g : groups_) g.lr = lr;
 }
 
-double Optimizer::opt(const ParamGroup& g, const std::string& key, double def) const {
+double Optimizer::hyper(const ParamGroup& g, const std::string& key) const {
+  const std::optional<double>* field = key == "lr" ? &g.lr : key == "weight_decay" ? &g.weight_decay : nullptr;
+  if (field) {
+    SNUG_CHECK(field->has_value(), ValueError, name(), ": a parameter group has no ", key,
+               " (it was reset after the group was added)");
+    return **field;
+  }
   auto it = g.options.find(key);
-  return it == g.options.end() ? def : it->second;
+  SNUG_CHECK(it != g.options.end(), ValueError, name(), ": a parameter group has no option \"", key,
+             "\" (it was erased after the group was added)");
+  return it->second;
 }
 
 Tensor& Optimizer::state(size_t group, size_t param, const std::string& name, const Tensor& like) {
@@ -148,8 +181,8 @@ NamedTensors Optimizer::state_dict() const {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const auto& g = groups_[gi];
     std::string pre = str("group.", gi, ".");
-    out.emplace_back(pre + "lr", scalar(g.lr));
-    out.emplace_back(pre + "weight_decay", scalar(g.weight_decay));
+    out.emplace_back(pre + "lr", scalar(hyper(g, "lr")));
+    out.emplace_back(pre + "weight_decay", scalar(hyper(g, "weight_decay")));
     out.emplace_back(pre + "num_params", scalar(static_cast<double>(g.params.size())));
     for (auto& [k, v] : g.options) out.emplace_back(pre + "opt." + k, scalar(v));
     for (size_t pi = 0; pi < state_[gi].size(); ++pi)
@@ -180,6 +213,12 @@ void Optimizer::load_state_dict(const NamedTensors& sd) {
                ".load_state_dict: \"", k, "\" must be a whole number >= 0, got ", v);
     return static_cast<int64_t>(v);
   };
+  auto value = [&](const std::string& k) -> double {
+    const Tensor t = get(k);
+    SNUG_CHECK(t.numel() == 1, ValueError, name(), ".load_state_dict: \"", k, "\" must hold one value, got shape ",
+               shape_str(t.shape()));
+    return t.item();
+  };
   const int64_t new_step = count("step");
   std::vector<ParamGroup> new_groups = groups_;
   for (size_t gi = 0; gi < new_groups.size(); ++gi) {
@@ -188,10 +227,16 @@ void Optimizer::load_state_dict(const NamedTensors& sd) {
     SNUG_CHECK(static_cast<size_t>(count(pre + "num_params")) == g.params.size(), ValueError, name(),
                ".load_state_dict: group ", gi, " has ", g.params.size(), " parameters but the state has ",
                count(pre + "num_params"));
-    g.lr = get(pre + "lr").item();
-    g.weight_decay = get(pre + "weight_decay").item();
-    for (auto& [k, v] : m)
-      if (k.rfind(pre + "opt.", 0) == 0) g.options[k.substr(pre.size() + 4)] = v.item();
+    g.lr = value(pre + "lr");
+    g.weight_decay = value(pre + "weight_decay");
+    for (auto& [k, v] : m) {
+      if (k.rfind(pre + "opt.", 0) != 0) continue;
+      const std::string opt_name = k.substr(pre.size() + 4);
+      SNUG_CHECK(g.options.count(opt_name), ValueError, name(), ".load_state_dict: \"", k, "\" is not an option of ",
+                 name(), " (options: ", known_options(group_defaults_), ")");
+      g.options[opt_name] = value(k);
+    }
+    check_group(g, str("group ", gi, " of the loaded state"));
   }
   auto index = [&](const std::string& k, size_t from, size_t to) -> size_t {
     std::string digits = k.substr(from, to - from);
@@ -244,7 +289,7 @@ std::size_t Optimizer::expected_state_bytes() const {
 // stages them for all, NOTE [ Failure-atomic optimizer steps ]).
 std::size_t SGD::expected_param_state_bytes(size_t, const Tensor& p) const {
   bool any_momentum = false;
-  for (auto& g : groups_) any_momentum = any_momentum || opt(g, "momentum", defaults.momentum) != 0;
+  for (auto& g : groups_) any_momentum = any_momentum || hyper(g, "momentum") != 0;
   return any_momentum ? static_cast<std::size_t>(p.numel()) * sizeof(float) : 0;
 }
 
@@ -297,12 +342,24 @@ void Optimizer::run_step_post_hooks() {
 
 // ---- SGD --------------------------------------------------------------------------------
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions o) : SGD(std::vector<ParamGroup>{ParamGroup{params, o.lr, o.weight_decay, {}}}, o) {}
+SGD::SGD(std::vector<Tensor> params, SGDOptions o) : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, o) {}
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : defaults(o) {
-  SNUG_CHECK(o.momentum >= 0, ValueError, "SGD: momentum must be >= 0, got ", o.momentum);
-  SNUG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), ValueError,
-             "SGD: Nesterov momentum requires momentum > 0 and dampening = 0");
+  group_defaults_ = ParamGroup{{}, o.lr, o.weight_decay,
+                               {{"momentum", o.momentum}, {"dampening", o.dampening}, {"nesterov", o.nesterov ? 1 : 0}}};
+  check_group(group_defaults_, "the optimizer's defaults");
   for (auto& g : groups) add_param_group(std::move(g));
+}
+
+void SGD::check_group(const ParamGroup& g, const std::string& where) const {
+  Optimizer::check_group(g, where);
+  const double mom = hyper(g, "momentum"), damp = hyper(g, "dampening"), nesterov = hyper(g, "nesterov");
+  SNUG_CHECK(mom >= 0 && std::isfinite(mom), ValueError, "SGD: momentum must be >= 0, got ", mom, " (", where, ")");
+  SNUG_CHECK(std::isfinite(damp), ValueError, "SGD: dampening must be finite, got ", damp, " (", where, ")");
+  SNUG_CHECK(nesterov == 0 || nesterov == 1, ValueError, "SGD: nesterov must be 0 or 1, got ", nesterov, " (", where,
+             ")");
+  SNUG_CHECK(nesterov == 0 || (mom > 0 && damp == 0), ValueError,
+             "SGD: Nesterov momentum requires momentum > 0 and dampening = 0, got momentum ", mom, ", dampening ", damp,
+             " (", where, ")");
 }
 
 void SGD::step() {
@@ -316,25 +373,26 @@ void SGD::step() {
       first[gi].push_back(it == state_[gi][pi].end() || !it->second.defined());
     }
   bool any_momentum = false;
-  for (auto& g : groups_) any_momentum = any_momentum || opt(g, "momentum", defaults.momentum) != 0;
+  for (auto& g : groups_) any_momentum = any_momentum || hyper(g, "momentum") != 0;
   stage_state(any_momentum ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{});
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
-    double mom = opt(g, "momentum", defaults.momentum), damp = opt(g, "dampening", defaults.dampening);
-    bool nesterov = opt(g, "nesterov", defaults.nesterov ? 1 : 0) != 0;
+    const double lr = hyper(g, "lr"), wd = hyper(g, "weight_decay");
+    const double mom = hyper(g, "momentum"), damp = hyper(g, "dampening");
+    const bool nesterov = hyper(g, "nesterov") != 0;
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
       const Tensor& param = g.params[pi];
       if (!param.grad().defined()) continue;
       Tensor p = master(gi, pi, param);  // NOTE [ Master weights ]
       Tensor buf = mom != 0 ? state_[gi][pi]["momentum_buffer"] : Tensor();
       if (fused::supported(p, param.grad(), buf)) {
-        fused::sgd(p, param.grad(), buf, {g.lr, mom, damp, g.weight_decay, nesterov, first[gi][pi]});
+        fused::sgd(p, param.grad(), buf, {lr, mom, damp, wd, nesterov, first[gi][pi]});
         write_back(param, p);
         continue;
       }
       // The reference path (and the definition the fused kernel follows).
       Tensor grad = grad_as(param, p);
-      Tensor d = g.weight_decay != 0 ? raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, g.weight_decay)) : grad;
+      Tensor d = wd != 0 ? raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, wd)) : grad;
       if (mom != 0) {
         if (first[gi][pi]) {
           raw::copy_(buf, d);
@@ -344,7 +402,7 @@ void SGD::step() {
         }
         d = nesterov ? raw::binary(BinaryOp::add, d, raw::binary_scalar(BinaryOp::mul, buf, mom)) : buf;
       }
-      p.add_(d, -g.lr);
+      p.add_(d, -lr);
       write_back(param, p);
     }
   }
@@ -354,14 +412,28 @@ void SGD::step() {
 
 // ---- Adam / AdamW -------------------------------------------------------------------------
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled)
-    : Adam(std::vector<ParamGroup>{ParamGroup{params, o.lr, o.weight_decay, {}}}, o, decoupled) {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions o) : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, o) {}
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o) : Adam(std::move(groups), o, false) {}
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled) : defaults(o), decoupled_(decoupled) {
-  SNUG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, ValueError, name(),
-             ": betas must be in [0, 1), got (", o.beta1, ", ", o.beta2, ")");
-  SNUG_CHECK(o.eps > 0, ValueError, name(), ": eps must be > 0, got ", o.eps);
+  group_defaults_ = ParamGroup{{}, o.lr, o.weight_decay, {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}}};
+  check_group(group_defaults_, "the optimizer's defaults");
   for (auto& g : groups) add_param_group(std::move(g));
 }
+
+void Adam::check_group(const ParamGroup& g, const std::string& where) const {
+  Optimizer::check_group(g, where);
+  const double b1 = hyper(g, "beta1"), b2 = hyper(g, "beta2"), eps = hyper(g, "eps");
+  SNUG_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, ValueError, name(), ": betas must be in [0, 1), got (", b1, ", ",
+             b2, ") (", where, ")");
+  SNUG_CHECK(eps > 0 && std::isfinite(eps), ValueError, name(), ": eps must be > 0, got ", eps, " (", where, ")");
+}
+
+namespace {
+AdamOptions as_adam(const AdamWOptions& o) { return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}; }
+}  // namespace
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
+    : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, o) {}
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions o) : Adam(std::move(groups), as_adam(o), true) {}
 
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 // p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
@@ -373,7 +445,8 @@ void Adam::step() {
   const double t = static_cast<double>(step_count_);
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     auto& g = groups_[gi];
-    double b1 = opt(g, "beta1", defaults.beta1), b2 = opt(g, "beta2", defaults.beta2), eps = opt(g, "eps", defaults.eps);
+    const double lr = hyper(g, "lr"), wd = hyper(g, "weight_decay");
+    const double b1 = hyper(g, "beta1"), b2 = hyper(g, "beta2"), eps = hyper(g, "eps");
     double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
       const Tensor& param = g.params[pi];
@@ -382,16 +455,16 @@ void Adam::step() {
       Tensor& m = state(gi, pi, "exp_avg", p);
       Tensor& v = state(gi, pi, "exp_avg_sq", p);
       if (fused::supported(p, param.grad(), m, v)) {
-        fused::adam(p, param.grad(), m, v, {g.lr, b1, b2, eps, g.weight_decay, bc1, bc2, decoupled_});
+        fused::adam(p, param.grad(), m, v, {lr, b1, b2, eps, wd, bc1, bc2, decoupled_});
         write_back(param, p);
         continue;
       }
       // The reference path (and the definition the fused kernel follows).
       Tensor grad = grad_as(param, p);
       if (decoupled_) {
-        if (g.weight_decay != 0) p.mul_(1 - g.lr * g.weight_decay);
-      } else if (g.weight_decay != 0) {
-        grad = raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, g.weight_decay));
+        if (wd != 0) p.mul_(1 - lr * wd);
+      } else if (wd != 0) {
+        grad = raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, wd));
       }
       m.mul_(b1);
       m.add_(grad, 1 - b1);
@@ -399,7 +472,7 @@ void Adam::step() {
       v.add_(raw::binary(BinaryOp::mul, grad, grad), 1 - b2);
       // denom = sqrt(v) / sqrt(bc2) + eps;  p -= (lr / bc1) * m / denom
       Tensor denom = raw::unary(UnaryOp::affine, raw::unary(UnaryOp::sqrt, v), 1.0 / std::sqrt(bc2), eps);
-      p.add_(raw::binary(BinaryOp::div, m, denom), -g.lr / bc1);
+      p.add_(raw::binary(BinaryOp::div, m, denom), -lr / bc1);
       write_back(param, p);
     }
   }
@@ -408,8 +481,13 @@ void Adam::step() {
 
 // ---- schedulers ------------------------------------------------------------------------------
 
+// The groups are resolved (NOTE [ Parameter group options ]): each base lr
+// is the lr its group trains at, its own or the optimizer's.
 LRScheduler::LRScheduler(Optimizer& opt) : opt_(opt) {
-  for (auto& g : opt.param_groups()) base_lrs_.push_back(g.lr);
+  for (auto& g : opt.param_groups()) {
+    SNUG_CHECK(g.lr.has_value(), ValueError, "LRScheduler: a parameter group of ", opt.name(), " has no lr");
+    base_lrs_.push_back(*g.lr);
+  }
 }
 void LRScheduler::step() { set_last_step(step_ + 1); }
 void LRScheduler::set_last_step(int64_t s) {

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,13 +22,21 @@
 
 namespace snug::nn::optim {
 
+// NOTE [ Parameter group options ]
+// A group sets only the options it wants to differ from the optimizer's; an
+// unset lr / weight_decay and a missing options key take the value the
+// optimizer was constructed with (its `defaults`), as PyTorch's param_groups
+// do. The optimizer resolves a group when it is added (constructor or
+// add_param_group): from then on param_groups() holds every option of every
+// group, so `param_groups()[i].lr` reads the lr that group trains at and
+// schedulers scale that value. An options key the optimizer does not know is
+// a ValueError (a typo would otherwise be ignored silently).
 struct ParamGroup {
   std::vector<Tensor> params;
-  double lr = 1e-3;
-  double weight_decay = 0.0;
-  // Per-group overrides of other hyper-parameters (momentum, beta1, ...);
-  // missing keys take the optimizer's defaults.
-  std::map<std::string, double> options;
+  std::optional<double> lr = std::nullopt;            // unset: the optimizer's lr
+  std::optional<double> weight_decay = std::nullopt;  // unset: the optimizer's weight_decay
+  // Other hyper-parameters by name ("momentum", "beta1", ...; nesterov as 0/1).
+  std::map<std::string, double> options = {};
 };
 
 class Optimizer {
@@ -40,13 +49,16 @@ class Optimizer {
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   void set_lr(double lr);  // every group
-  double lr() const { return groups_.empty() ? 0 : groups_[0].lr; }
+  double lr() const { return groups_.empty() ? 0 : hyper(groups_[0], "lr"); }
   int64_t step_count() const { return step_count_; }
 
-  // State: "state.<group>.<param>.<name>" tensors plus hyper-parameters as
-  // one-element f64 tensors ("group.<g>.lr", ...) and "step".
+  // State: "state.<group>.<param>.<name>" tensors plus every group's
+  // hyper-parameters as one-element f64 tensors ("group.<g>.lr",
+  // "group.<g>.weight_decay", "group.<g>.opt.<name>") and "step".
   NamedTensors state_dict() const;
-  // Strict: the layout must match (same groups and parameter shapes).
+  // Strict: the layout must match (same groups and parameter shapes). The
+  // groups take the saved hyper-parameters; an option the state lacks (files
+  // written before every option was saved) keeps its current value.
   void load_state_dict(const NamedTensors& state);
 
   // Bytes held by the optimizer's per-parameter state (what the
@@ -77,7 +89,14 @@ class Optimizer {
   virtual std::size_t expected_param_state_bytes(size_t group, const Tensor& p) const { return 0; }
   // Every step() ends with this: instance hooks, then the global ones.
   void run_step_post_hooks();
-  double opt(const ParamGroup& g, const std::string& key, double def) const;
+  // NOTE [ Parameter group options ]: a subclass's constructor sets
+  // group_defaults_ (lr, weight_decay and one options entry per other
+  // hyper-parameter) and checks it with check_group before adding groups.
+  ParamGroup group_defaults_;
+  // Throws ValueError (naming `where`) for a hyper-parameter out of range.
+  virtual void check_group(const ParamGroup& g, const std::string& where) const;
+  // A resolved group's hyper-parameter: "lr", "weight_decay" or an options key.
+  double hyper(const ParamGroup& g, const std::string& key) const;
   // Per-parameter state, created on first use, indexed [group][param].
   Tensor& state(size_t group, size_t param, const std::string& name, const Tensor& like);
   // NOTE [ Master weights ] (optimizer.cpp): the tensor an update is applied
@@ -103,51 +122,59 @@ class Optimizer {
 int64_t register_optimizer_step_post_hook(Optimizer::StepHook hook);
 void remove_optimizer_step_post_hook(int64_t id);
 
+// Defaults are PyTorch's (torch.optim.SGD, lr = 1e-3 since PyTorch 2.2); docs/nn.md has the table.
 struct SGDOptions {
-  double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  double lr = 1e-3, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
 };
 // v = momentum v + (1 - dampening) g;  step = nesterov ? g + momentum v : v;  p -= lr step
 // (weight decay adds wd * p to g first; the first step sets v = g, as PyTorch does).
+// Group options: "momentum", "dampening", "nesterov" (0 or 1).
 class SGD : public Optimizer {
  public:
-  SGD(std::vector<Tensor> params, SGDOptions o);
-  SGD(std::vector<ParamGroup> groups, SGDOptions o);
+  explicit SGD(std::vector<Tensor> params, SGDOptions o = {});
+  explicit SGD(std::vector<ParamGroup> groups, SGDOptions o = {});
   void step() override;
   std::string name() const override { return "SGD"; }
   SGDOptions defaults;
 
  protected:
+  void check_group(const ParamGroup& g, const std::string& where) const override;
   std::size_t expected_param_state_bytes(size_t group, const Tensor& p) const override;
-
- public:
 };
 
+// Defaults are PyTorch's (torch.optim.Adam / torch.optim.AdamW): the two
+// differ only in weight_decay, 0 for Adam and 0.01 for AdamW, hence two
+// structs with the same fields in the same order.
 struct AdamOptions {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
+};
 // Adam: L2 weight decay added to the gradient. AdamW: decoupled decay
 // p -= lr * wd * p before the Adam update. Bias-corrected moments.
+// Group options: "beta1", "beta2", "eps".
 class Adam : public Optimizer {
  public:
-  Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled = false);
-  Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled = false);
+  explicit Adam(std::vector<Tensor> params, AdamOptions o = {});
+  explicit Adam(std::vector<ParamGroup> groups, AdamOptions o = {});
   void step() override;
   std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
-  AdamOptions defaults;
+  AdamOptions defaults;  // for AdamW: its AdamWOptions, field by field
 
  protected:
+  Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled);
+  void check_group(const ParamGroup& g, const std::string& where) const override;
   std::size_t expected_param_state_bytes(size_t group, const Tensor& p) const override;
-
- public:
 
  private:
   bool decoupled_;
 };
 class AdamW : public Adam {
  public:
-  AdamW(std::vector<Tensor> params, AdamOptions o) : Adam(std::move(params), o, true) {}
-  AdamW(std::vector<ParamGroup> groups, AdamOptions o) : Adam(std::move(groups), o, true) {}
+  explicit AdamW(std::vector<Tensor> params, AdamWOptions o = {});
+  explicit AdamW(std::vector<ParamGroup> groups, AdamWOptions o = {});
 };
 
 // ---- schedulers ---------------------------------------------------------------------

@@ -80,7 +80,7 @@ std::pair<Tensor, Tensor> global_batch(int64_t rows, int64_t step, DType dt) {
 enum class Opt { sgd, adamw };
 std::unique_ptr<nn::optim::Optimizer> make_opt(Opt o, nn::Module& m) {
   if (o == Opt::sgd) return std::make_unique<nn::optim::SGD>(m.parameters(), nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
-  return std::make_unique<nn::optim::AdamW>(m.parameters(), nn::optim::AdamOptions{.lr = 1e-2, .weight_decay = 0.1});
+  return std::make_unique<nn::optim::AdamW>(m.parameters(), nn::optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
 }
 
 // k steps of DataParallel on this rank's b rows (accum micro-batches each,
