@@ -54,11 +54,8 @@ class AdamW8bit : public Optimizer {
 
  protected:
   Shape state_shape(const Tensor& p, const std::string& name) const override;
-<<<<<<< HEAD
   std::size_t expected_param_state_bytes(size_t group, const Tensor& p) const override;
-=======
   void check_group(const ParamGroup& g, const std::string& where) const override;
->>>>>>> optim
 };
 
 }  // namespace snug::nn::optim
