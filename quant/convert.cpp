@@ -78,17 +78,37 @@ std::string float_reason(const nn::Module& m) {
   return "parameters (" + names + ") used by its own forward: no quantized op for them";
 }
 
-// A module whose parameter is also another module's (a tied weight):
-// converting it would untie the two. "" when none is.
-std::string tied_to(const Node& node, const std::unordered_map<const TensorImpl*, std::vector<std::string>>& owners) {
-  for (auto& [n, t] : node.m->named_parameters(false)) {
-    const std::string mine = join(node.path, n);
+using Owners = std::unordered_map<const TensorImpl*, std::vector<std::string>>;  // parameter -> qualified names
+
+// Why a layer the rule would replace has to stay, or "" when nothing stops it.
+std::string blocker(const Node& n, const Owners& owners, bool cpu_only) {
+  if (n.sites.empty()) return "the model itself is the layer: it cannot be replaced in place (put it in a Sequential)";
+  const std::vector<Tensor> own = n.m->parameters(false);
+  // A tied weight: converting one of its users would untie them.
+  for (auto& [name, t] : n.m->named_parameters(false))
     for (const std::string& other : owners.at(t.impl()))
-      if (other != mine) return str(n, " is tied to ", other, " (replacing the layer would untie them)");
-  }
+      if (other != join(n.path, name))
+        return str("weight tied to another parameter (", name, " is also ", other,
+                   "; replacing the layer would untie them)");
+  if (cpu_only && !own.empty() && !own[0].device().is_cpu())
+    return str("on ", own[0].device().str(), ": the int8 kernels run on the CPU");
+  // NOTE [ Replacing a child ]: every reference the tree holds is one replace_module updates.
+  std::unordered_set<const nn::Module*> parents;
+  long held = 0;
+  for (const Site& s : n.sites)
+    if (parents.insert(s.parent).second) held += s.parent->holds(*n.m);
+  const long count = n.m->weak_from_this().use_count();
+  if (count > held)
+    return str("held outside the module tree (", count - held, " reference(s) besides its parents' registry ",
+               "and bound members: a member filled by register_module(name, m) instead of ",
+               "register_module(name, member, m), or a variable); whoever holds it would keep calling the "
+               "float layer");
   return "";
 }
 
+// One conversion step over the whole tree: decide for every module first
+// (so `check` can refuse before anything changes), then replace the chosen
+// layers at every site that holds them.
 Report run(nn::Module& model, const std::string& step, const Rule& rule, bool cpu_only,
            const std::function<void(const std::vector<Node*>&)>& check = {}) {
   Report r;
@@ -99,7 +119,7 @@ Report run(nn::Module& model, const std::string& step, const Rule& rule, bool cp
   index[&model] = 0;
   walk(model, "", nodes, index);
 
-  std::unordered_map<const TensorImpl*, std::vector<std::string>> owners;
+  Owners owners;
   for (const Node& n : nodes)
     for (auto& [name, t] : n.m->named_parameters(false)) owners[t.impl()].push_back(join(n.path, name));
 
@@ -109,26 +129,8 @@ Report run(nn::Module& model, const std::string& step, const Rule& rule, bool cp
   for (Node& n : nodes) {
     if (inside.count(n.m)) continue;
     Decision d = rule(*n.m);
-    if (d.kind == Decision::replace) {
-      if (n.sites.empty()) {
-        d = left("the model itself is the layer: it cannot be replaced in place (put it in a Sequential)");
-      } else if (std::string t = tied_to(n, owners); !t.empty()) {
-        d = left("weight tied to another parameter: " + t);
-      } else if (cpu_only && !n.m->parameters(false).empty() && !n.m->parameters(false)[0].device().is_cpu()) {
-        d = left(str("on ", n.m->parameters(false)[0].device().str(), ": the int8 kernels run on the CPU"));
-      } else {
-        std::unordered_set<const nn::Module*> parents;
-        long held = 0;
-        for (const Site& s : n.sites)
-          if (parents.insert(s.parent).second) held += s.parent->holds(*n.m);
-        const long count = n.m->weak_from_this().use_count();
-        if (count > held)
-          d = left(str("held outside the module tree (", count - held, " reference(s) besides its parents' ",
-                       "registry and bound members: a member filled by register_module(name, m) instead of ",
-                       "register_module(name, member, m), or a variable); whoever holds it would keep ",
-                       "calling the float layer"));
-      }
-    }
+    if (d.kind == Decision::replace)
+      if (std::string why = blocker(n, owners, cpu_only); !why.empty()) d = left(why);
     if (d.kind == Decision::keep && !quantized(*n.m) && !n.m->named_parameters(false).empty())
       d = left(float_reason(*n.m));
     if (d.kind == Decision::left) r.left_float.push_back({n.path, n.m->repr(), d.reason});
