@@ -62,10 +62,10 @@ QParams QuantizedWeights::input_qparams(const Tensor& x) const {
 
 // xq (M, K) u8 quantized with qx -> (M, N) f32
 Tensor QuantizedWeights::matmul_quantized(const Tensor& xq, const QParams& qx, const Tensor& bias,
-                                          const std::string& who) {
+                                          const nn::Module& who) {
   if (!packed_.data.defined()) repack();
   const int64_t M = xq.size(0), K = xq.size(1), N = packed_.N;
-  SNUG_CHECK(K == packed_.K, ShapeError, who, ": input rows of length ", K, " but the weights expect ", packed_.K);
+  SNUG_CHECK(K == packed_.K, ShapeError, who.repr(), ": input rows of length ", K, " but the weights expect ", packed_.K);
   Tensor acc = empty({M, N}, DType::i32);
   kernels::gemm_u8s8s32_packed(M, xq.data<uint8_t>(), K, packed_, acc.data<int32_t>(), N);
   Tensor y = empty({M, N}, DType::f32);
@@ -98,7 +98,7 @@ Tensor QuantizedLinear::forward(const Tensor& x) {
   out_shape.back() = out_features;
   Tensor x2 = raw::view(raw::contiguous(raw::to_dtype(x, DType::f32)), {-1, in_features});
   const QParams qx = input_qparams(x2);
-  return raw::view(matmul_quantized(quantize(x2, qx), qx, bias, repr()), out_shape);
+  return raw::view(matmul_quantized(quantize(x2, qx), qx, bias, *this), out_shape);
 }
 
 std::string QuantizedLinear::repr() const {
@@ -154,7 +154,7 @@ Tensor QuantizedConv2d::forward(const Tensor& x) {
         }
       }
   }
-  Tensor y = matmul_quantized(cols, qx, bias, repr());  // (N*Ho*Wo, O)
+  Tensor y = matmul_quantized(cols, qx, bias, *this);  // (N*Ho*Wo, O)
   return raw::contiguous(raw::permute(raw::view(y, {N, Ho, Wo, out_channels}), {0, 3, 1, 2}));
 }
 

@@ -57,7 +57,8 @@ class QuantizedWeights {
   // Quantizes w_float and registers the buffers in `owner`; returns the f32 bias (or undefined).
   Tensor init(nn::Module& owner, const Tensor& w_float, const Tensor& b_float, std::optional<QParams> input);
   // xq (M, K) u8, quantized with qx -> (M, out) f32 through the int8 GEMM, + bias.
-  Tensor matmul_quantized(const Tensor& xq, const QParams& qx, const Tensor& bias, const std::string& who);
+  // `who` names the layer in a shape error.
+  Tensor matmul_quantized(const Tensor& xq, const QParams& qx, const Tensor& bias, const nn::Module& who);
   // The input's parameters: calibrated, or from x itself.
   QParams input_qparams(const Tensor& x) const;
 
