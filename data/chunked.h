@@ -22,7 +22,9 @@
 // longest ago: under a chunk-by-chunk order (ChunkShuffleSampler) that is a
 // chunk the order has left behind, so each chunk is read once per epoch as
 // long as the batches in flight (prefetch_factor * num_workers * batch_size
-// records) span no more than max_resident_chunks chunks. Any other order
+// records) span no more than max_resident_chunks chunks (a chunk kept from
+// the previous epoch and used first in the next is the oldest and may be
+// read once more). Any other order
 // (RandomSampler) still gives every record, within the same bound, but reads
 // a chunk for almost every record.
 #pragma once

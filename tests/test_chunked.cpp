@@ -27,6 +27,18 @@ using snug::test::write_bytes;
 
 namespace {
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 // n records of `rb` bytes: record i starts with i as a little-endian uint64.
 void write_records(const std::string& path, int64_t n, int64_t rb) {
   std::ofstream f(path, std::ios::binary);
@@ -99,11 +111,14 @@ TEST_CASE("through DataLoader workers: every record exactly once per epoch, chun
   const std::string f = d.file("r.bin");
   const int64_t n = 1000, rb = 16;
   write_records(f, n, rb);
-  auto ds = std::make_shared<ChunkedDataset>(f, ChunkedOptions{.record_bytes = rb, .chunk_bytes = 64 * rb});
+  // Three resident: the 60 records in flight (3 workers x prefetch 2 x batches of 10) can
+  // touch three chunks where they cross the short last one.
+  auto ds = std::make_shared<ChunkedDataset>(
+      f, ChunkedOptions{.record_bytes = rb, .chunk_bytes = 64 * rb, .max_resident_chunks = 3});
   CHECK(ds->size() == n);
   CHECK(ds->chunk_records() == 64);
   CHECK(ds->num_chunks() == 16);  // the last one holds 40 records
-  CHECK(ds->memory_bytes() == 2 * 64 * rb);
+  CHECK(ds->memory_bytes() == 3 * 64 * rb);
   CHECK(ds->get(123)[0].shape() == Shape{rb});
 
   const int64_t reads_before = ds->chunk_reads();
@@ -133,9 +148,10 @@ TEST_CASE("through DataLoader workers: every record exactly once per epoch, chun
   CHECK(chunk_order.size() == 16);
   CHECK(chunk_order != iota(16));
   CHECK(inner_shuffled);
-  // Each chunk was read once per epoch (two resident, batches of 10 from 3 workers).
-  CHECK(ds->chunk_reads() - reads_before <= 2 * 16);
-  CHECK(ds->chunk_reads() - reads_before >= 2 * 16 - 2);
+  // Each chunk was read about once per epoch (NOTE [ Chunk residency ]: a chunk kept from the
+  // previous epoch and used first may be read once more; resident ones may be reused).
+  CHECK(ds->chunk_reads() - reads_before <= 2 * 16 + 2);
+  CHECK(ds->chunk_reads() - reads_before >= 2 * 16 - 4);
 
   // The same seed gives the same order, with any number of workers; another seed, another order.
   DataLoader again(ds, {.batch_size = 7, .num_workers = 0, .sampler = ds->sampler(4)});
@@ -207,10 +223,11 @@ TEST_CASE("resident memory stays bounded while the loader's workers read a file 
   }
   MESSAGE("peak RSS growth over two epochs of a 96 MiB file: ", growth, " bytes (bound ", ds->memory_bytes(), ")");
   CHECK(seen == 2 * n);
-  CHECK(ds->chunk_reads() <= 2 * ds->num_chunks());
+  CHECK(ds->chunk_reads() <= 2 * ds->num_chunks() + 2);
   // The chunk buffers, plus room for the batches in flight (5 x 128 KiB),
   // their samples and the allocator's cache: far below the 96 MiB a reader
   // that kept the file's pages (an mmap'ed file) would end up with.
+  if (kSanitized) return;  // the sanitizer's shadow memory and quarantine count in RSS too
   CHECK(growth <= ds->memory_bytes() + (8 << 20));
 }
 
