@@ -83,7 +83,8 @@ SNUG_BENCH(quant, "int8 quantization (dynamic, static, QAT) of a GPT trained on 
   const std::string src = std::getenv("SNUG_SOURCE_DIR") ? std::getenv("SNUG_SOURCE_DIR") : ".";
   const std::string path = args.get("data", src + "/examples/charlm/data/tinyshakespeare.txt");
   const int64_t steps = args.get_int("steps", 300), qat_steps = args.get_int("qat-steps", 50);
-  const int64_t B = args.get_int("batch", 16), calib = args.get_int("calib", 8), neval = args.get_int("eval-batches", 20);
+  const int64_t B = args.get_int("batch", 16), calib = args.get_int("calib", 8);
+  const int64_t neval = args.get_int("eval-batches", 20);
   nn::models::GPTConfig cfg;
   cfg.block = args.get_int("block", 64);
   cfg.layers = args.get_int("layers", 4);
@@ -169,7 +170,8 @@ SNUG_BENCH(quant, "int8 quantization (dynamic, static, QAT) of a GPT trained on 
     std::printf("GPT(vocab=%lld, block=%lld, layers=%lld, heads=%lld, embd=%lld), %lld steps on %s\n",
                 (long long)cfg.vocab, (long long)cfg.block, (long long)cfg.layers, (long long)cfg.heads,
                 (long long)cfg.embd, (long long)steps, path.c_str());
-    std::printf("%-8s %9s %12s %12s %10s %6s\n", "model", "val_loss", "model_bytes", "file_bytes", "quantized", "float");
+    std::printf("%-8s %9s %12s %12s %10s %6s\n", "model", "val_loss", "model_bytes", "file_bytes", "quantized",
+                "float");
     for (const Row& r : rows)
       std::printf("%-8s %9.4f %12zu %12zu %10zu %6zu\n", r.model.c_str(), r.loss, r.bytes, r.file, r.quantized,
                   r.left);

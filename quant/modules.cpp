@@ -65,7 +65,8 @@ Tensor QuantizedWeights::matmul_quantized(const Tensor& xq, const QParams& qx, c
                                           const nn::Module& who) {
   if (!packed_.data.defined()) repack();
   const int64_t M = xq.size(0), K = xq.size(1), N = packed_.N;
-  SNUG_CHECK(K == packed_.K, ShapeError, who.repr(), ": input rows of length ", K, " but the weights expect ", packed_.K);
+  SNUG_CHECK(K == packed_.K, ShapeError, who.repr(), ": input rows of length ", K, " but the weights expect ",
+             packed_.K);
   Tensor acc = empty({M, N}, DType::i32);
   kernels::gemm_u8s8s32_packed(M, xq.data<uint8_t>(), K, packed_, acc.data<int32_t>(), N);
   Tensor y = empty({M, N}, DType::f32);
