@@ -17,7 +17,7 @@
 // in nn/module.h), so the parent's forward runs the new layer. (snug modules
 // cannot be deep-copied; to keep a float model, build a second one and copy
 // its state_dict.) Each returns a Report: what it replaced, and what it left
-// in float and why; the left-over list is also printed once to stderr.
+// in float and why; a non-empty left-over list is also printed once to stderr.
 #pragma once
 #include <memory>
 #include <string>
