@@ -24,9 +24,8 @@
 // long as the batches in flight (prefetch_factor * num_workers * batch_size
 // records) span no more than max_resident_chunks chunks (a chunk kept from
 // the previous epoch and used first in the next is the oldest and may be
-// read once more). Any other order
-// (RandomSampler) still gives every record, within the same bound, but reads
-// a chunk for almost every record.
+// read once more). Any other order (RandomSampler) still gives every record,
+// within the same bound, but reads a chunk for almost every record.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
