@@ -8,13 +8,14 @@
 // 2. TokenFile: random windows (B x (T+1) tokens at random offsets, copied
 //    out as i64) from a page-cached uint16 token file; tokenfile_gb_per_s
 //    counts the token-file bytes read (2 per token; target >= 1 GB/s).
-// 3. ChunkedDataset: one pass over a file four times its memory cap (chunk +
-//    shuffle buffer). chunked_peak_rss_bytes is the growth of the process's
+// 3. ChunkedDataset: one pass through a DataLoader (2 workers, the
+//    chunk-aware sampler) over a file four times its memory cap (the
+//    resident chunks). chunked_peak_rss_bytes is the growth of the process's
 //    peak RSS during the pass: /proc/self/clear_refs ("5") resets VmHWM to
 //    the current RSS before the dataset is built, and the figure is VmHWM
 //    after the pass minus VmRSS before it. Where clear_refs cannot be written
 //    a thread samples VmRSS every millisecond instead (rss_method says which).
-//    The dataset's buffers (chunk + shuffle buffer) are given 3/4 of the cap;
+//    The dataset's buffers (two resident chunks) are given 3/4 of the cap;
 //    the figure also includes the batch tensors, the allocator's cache and
 //    anything else the process touched, so it over- rather than understates.
 // Every figure is the median over --repeats runs.
@@ -103,10 +104,11 @@ ChunkedRun chunked_pass(const std::string& path, const ChunkedOptions& opt) {
   }
   int64_t records = 0;
   {
-    ChunkedDataset ds(path, opt);
-    while (auto b = ds.next_batch(256)) records += b->size();
-    if (records != ds.size()) std::fprintf(stderr, "loader: chunked pass saw %lld of %lld records\n",
-                                           (long long)records, (long long)ds.size());
+    auto ds = std::make_shared<ChunkedDataset>(path, opt);
+    DataLoader loader(ds, {.batch_size = 256, .num_workers = 2, .sampler = ds->sampler(3)});
+    for (Batch& b : loader) records += b.size();
+    if (records != ds->size()) std::fprintf(stderr, "loader: chunked pass saw %lld of %lld records\n",
+                                            (long long)records, (long long)ds->size());
   }
   done.store(true);
   if (sampler.joinable()) sampler.join();
@@ -158,12 +160,11 @@ SNUG_BENCH(loader, "data: DataLoader 0 vs 2 workers (2 ms/sample), TokenFile ran
   std::filesystem::remove(tpath);
 
   // 3. chunked: a cap of 32 MiB and a 128 MiB file. The dataset's own
-  // buffers take 3/4 of the cap (12 MiB chunks + 12 MiB shuffle buffer); the
-  // rest is headroom for the batches, their tensors and the allocator cache.
+  // buffers take 3/4 of the cap (two resident 12 MiB chunks); the rest is
+  // headroom for the batches, their tensors and the allocator cache.
   const int64_t cap = args.get_int("chunked-cap", 32 << 20);
   const int64_t record = 1024;
-  const ChunkedOptions copt{.record_bytes = record, .chunk_bytes = cap * 3 / 8,
-                            .shuffle_buffer = cap * 3 / 8 / record, .seed = 3};
+  const ChunkedOptions copt{.record_bytes = record, .chunk_bytes = cap * 3 / 8, .max_resident_chunks = 2};
   const std::string cpath = dir + "/snug_bench_chunked_" + std::to_string(::getpid()) + ".bin";
   {
     std::ofstream f(cpath, std::ios::binary);
@@ -183,7 +184,7 @@ SNUG_BENCH(loader, "data: DataLoader 0 vs 2 workers (2 ms/sample), TokenFile ran
   const int64_t file_bytes = int64_t(std::filesystem::file_size(cpath));
   std::filesystem::remove(cpath);
   const double peak = bench::median(rss), peak_max = *std::max_element(rss.begin(), rss.end());
-  const int64_t buffers = copt.chunk_bytes / record * record + copt.shuffle_buffer * record;  // memory_bytes()
+  const int64_t buffers = copt.max_resident_chunks * (copt.chunk_bytes / record * record);  // memory_bytes()
 
   if (args.json()) {
     std::printf(

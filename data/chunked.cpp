@@ -6,11 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <numeric>
 
 #include "core/error.h"
-#include "core/philox.h"
-#include "data/sampler.h"
 #include "memory/allocator.h"
 
 namespace snug::data {
@@ -18,9 +15,9 @@ namespace snug::data {
 ChunkedDataset::ChunkedDataset(std::string path, ChunkedOptions opt, RecordDecoder decode)
     : path_(std::move(path)), opt_(opt), decode_(std::move(decode)) {
   SNUG_CHECK(opt.record_bytes >= 1, ValueError, "ChunkedDataset: record_bytes must be >= 1, got ", opt.record_bytes);
-  SNUG_CHECK(opt.chunk_bytes >= 1 && opt.shuffle_buffer >= 0, ValueError,
-             "ChunkedDataset: chunk_bytes must be >= 1 and shuffle_buffer >= 0, got ", opt.chunk_bytes, " and ",
-             opt.shuffle_buffer);
+  SNUG_CHECK(opt.chunk_bytes >= 1 && opt.max_resident_chunks >= 1, ValueError,
+             "ChunkedDataset: chunk_bytes and max_resident_chunks must be >= 1, got ", opt.chunk_bytes, " and ",
+             opt.max_resident_chunks);
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   SNUG_CHECK(fd_ >= 0, IOError, path_, ": cannot open (offset 0): ", std::strerror(errno));
   struct stat sb {};
@@ -39,54 +36,100 @@ ChunkedDataset::ChunkedDataset(std::string path, ChunkedOptions opt, RecordDecod
   records_ = bytes / opt.record_bytes;
   chunk_records_ = std::max<int64_t>(1, opt.chunk_bytes / opt.record_bytes);
   num_chunks_ = (records_ + chunk_records_ - 1) / chunk_records_;
-  chunk_.resize(size_t(chunk_records_ * opt.record_bytes));
-  buffer_.resize(size_t(opt.shuffle_buffer * opt.record_bytes));
-  buffer_index_.resize(size_t(opt.shuffle_buffer));
-  start_epoch(0);
+  // More slots than chunks would never be used.
+  slots_.resize(size_t(std::max<int64_t>(1, std::min(opt.max_resident_chunks, num_chunks_))));
 }
 
 ChunkedDataset::~ChunkedDataset() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int64_t ChunkedDataset::memory_bytes() const { return int64_t(chunk_.size() + buffer_.size()); }
-
-void ChunkedDataset::start_epoch(int64_t epoch) {
-  epoch_ = epoch;
-  if (opt_.shuffle_chunks) {
-    chunk_order_ = permutation(num_chunks_, opt_.seed, epoch);
-  } else {
-    chunk_order_.resize(size_t(num_chunks_));
-    std::iota(chunk_order_.begin(), chunk_order_.end(), int64_t(0));
-  }
-  next_chunk_ = 0;
-  chunk_len_ = chunk_pos_ = 0;
-  buffered_ = 0;
-  draws_ = 0;
+int64_t ChunkedDataset::memory_bytes() const {
+  return int64_t(slots_.size()) * chunk_records_ * opt_.record_bytes;
 }
 
-uint64_t ChunkedDataset::draw(uint64_t n) {
-  const PhiloxState st{mix_seed(opt_.seed, uint64_t(epoch_), 0x5bu), 0};
-  const uint64_t r = (uint64_t(philox_word(st, draws_)) << 32) | philox_word(st, draws_ + 1);
-  draws_ += 2;
-  return uint64_t((unsigned __int128)r * n >> 64);
+int64_t ChunkedDataset::chunk_reads() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return int64_t(loads_);
 }
 
-void ChunkedDataset::read_chunk(int64_t chunk) {
-  const int64_t rb = opt_.record_bytes;
-  chunk_first_ = chunk * chunk_records_;
-  chunk_len_ = std::min(chunk_records_, records_ - chunk_first_);
-  chunk_pos_ = 0;
-  const int64_t want = chunk_len_ * rb;
+std::shared_ptr<ChunkShuffleSampler> ChunkedDataset::sampler(uint64_t seed, bool shuffle) const {
+  return std::make_shared<ChunkShuffleSampler>(records_, chunk_records_, seed, shuffle);
+}
+
+void ChunkedDataset::read_chunk(int64_t chunk, uint8_t* dst) const {
+  const int64_t rb = opt_.record_bytes, first = chunk * chunk_records_;
+  const int64_t want = std::min(chunk_records_, records_ - first) * rb;
   int64_t got = 0;
   while (got < want) {
-    const ssize_t n = ::pread(fd_, chunk_.data() + got, size_t(want - got), off_t(chunk_first_ * rb + got));
+    const ssize_t n = ::pread(fd_, dst + got, size_t(want - got), off_t(first * rb + got));
     if (n < 0 && errno == EINTR) continue;
-    SNUG_CHECK(n > 0, IOError, path_, ": read ", n < 0 ? "failed" : "ended early", " at offset ",
-               chunk_first_ * rb + got, " (wanted ", want - got, " more bytes of chunk ", chunk,
+    SNUG_CHECK(n > 0, IOError, path_, ": read ", n < 0 ? "failed" : "ended early", " at offset ", first * rb + got,
+               " (wanted ", want - got, " more bytes of chunk ", chunk,
                n < 0 ? str("): ", std::strerror(errno)) : std::string("; was the file truncated while reading?)"));
     got += n;
   }
+}
+
+// NOTE [ Chunk residency ]: find or load, pinning the slot under the lock;
+// the read itself runs unlocked, so other workers keep copying records out
+// of the other slots meanwhile.
+size_t ChunkedDataset::acquire(int64_t chunk) const {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    size_t victim = slots_.size();
+    bool waiting_for_load = false;
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      Slot& sl = slots_[s];
+      if (sl.chunk == chunk) {
+        if (sl.loading) {
+          waiting_for_load = true;
+          break;
+        }
+        ++sl.pins;
+        return s;
+      }
+      if (sl.pins == 0 && !sl.loading &&
+          (victim == slots_.size() || sl.chunk < 0 ||
+           (slots_[victim].chunk >= 0 && sl.loaded_at < slots_[victim].loaded_at)))
+        victim = s;
+    }
+    if (waiting_for_load || victim == slots_.size()) {
+      cv_.wait(lk);  // another thread is reading this chunk, or every slot is in use
+      continue;
+    }
+    Slot& sl = slots_[victim];
+    sl.chunk = chunk;
+    sl.loading = true;
+    sl.pins = 1;
+    sl.loaded_at = ++loads_;
+    const size_t bytes = size_t(chunk_records_ * opt_.record_bytes);
+    if (!sl.bytes) sl.bytes.reset(new uint8_t[bytes]);  // not zeroed: only read pages become resident
+    uint8_t* dst = sl.bytes.get();
+    lk.unlock();
+    try {
+      read_chunk(chunk, dst);
+    } catch (...) {
+      lk.lock();
+      sl.chunk = -1;
+      sl.loading = false;
+      sl.pins = 0;
+      cv_.notify_all();
+      throw;
+    }
+    lk.lock();
+    sl.loading = false;
+    cv_.notify_all();
+    return victim;
+  }
+}
+
+void ChunkedDataset::release(size_t slot) const {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    --slots_[slot].pins;
+  }
+  cv_.notify_all();
 }
 
 Sample ChunkedDataset::emit(const uint8_t* bytes, int64_t index) const {
@@ -95,53 +138,18 @@ Sample ChunkedDataset::emit(const uint8_t* bytes, int64_t index) const {
   return {from_blob_copy(bytes, {opt_.record_bytes}, DType::u8, DType::u8)};  // (record_bytes) u8
 }
 
-std::optional<Sample> ChunkedDataset::next() {
-  const auto rb = size_t(opt_.record_bytes);
-  const int64_t S = opt_.shuffle_buffer;
-  for (;;) {
-    if (chunk_pos_ < chunk_len_) {
-      const uint8_t* rec = chunk_.data() + size_t(chunk_pos_) * rb;
-      const int64_t idx = chunk_first_ + chunk_pos_++;
-      if (S == 0) return emit(rec, idx);
-      if (buffered_ < S) {  // still filling the buffer
-        std::memcpy(buffer_.data() + size_t(buffered_) * rb, rec, rb);
-        buffer_index_[size_t(buffered_++)] = idx;
-        continue;
-      }
-      // Full: give a random buffered record and put the new one in its slot.
-      const auto j = size_t(draw(uint64_t(S)));
-      Sample out = emit(buffer_.data() + j * rb, buffer_index_[j]);
-      std::memcpy(buffer_.data() + j * rb, rec, rb);
-      buffer_index_[j] = idx;
-      return out;
-    }
-    if (next_chunk_ < num_chunks_) {
-      read_chunk(chunk_order_[size_t(next_chunk_++)]);
-      continue;
-    }
-    if (buffered_ == 0) return std::nullopt;
-    // The file is done: drain the buffer in random order.
-    const auto j = size_t(draw(uint64_t(buffered_)));
-    Sample out = emit(buffer_.data() + j * rb, buffer_index_[j]);
-    const auto last = size_t(--buffered_);
-    if (j != last) {
-      std::memcpy(buffer_.data() + j * rb, buffer_.data() + last * rb, rb);
-      buffer_index_[j] = buffer_index_[last];
-    }
-    return out;
-  }
-}
-
-std::optional<Batch> ChunkedDataset::next_batch(int64_t B, const CollateFn& collate) {
-  SNUG_CHECK(B >= 1, ValueError, "ChunkedDataset::next_batch: B must be >= 1, got ", B);
-  std::vector<Sample> samples;
-  for (int64_t k = 0; k < B; ++k) {
-    std::optional<Sample> s = next();
-    if (!s) break;
-    samples.push_back(std::move(*s));
-  }
-  if (samples.empty()) return std::nullopt;
-  return collate(std::move(samples));
+Sample ChunkedDataset::get(int64_t i) const {
+  SNUG_CHECK(i >= 0 && i < records_, IndexError, "ChunkedDataset(", path_, "): record ", i, " out of range (",
+             records_, " records)");
+  const int64_t chunk = i / chunk_records_;
+  const size_t s = acquire(chunk);
+  // The slot cannot be reused while pinned, so its bytes are read unlocked.
+  struct Unpin {
+    const ChunkedDataset* ds;
+    size_t s;
+    ~Unpin() { ds->release(s); }
+  } unpin{this, s};
+  return emit(slots_[s].bytes.get() + (i - chunk * chunk_records_) * opt_.record_bytes, i);
 }
 
 }  // namespace snug::data

@@ -1,61 +1,89 @@
-// ChunkedDataset: streams a file of fixed-size records that may be far larger
-// than memory. It reads chunk_bytes at a time (chunks visited in a seeded
-// order) and mixes records through a shuffle buffer, so it holds at most
-//   chunk_bytes + shuffle_buffer * record_bytes
-// bytes of file data (memory_bytes()), whatever the file's size.
+// ChunkedDataset: a Dataset over a file of fixed-size records that may be far
+// larger than memory. Record i lives in chunk i / chunk_records(); get(i)
+// copies it out of a resident chunk, reading the chunk first when it is not
+// resident. At most max_resident_chunks chunks are resident at once, whatever
+// the number of DataLoader workers calling get():
 //
-// A stream has no random access, so it is not a Dataset: it is iterated with
-// next() / next_batch(), one epoch at a time, on one thread. The shuffle is
-// local: with a buffer of S records a record moves at most about S places
-// from its (chunk-shuffled) file position; bigger buffers mix better.
+//   auto ds = std::make_shared<data::ChunkedDataset>(
+//       "big.bin", data::ChunkedOptions{.record_bytes = 4096, .chunk_bytes = 16 << 20});
+//   data::DataLoader loader(ds, {.batch_size = 32, .num_workers = 2, .sampler = ds->sampler(/*seed=*/1)});
+//   for (data::Batch& b : loader) { /* b[0]: (32, 4096) u8 */ }
+//
+// NOTE [ Chunk residency ]
+// Chunks are read with pread into buffers the dataset owns (one per resident
+// slot, allocated on first use and reused), never mmap'ed: the kernel's page
+// cache of a read() file is not part of the process's resident set, while
+// every touched page of an mmap'ed file is, until it is unmapped. So the
+// dataset's resident file data is at most
+//   memory_bytes() = max_resident_chunks * chunk_records() * record_bytes
+// (tests/test_chunked.cpp measures VmRSS to check it). A slot is pinned only
+// while one record is copied out of it; when every slot is pinned or loading,
+// get() waits. The slot given up for a new chunk is the unpinned one loaded
+// longest ago: under a chunk-by-chunk order (ChunkShuffleSampler) that is a
+// chunk the order has left behind, so each chunk is read once per epoch as
+// long as the batches in flight (prefetch_factor * num_workers * batch_size
+// records) span no more than max_resident_chunks chunks (a chunk kept from
+// the previous epoch and used first in the next is the oldest and may be
+// read once more). Any other order (RandomSampler) still gives every record,
+// within the same bound, but reads a chunk for almost every record.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <optional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "data/collate.h"
 #include "data/dataset.h"
+#include "data/sampler.h"
 
 namespace snug::data {
 
 // Turns the bytes of record `index` into a sample. The default gives
-// {(record_bytes) u8}.
+// {(record_bytes) u8}. Called from worker threads; must be thread-safe.
 using RecordDecoder = std::function<Sample(const uint8_t* bytes, int64_t record_bytes, int64_t index)>;
 
 struct ChunkedOptions {
-  int64_t record_bytes = 0;        // required: the size of every record
-  int64_t chunk_bytes = 4 << 20;   // rounded down to whole records (at least one)
-  int64_t shuffle_buffer = 0;      // records; 0 streams in chunk order
-  bool shuffle_chunks = true;      // visit chunks in a seeded order each epoch
-  uint64_t seed = 0;
+  int64_t record_bytes = 0;          // required: the size of every record
+  int64_t chunk_bytes = 4 << 20;     // rounded down to whole records (at least one)
+  int64_t max_resident_chunks = 2;   // chunk buffers held at once (>= 1)
 };
 
-class ChunkedDataset {
+class ChunkedDataset : public Dataset {
  public:
   // Checks that the file is a whole number of records (IOError naming the
   // file and the offset of a partial record otherwise).
   ChunkedDataset(std::string path, ChunkedOptions opt, RecordDecoder decode = {});
-  ~ChunkedDataset();
+  ~ChunkedDataset() override;
   ChunkedDataset(const ChunkedDataset&) = delete;
   ChunkedDataset& operator=(const ChunkedDataset&) = delete;
 
-  int64_t size() const { return records_; }  // records in the file
-  // The most file bytes held at once: chunk buffer + shuffle buffer.
-  int64_t memory_bytes() const;
+  int64_t size() const override { return records_; }  // records in the file
+  // Record i (IndexError outside [0, size())); thread-safe (NOTE [ Chunk residency ]).
+  Sample get(int64_t i) const override;
 
-  // Rewinds to the start of `epoch` (the chunk order and shuffle depend on
-  // (seed, epoch)). The constructor starts epoch 0.
-  void start_epoch(int64_t epoch);
-  // The next record of the epoch, or nullopt when every record has been given.
-  std::optional<Sample> next();
-  // Up to B records collated (stack_collate by default); nullopt at the end.
-  std::optional<Batch> next_batch(int64_t B, const CollateFn& collate = stack_collate);
+  int64_t chunk_records() const { return chunk_records_; }
+  int64_t num_chunks() const { return num_chunks_; }
+  // The most file bytes resident at once: max_resident_chunks full chunks.
+  int64_t memory_bytes() const;
+  // Chunks read from the file so far (a chunk read twice counts twice).
+  int64_t chunk_reads() const;
+  // A ChunkShuffleSampler over this file's chunks.
+  std::shared_ptr<ChunkShuffleSampler> sampler(uint64_t seed, bool shuffle = true) const;
 
  private:
-  void read_chunk(int64_t chunk);
-  uint64_t draw(uint64_t n);  // uniform in [0, n)
+  struct Slot {
+    int64_t chunk = -1;  // -1: empty
+    int pins = 0;        // records being copied out of it now
+    bool loading = false;
+    uint64_t loaded_at = 0;  // load order, for choosing a slot to reuse
+    std::unique_ptr<uint8_t[]> bytes;
+  };
+  // Pins the slot holding `chunk`, reading it first if needed; returns its index.
+  size_t acquire(int64_t chunk) const;
+  void release(size_t slot) const;
+  void read_chunk(int64_t chunk, uint8_t* dst) const;
   Sample emit(const uint8_t* bytes, int64_t index) const;
 
   std::string path_;
@@ -63,16 +91,10 @@ class ChunkedDataset {
   RecordDecoder decode_;
   int fd_ = -1;
   int64_t records_ = 0, chunk_records_ = 0, num_chunks_ = 0;
-  // epoch state
-  int64_t epoch_ = 0;
-  std::vector<int64_t> chunk_order_;
-  int64_t next_chunk_ = 0;                  // position in chunk_order_
-  std::vector<uint8_t> chunk_;              // chunk_records_ * record_bytes
-  int64_t chunk_first_ = 0, chunk_len_ = 0, chunk_pos_ = 0;  // records
-  std::vector<uint8_t> buffer_;             // shuffle_buffer * record_bytes
-  std::vector<int64_t> buffer_index_;       // record index of each buffer slot
-  int64_t buffered_ = 0;
-  uint64_t draws_ = 0;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;  // a slot was loaded or unpinned
+  mutable std::vector<Slot> slots_;
+  mutable uint64_t loads_ = 0;
 };
 
 }  // namespace snug::data

@@ -66,6 +66,29 @@ std::vector<int64_t> ShardedSampler::indices(int64_t epoch) const {
   return mine;
 }
 
+ChunkShuffleSampler::ChunkShuffleSampler(int64_t n, int64_t chunk_size, uint64_t seed, bool shuffle)
+    : n_(n), chunk_(chunk_size), seed_(seed), shuffle_(shuffle) {
+  SNUG_CHECK(n >= 0 && chunk_size >= 1, ValueError, "ChunkShuffleSampler: expected n >= 0 and chunk_size >= 1, got ",
+             n, " and ", chunk_size);
+}
+
+std::vector<int64_t> ChunkShuffleSampler::indices(int64_t epoch) const {
+  std::vector<int64_t> out;
+  out.reserve(size_t(n_));
+  if (!shuffle_) {
+    for (int64_t i = 0; i < n_; ++i) out.push_back(i);
+    return out;
+  }
+  const int64_t chunks = (n_ + chunk_ - 1) / chunk_;
+  // Separate streams for the chunk order and for each chunk's inner order,
+  // so neither is a shifted copy of the other.
+  for (int64_t c : permutation(chunks, mix_seed(seed_, 0xc4u), epoch)) {
+    const int64_t first = c * chunk_, len = std::min(chunk_, n_ - first);
+    for (int64_t k : permutation(len, mix_seed(seed_, 0x1eu, uint64_t(c)), epoch)) out.push_back(first + k);
+  }
+  return out;
+}
+
 // ---- batch samplers ----------------------------------------------------------------
 
 BatchSampler::BatchSampler(std::shared_ptr<const Sampler> sampler, int64_t batch_size, bool drop_last)

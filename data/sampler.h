@@ -73,6 +73,25 @@ class ShardedSampler : public Sampler {
   int64_t per_shard_;
 };
 
+// Chunk-aware shuffling for data stored in chunks of `chunk_size`
+// consecutive indices (the last may be shorter), e.g. ChunkedDataset: each
+// epoch visits the chunks in a seeded order and, inside each chunk, its
+// indices in a seeded order of their own; both depend on (seed, epoch) only.
+// So consecutive positions stay within one chunk, and a loader keeps only
+// the chunk it is in and the next resident. shuffle = false: 0..n-1.
+class ChunkShuffleSampler : public Sampler {
+ public:
+  ChunkShuffleSampler(int64_t n, int64_t chunk_size, uint64_t seed, bool shuffle = true);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override { return n_; }
+  int64_t chunk_size() const { return chunk_; }
+
+ private:
+  int64_t n_, chunk_;
+  uint64_t seed_;
+  bool shuffle_;
+};
+
 // ---- batch samplers ------------------------------------------------------------
 
 class BatchSamplerBase {

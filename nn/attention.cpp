@@ -12,8 +12,8 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, bool c, double d, b
     : Module("MultiheadAttention"), embd(e), heads(h), head_dim(h > 0 ? e / h : 0), causal(c), dropout_p(d) {
   SNUG_CHECK(e > 0 && h > 0 && e % h == 0, ValueError, "MultiheadAttention: embd (", e,
              ") must be a positive multiple of heads (", h, ")");
-  qkv = register_module("qkv", std::make_shared<Linear>(e, 3 * e, bias));
-  proj = register_module("proj", std::make_shared<Linear>(e, e, bias));
+  register_module("qkv", qkv, std::make_shared<Linear>(e, 3 * e, bias));
+  register_module("proj", proj, std::make_shared<Linear>(e, e, bias));
 }
 
 Tensor MultiheadAttention::forward(const Tensor& x) { return forward(x, Tensor()); }
@@ -38,12 +38,12 @@ std::string MultiheadAttention::repr() const {
 
 TransformerBlock::TransformerBlock(int64_t e, int64_t h, bool causal, double d, int64_t ratio)
     : Module("TransformerBlock") {
-  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(e));
-  attn = register_module("attn", std::make_shared<MultiheadAttention>(e, h, causal, d));
-  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(e));
-  fc = register_module("fc", std::make_shared<Linear>(e, ratio * e));
-  fc_proj = register_module("fc_proj", std::make_shared<Linear>(ratio * e, e));
-  drop = register_module("drop", std::make_shared<Dropout>(d));
+  register_module("ln_1", ln_1, std::make_shared<LayerNorm>(e));
+  register_module("attn", attn, std::make_shared<MultiheadAttention>(e, h, causal, d));
+  register_module("ln_2", ln_2, std::make_shared<LayerNorm>(e));
+  register_module("fc", fc, std::make_shared<Linear>(e, ratio * e));
+  register_module("fc_proj", fc_proj, std::make_shared<Linear>(ratio * e, e));
+  register_module("drop", drop, std::make_shared<Dropout>(d));
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {

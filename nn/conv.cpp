@@ -40,6 +40,10 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> k, std::array<int
   }
 }
 
+Conv2d::Conv2d(std::string name, const Conv2d& like)
+    : Module(std::move(name)), in_channels(like.in_channels), out_channels(like.out_channels), groups(like.groups),
+      kernel_size(like.kernel_size), stride(like.stride), padding(like.padding), dilation(like.dilation) {}
+
 Tensor Conv2d::forward(const Tensor& x) { return F::conv2d(x, weight, bias, stride, padding, dilation, groups); }
 
 std::string Conv2d::repr() const {

@@ -25,6 +25,11 @@ class Conv2d : public Module {
   Tensor weight, bias;
   int64_t in_channels, out_channels, groups;
   std::array<int64_t, 2> kernel_size, stride, padding, dilation;
+
+ protected:
+  // For layers that stand in for a Conv2d (NOTE [ Replacing a child ] in
+  // nn/module.h): like's geometry, and no tensors; the subclass registers what it holds.
+  Conv2d(std::string name, const Conv2d& like);
 };
 
 // Per-channel normalization of (N, C, H, W) (or (N, C)). weight = 1, bias = 0;

@@ -19,6 +19,8 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, TensorOptions opt)
     init::uniform_(bias, -bound, bound);
   }
 }
+Linear::Linear(std::string name, const Linear& like)
+    : Module(std::move(name)), in_features(like.in_features), out_features(like.out_features) {}
 Tensor Linear::forward(const Tensor& x) { return F::linear(x, weight, bias); }
 std::string Linear::repr() const {
   return str("Linear(in=", in_features, ", out=", out_features, ", bias=", bias.defined() ? "true" : "false", ")");

@@ -14,6 +14,11 @@ class Linear : public Module {
   std::string repr() const override;
   Tensor weight, bias;  // (out, in), (out) or undefined
   int64_t in_features, out_features;
+
+ protected:
+  // For layers that stand in for a Linear (NOTE [ Replacing a child ] in
+  // nn/module.h): like's sizes, and no tensors; the subclass registers what it holds.
+  Linear(std::string name, const Linear& like);
 };
 
 // indices (...) -> (..., dim). Init N(0, 1).

@@ -60,12 +60,37 @@ void Module::replace_parameter(const std::string& name, const Tensor& t) {
   throw ValueError(str(name_, ": no parameter named \"", name, "\""));
 }
 
-void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m, Slot slot) {
   SNUG_CHECK(m != nullptr, ValueError, name_, ": register_module(\"", name, "\") got a null module");
   SNUG_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError, name_, ": module name \"", name,
              "\" must be non-empty and contain no '.'");
   check_unused(name_, name, params_, buffers_, children_);
   children_.emplace_back(name, std::move(m));
+  slots_.push_back(std::move(slot));
+}
+
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> m) {
+  SNUG_CHECK(m != nullptr, ValueError, name_, ".replace_module(\"", name, "\"): the replacement is null");
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (children_[i].first != name) continue;
+    // NOTE [ Replacing a child ]: the bound member first, so a type that does
+    // not fit leaves the registry as it was.
+    if (slots_[i].set)
+      SNUG_CHECK(slots_[i].set(m), ValueError, name_, ".replace_module(\"", name, "\"): ", m->repr(),
+                 " does not fit the member bound to \"", name, "\" (it holds ", children_[i].second->repr(), ")");
+    children_[i].second = std::move(m);
+    return;
+  }
+  throw ValueError(str(name_, ".replace_module: no submodule named \"", name, "\""));
+}
+
+int Module::holds(const Module& child) const {
+  int n = 0;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (children_[i].second.get() == &child) ++n;
+    if (slots_[i].get && slots_[i].get() == &child) ++n;
+  }
+  return n;
 }
 
 void Module::collect(NamedTensors& out, const std::string& prefix, bool params, bool recurse) const {
@@ -230,11 +255,24 @@ std::string Module::pretty(int indent) const {
 
 // ---- containers ---------------------------------------------------------------------
 
+// Binds element i of a container's list (NOTE [ Replacing a child ]): by
+// index, since the vector moves as it grows. The list is a member of the
+// container, which cannot be copied or moved, so the reference stays valid.
+Module::Slot Module::element_slot(std::vector<std::shared_ptr<Module>>& list, size_t i) {
+  Slot s;
+  s.set = [&list, i](const std::shared_ptr<Module>& r) {
+    list[i] = r;
+    return true;
+  };
+  s.get = [&list, i]() -> const Module* { return i < list.size() ? list[i].get() : nullptr; };
+  return s;
+}
+
 Sequential::Sequential(std::vector<std::shared_ptr<Module>> mods) : Module("Sequential") {
   for (auto& m : mods) push_back(m);
 }
 Sequential& Sequential::push_back(std::shared_ptr<Module> m) {
-  add_child(std::to_string(mods_.size()), m);
+  add_child(std::to_string(mods_.size()), m, element_slot(mods_, mods_.size()));
   mods_.push_back(std::move(m));
   return *this;
 }
@@ -292,7 +330,7 @@ std::shared_ptr<Module> Sequential::operator[](size_t i) const {
 }
 
 ModuleList& ModuleList::push_back(std::shared_ptr<Module> m) {
-  add_child(std::to_string(mods_.size()), m);
+  add_child(std::to_string(mods_.size()), m, element_slot(mods_, mods_.size()));
   mods_.push_back(std::move(m));
   return *this;
 }

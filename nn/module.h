@@ -4,11 +4,24 @@
 // registration order. Parameters are ordinary Tensors that require grad;
 // to(device)/to(dtype) convert them in place (the Tensor handles stay the
 // same objects), so an optimizer built before a move still updates them.
+//
+// NOTE [ Replacing a child ]
+// A module usually calls its children through typed members
+// (`std::shared_ptr<Linear> fc;` ... `fc->forward(x)`), not through the
+// registry, so swapping the registry entry alone would leave forward calling
+// the old child. register_module(name, member, m) binds the member to the
+// entry; replace_module(name, r) then assigns r to both, and Sequential and
+// ModuleList bind their element lists the same way. A replacement must fit
+// the member's type, so a layer meant to stand in for a Linear derives from
+// Linear (quant/modules.h). A member filled by the two-argument
+// register_module is not bound; holds() lets a caller detect such extra
+// references (use_count above what the tree holds) instead of guessing.
 #pragma once
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -39,9 +52,37 @@ class Module : public std::enable_shared_from_this<Module> {
   Tensor& register_buffer(const std::string& name, Tensor t);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
-    add_child(name, m);
+    add_child(name, m, {});
     return m;
   }
+  // Registers m and binds `member` (a field of this module, which forward
+  // calls) to it: member = m now, and replace_module(name, ...) later
+  // assigns the replacement to member as well (NOTE [ Replacing a child ]).
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M>& member,
+                                     std::type_identity_t<std::shared_ptr<M>> m) {
+    member = m;
+    Slot slot;
+    slot.set = [&member](const std::shared_ptr<Module>& r) {
+      auto t = std::dynamic_pointer_cast<M>(r);
+      if (!t) return false;
+      member = std::move(t);
+      return true;
+    };
+    slot.get = [&member]() -> const Module* { return member.get(); };
+    add_child(name, std::move(m), std::move(slot));
+    return member;
+  }
+  // Puts m in place of the child registered as `name` (same position, so
+  // state_dict keeps its order), and in the member or container slot bound
+  // to it. ValueError when there is no such child or when m does not fit the
+  // bound member's type (nothing is changed then).
+  void replace_module(const std::string& name, std::shared_ptr<Module> m);
+  // How many references to `child` this module holds: one per registry entry,
+  // plus one per bound member or container slot that points at it. A caller
+  // compares the sum over a tree with the child's use_count to learn whether
+  // anything outside the tree still calls it (quant/convert.cpp does).
+  int holds(const Module& child) const;
   // Replaces a registered parameter's tensor (e.g. to tie weights).
   void replace_parameter(const std::string& name, const Tensor& t);
 
@@ -76,7 +117,15 @@ class Module : public std::enable_shared_from_this<Module> {
   std::string pretty(int indent = 0) const;            // the tree of modules
 
  protected:
-  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  // A typed member or container element bound to a child: set assigns a
+  // replacement (false when it does not fit the member's type), get says
+  // what the member holds now.
+  struct Slot {
+    std::function<bool(const std::shared_ptr<Module>&)> set;
+    std::function<const Module*()> get;
+  };
+  void add_child(const std::string& name, std::shared_ptr<Module> m, Slot slot = {});
+  static Slot element_slot(std::vector<std::shared_ptr<Module>>& list, size_t i);
 
  private:
   void collect(NamedTensors& out, const std::string& prefix, bool params, bool recurse) const;
@@ -86,6 +135,7 @@ class Module : public std::enable_shared_from_this<Module> {
   NamedTensors params_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  std::vector<Slot> slots_;  // slots_[i] is bound to children_[i] (empty when unbound)
 };
 
 // Chains single-tensor modules.

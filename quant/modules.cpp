@@ -1,6 +1,7 @@
 #include "quant/modules.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "autograd/grad_mode.h"
 #include "core/raw_ops.h"
@@ -16,25 +17,27 @@ QParams weight_qparams(const Tensor& w) {
   return choose_qparams(mins, maxs, DType::i8, /*symmetric=*/true, 0);
 }
 
-// ---- the shared int8 layer -----------------------------------------------------------------
+// ---- the shared int8 state -----------------------------------------------------------------
 
-QuantizedWeightLayer::QuantizedWeightLayer(std::string name, const Tensor& w_float, const Tensor& b_float,
-                                           std::optional<QParams> input)
-    : nn::Module(std::move(name)) {
+Tensor QuantizedWeights::init(nn::Module& owner, const Tensor& w_float, const Tensor& b_float,
+                              std::optional<QParams> input) {
   NoGradGuard ng;
+  SNUG_CHECK(w_float.defined(), ValueError, owner.name(), ": the float layer has no weight to quantize");
   const QParams wq = weight_qparams(w_float.detach());
-  register_buffer("weight_int8", weight_int8 = quantize(w_float.detach(), wq));
-  register_buffer("weight_scale", weight_scale = from_vector(wq.scale, {int64_t(wq.scale.size())}));
-  if (b_float.defined()) register_buffer("bias", bias = raw::clone(raw::to_dtype(b_float.detach(), DType::f32)));
+  owner.register_buffer("weight_int8", weight_int8 = quantize(w_float.detach(), wq));
+  owner.register_buffer("weight_scale", weight_scale = from_vector(wq.scale, {int64_t(wq.scale.size())}));
+  Tensor bias;
+  if (b_float.defined()) owner.register_buffer("bias", bias = raw::clone(raw::to_dtype(b_float.detach(), DType::f32)));
   if (input) {
-    SNUG_CHECK(input->dtype == DType::u8 && !input->per_channel(), ValueError, this->name(),
+    SNUG_CHECK(input->dtype == DType::u8 && !input->per_channel(), ValueError, owner.name(),
                ": input parameters must be u8 per-tensor, got ", input->str());
-    register_buffer("input_scale", input_scale = from_vector(input->scale, {1}));
-    register_buffer("input_zero_point", input_zero_point = from_vector(input->zero_point, {1}, DType::i32));
+    owner.register_buffer("input_scale", input_scale = from_vector(input->scale, {1}));
+    owner.register_buffer("input_zero_point", input_zero_point = from_vector(input->zero_point, {1}, DType::i32));
   }
+  return bias;
 }
 
-void QuantizedWeightLayer::repack() {
+void QuantizedWeights::repack() {
   const int64_t N = weight_int8.size(0), K = weight_int8.numel() / std::max<int64_t>(N, 1);
   Tensor w = raw::contiguous(weight_int8);
   const int8_t* p = w.data<int8_t>();
@@ -44,7 +47,7 @@ void QuantizedWeightLayer::repack() {
     for (int64_t k = 0; k < K; ++k) colsum_[size_t(n)] += p[n * K + k];
 }
 
-QParams QuantizedWeightLayer::input_qparams(const Tensor& x) const {
+QParams QuantizedWeights::input_qparams(const Tensor& x) const {
   if (!is_dynamic()) {
     QParams q;
     q.dtype = DType::u8;
@@ -58,10 +61,12 @@ QParams QuantizedWeightLayer::input_qparams(const Tensor& x) const {
 }
 
 // xq (M, K) u8 quantized with qx -> (M, N) f32
-Tensor QuantizedWeightLayer::matmul_quantized(const Tensor& xq, const QParams& qx) {
+Tensor QuantizedWeights::matmul_quantized(const Tensor& xq, const QParams& qx, const Tensor& bias,
+                                          const nn::Module& who) {
   if (!packed_.data.defined()) repack();
   const int64_t M = xq.size(0), K = xq.size(1), N = packed_.N;
-  SNUG_CHECK(K == packed_.K, ShapeError, name(), ": input rows of length ", K, " but the weights expect ", packed_.K);
+  SNUG_CHECK(K == packed_.K, ShapeError, who.repr(), ": input rows of length ", K, " but the weights expect ",
+             packed_.K);
   Tensor acc = empty({M, N}, DType::i32);
   kernels::gemm_u8s8s32_packed(M, xq.data<uint8_t>(), K, packed_, acc.data<int32_t>(), N);
   Tensor y = empty({M, N}, DType::f32);
@@ -83,9 +88,9 @@ Tensor QuantizedWeightLayer::matmul_quantized(const Tensor& xq, const QParams& q
 // ---- Linear ----------------------------------------------------------------------------------
 
 QuantizedLinear::QuantizedLinear(const nn::Linear& f, std::optional<QParams> input)
-    : QuantizedWeightLayer("QuantizedLinear", f.weight, f.bias, std::move(input)),
-      in_features(f.in_features),
-      out_features(f.out_features) {}
+    : nn::Linear("QuantizedLinear", f) {
+  bias = init(*this, f.weight, f.bias, std::move(input));
+}
 
 Tensor QuantizedLinear::forward(const Tensor& x) {
   SNUG_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError, repr(), ": input of shape ", shape_str(x.shape()),
@@ -94,7 +99,7 @@ Tensor QuantizedLinear::forward(const Tensor& x) {
   out_shape.back() = out_features;
   Tensor x2 = raw::view(raw::contiguous(raw::to_dtype(x, DType::f32)), {-1, in_features});
   const QParams qx = input_qparams(x2);
-  return raw::view(matmul_quantized(quantize(x2, qx), qx), out_shape);
+  return raw::view(matmul_quantized(quantize(x2, qx), qx, bias, *this), out_shape);
 }
 
 std::string QuantizedLinear::repr() const {
@@ -104,16 +109,17 @@ std::string QuantizedLinear::repr() const {
 
 // ---- Conv2d ------------------------------------------------------------------------------------
 
-QuantizedConv2d::QuantizedConv2d(const nn::Conv2d& f, std::optional<QParams> input)
-    : QuantizedWeightLayer("QuantizedConv2d", f.weight, f.bias, std::move(input)),
-      in_channels(f.in_channels),
-      out_channels(f.out_channels),
-      kernel_size(f.kernel_size),
-      stride(f.stride),
-      padding(f.padding),
-      dilation(f.dilation) {
-  SNUG_CHECK(f.groups == 1, ValueError, "QuantizedConv2d: grouped convolutions (groups=", f.groups,
+namespace {
+void check_plain_conv(const nn::Conv2d& f, const char* who) {
+  SNUG_CHECK(f.groups == 1, ValueError, who, ": grouped convolutions (groups=", f.groups,
              ") are not supported; leave them in float");
+}
+}  // namespace
+
+QuantizedConv2d::QuantizedConv2d(const nn::Conv2d& f, std::optional<QParams> input)
+    : nn::Conv2d("QuantizedConv2d", f) {
+  check_plain_conv(f, "QuantizedConv2d");
+  bias = init(*this, f.weight, f.bias, std::move(input));
 }
 
 // x (N, C, H, W) -> (N, O, Ho, Wo): quantize, im2col in u8 (padding = the
@@ -149,7 +155,7 @@ Tensor QuantizedConv2d::forward(const Tensor& x) {
         }
       }
   }
-  Tensor y = matmul_quantized(cols, qx);  // (N*Ho*Wo, O)
+  Tensor y = matmul_quantized(cols, qx, bias, *this);  // (N*Ho*Wo, O)
   return raw::contiguous(raw::permute(raw::view(y, {N, Ho, Wo, out_channels}), {0, 3, 1, 2}));
 }
 
@@ -160,15 +166,39 @@ std::string QuantizedConv2d::repr() const {
 
 // ---- calibration ------------------------------------------------------------------------------
 
-Observed::Observed(std::shared_ptr<nn::Module> l, const std::string& kind)
-    : nn::Module("Observed"), layer(std::move(l)), observer(make_observer(kind, {DType::u8, false, -1})) {
-  register_module("layer", layer);
+namespace {
+// The float layer's own weight and bias tensors, registered under the same
+// names, so state_dict keys and the optimizer's tensors stay what they were.
+template <class Layer>
+void share_float_tensors(Layer& self, const std::type_identity_t<Layer>& f) {
+  self.weight = self.register_parameter("weight", f.weight, f.weight.requires_grad());
+  if (f.bias.defined()) self.bias = self.register_parameter("bias", f.bias, f.bias.requires_grad());
 }
-Tensor Observed::forward(const Tensor& x) {
+std::unique_ptr<Observer> make_input_observer(const std::string& kind) {
+  return make_observer(kind, {DType::u8, false, -1});
+}
+}  // namespace
+
+ObservedLinear::ObservedLinear(const nn::Linear& f, const std::string& kind)
+    : nn::Linear("ObservedLinear", f), observer(make_input_observer(kind)) {
+  share_float_tensors<nn::Linear>(*this, f);
+}
+Tensor ObservedLinear::forward(const Tensor& x) {
   observer->observe(x.detach());
-  return layer->forward(x);
+  return F::linear(x, weight, bias);
 }
-std::string Observed::repr() const { return "Observed(" + layer->repr() + ")"; }
+std::string ObservedLinear::repr() const { return str("ObservedLinear(in=", in_features, ", out=", out_features, ")"); }
+
+ObservedConv2d::ObservedConv2d(const nn::Conv2d& f, const std::string& kind)
+    : nn::Conv2d("ObservedConv2d", f), observer(make_input_observer(kind)) {
+  check_plain_conv(f, "ObservedConv2d");
+  share_float_tensors<nn::Conv2d>(*this, f);
+}
+Tensor ObservedConv2d::forward(const Tensor& x) {
+  observer->observe(x.detach());
+  return F::conv2d(x, weight, bias, stride, padding, dilation, groups);
+}
+std::string ObservedConv2d::repr() const { return "Observed" + nn::Conv2d::repr(); }
 
 // ---- QAT --------------------------------------------------------------------------------------------
 
@@ -178,25 +208,24 @@ Tensor FakeQuantize::forward(const Tensor& x) {
   return fake_quantize(x, observer->qparams());
 }
 
-QATLayer::QATLayer(std::shared_ptr<nn::Module> l, const std::string& kind)
-    : nn::Module("QATLayer"),
-      layer(std::move(l)),
-      input_fq(std::make_shared<FakeQuantize>(make_observer(kind, {DType::u8, false, -1}))) {
-  SNUG_CHECK(dynamic_cast<nn::Linear*>(layer.get()) ||
-                 (dynamic_cast<nn::Conv2d*>(layer.get()) && dynamic_cast<nn::Conv2d*>(layer.get())->groups == 1),
-             ValueError, "QATLayer: wraps a Linear or a Conv2d with groups == 1, got ", layer->repr());
-  register_module("layer", layer);
-  register_module("input_fq", input_fq);
+QATLinear::QATLinear(const nn::Linear& f, const std::string& kind) : nn::Linear("QATLinear", f) {
+  share_float_tensors<nn::Linear>(*this, f);
+  register_module("input_fq", input_fq, std::make_shared<FakeQuantize>(make_input_observer(kind)));
 }
+Tensor QATLinear::forward(const Tensor& x) {
+  return F::linear(input_fq->forward(x), fake_quantize(weight, weight_qparams(weight.detach())), bias);
+}
+std::string QATLinear::repr() const { return str("QATLinear(in=", in_features, ", out=", out_features, ")"); }
 
-Tensor QATLayer::forward(const Tensor& x) {
-  Tensor xq = input_fq->forward(x);
-  if (auto* l = dynamic_cast<nn::Linear*>(layer.get()))
-    return F::linear(xq, fake_quantize(l->weight, weight_qparams(l->weight.detach())), l->bias);
-  auto* c = dynamic_cast<nn::Conv2d*>(layer.get());
-  return F::conv2d(xq, fake_quantize(c->weight, weight_qparams(c->weight.detach())), c->bias, c->stride, c->padding,
-                   c->dilation, c->groups);
+QATConv2d::QATConv2d(const nn::Conv2d& f, const std::string& kind) : nn::Conv2d("QATConv2d", f) {
+  check_plain_conv(f, "QATConv2d");
+  share_float_tensors<nn::Conv2d>(*this, f);
+  register_module("input_fq", input_fq, std::make_shared<FakeQuantize>(make_input_observer(kind)));
 }
-std::string QATLayer::repr() const { return "QATLayer(" + layer->repr() + ")"; }
+Tensor QATConv2d::forward(const Tensor& x) {
+  return F::conv2d(input_fq->forward(x), fake_quantize(weight, weight_qparams(weight.detach())), bias, stride,
+                   padding, dilation, groups);
+}
+std::string QATConv2d::repr() const { return "QAT" + nn::Conv2d::repr(); }
 
 }  // namespace snug::quant

@@ -11,6 +11,20 @@
 //
 // Activations travel between layers in f32, so ReLU, pooling and Flatten need
 // no quantized versions. No autograd: these are for inference.
+//
+// NOTE [ Quantized layers are float-layer subclasses ]
+// Every layer here derives from the float layer it replaces (QuantizedLinear,
+// ObservedLinear and QATLinear from nn::Linear; the Conv2d ones from
+// nn::Conv2d). Models call their layers through typed members
+// (`std::shared_ptr<Linear> qkv`), and quant/convert.cpp puts the new layer
+// into those members (NOTE [ Replacing a child ] in nn/module.h); only a
+// Linear fits a Linear member. The sizes (in_features, kernel_size, ...) stay
+// meaningful. A quantized layer's `weight` is undefined (it holds
+// weight_int8) and its `bias` is its f32 bias buffer; the observed and QAT
+// layers hold the float layer's own weight and bias tensors, so an optimizer
+// built on the float model keeps training them. The exact-type checks of the
+// fused paths (nn::Sequential, TransformerBlock) see a subclass and call its
+// forward.
 #pragma once
 #include <memory>
 #include <optional>
@@ -23,14 +37,16 @@
 
 namespace snug::quant {
 
-// Shared by the two quantized layers: weights, scales, bias, the input's
-// parameters (static) and the packed weights.
-class QuantizedWeightLayer : public nn::Module {
+// The int8 state of a quantized layer, shared by QuantizedLinear and
+// QuantizedConv2d (a mixin, not a Module: each of them is a float layer's
+// subclass, NOTE [ Quantized layers are float-layer subclasses ]).
+class QuantizedWeights {
  public:
+  virtual ~QuantizedWeights() = default;
   // Buffers (saved by state_dict): weight_int8 (out, ...) i8, weight_scale
-  // (out) f32, bias (out) f32 or undefined, and when static input_scale (1)
-  // f32 and input_zero_point (1) i32.
-  Tensor weight_int8, weight_scale, bias, input_scale, input_zero_point;
+  // (out) f32, bias (out) f32 or undefined (the layer's `bias`), and when
+  // static input_scale (1) f32 and input_zero_point (1) i32.
+  Tensor weight_int8, weight_scale, input_scale, input_zero_point;
   bool is_dynamic() const { return !input_scale.defined(); }
   // Repacks the weights for the GEMM; call after changing weight_int8 in place
   // (quant::load_quantized does).
@@ -38,9 +54,11 @@ class QuantizedWeightLayer : public nn::Module {
   std::size_t packed_bytes() const { return packed_.nbytes(); }
 
  protected:
-  QuantizedWeightLayer(std::string name, const Tensor& w_float, const Tensor& b_float, std::optional<QParams> input);
-  // xq (M, K) u8, quantized with qx -> (M, out) f32 through the int8 GEMM.
-  Tensor matmul_quantized(const Tensor& xq, const QParams& qx);
+  // Quantizes w_float and registers the buffers in `owner`; returns the f32 bias (or undefined).
+  Tensor init(nn::Module& owner, const Tensor& w_float, const Tensor& b_float, std::optional<QParams> input);
+  // xq (M, K) u8, quantized with qx -> (M, out) f32 through the int8 GEMM, + bias.
+  // `who` names the layer in a shape error.
+  Tensor matmul_quantized(const Tensor& xq, const QParams& qx, const Tensor& bias, const nn::Module& who);
   // The input's parameters: calibrated, or from x itself.
   QParams input_qparams(const Tensor& x) const;
 
@@ -49,37 +67,52 @@ class QuantizedWeightLayer : public nn::Module {
   std::vector<int32_t> colsum_;  // sum_k W_q[n, k]
 };
 
-class QuantizedLinear : public QuantizedWeightLayer {
+class QuantizedLinear : public nn::Linear, public QuantizedWeights {
  public:
   // From a float Linear; `input` given: static, else dynamic.
   explicit QuantizedLinear(const nn::Linear& f, std::optional<QParams> input = std::nullopt);
   Tensor forward(const Tensor& x) override;  // (..., in) -> (..., out)
   std::string repr() const override;
-  int64_t in_features, out_features;
 };
 
 // groups == 1 only.
-class QuantizedConv2d : public QuantizedWeightLayer {
+class QuantizedConv2d : public nn::Conv2d, public QuantizedWeights {
  public:
   explicit QuantizedConv2d(const nn::Conv2d& f, std::optional<QParams> input = std::nullopt);
   Tensor forward(const Tensor& x) override;  // (N, in, H, W) -> (N, out, Ho, Wo)
   std::string repr() const override;
-  int64_t in_channels, out_channels;
-  std::array<int64_t, 2> kernel_size, stride, padding, dilation;
 };
 
 // Per-output-channel symmetric i8 parameters of a weight from its min and max.
 QParams weight_qparams(const Tensor& w);
 
+// A layer prepared for convert: it watches its input (calibration or QAT)
+// and holds a float Linear's or Conv2d's weight and bias.
+class InputObserving {
+ public:
+  virtual ~InputObserving() = default;
+  virtual const Observer& input_observer() const = 0;
+};
+
 // ---- calibration (static quantization) --------------------------------------------------
 
-// Wraps a float Linear or Conv2d; forward observes the input, then runs the layer.
-class Observed : public nn::Module {
+// A float Linear / Conv2d (the same weight and bias tensors) whose forward
+// observes the input, then runs the float layer.
+class ObservedLinear : public nn::Linear, public InputObserving {
  public:
-  Observed(std::shared_ptr<nn::Module> layer, const std::string& observer);
+  ObservedLinear(const nn::Linear& f, const std::string& observer);
   Tensor forward(const Tensor& x) override;
   std::string repr() const override;
-  std::shared_ptr<nn::Module> layer;
+  const Observer& input_observer() const override { return *observer; }
+  std::unique_ptr<Observer> observer;
+};
+
+class ObservedConv2d : public nn::Conv2d, public InputObserving {
+ public:
+  ObservedConv2d(const nn::Conv2d& f, const std::string& observer);  // groups == 1
+  Tensor forward(const Tensor& x) override;
+  std::string repr() const override;
+  const Observer& input_observer() const override { return *observer; }
   std::unique_ptr<Observer> observer;
 };
 
@@ -93,16 +126,24 @@ class FakeQuantize : public nn::Module {
   std::unique_ptr<Observer> observer;
 };
 
-// A float Linear or Conv2d trained through fake quantization of its input
-// (u8, moving-average min-max) and of its weight (i8 per channel, from the
-// current weight). The float parameters are the wrapped layer's own tensors,
-// so an optimizer built on the float model keeps training them.
-class QATLayer : public nn::Module {
+// A float Linear / Conv2d trained through fake quantization of its input
+// (u8, moving-average min-max by default) and of its weight (i8 per channel,
+// from the current weight). Its parameters are the float layer's own tensors.
+class QATLinear : public nn::Linear, public InputObserving {
  public:
-  QATLayer(std::shared_ptr<nn::Module> layer, const std::string& observer);
+  QATLinear(const nn::Linear& f, const std::string& observer);
   Tensor forward(const Tensor& x) override;
   std::string repr() const override;
-  std::shared_ptr<nn::Module> layer;
+  const Observer& input_observer() const override { return *input_fq->observer; }
+  std::shared_ptr<FakeQuantize> input_fq;
+};
+
+class QATConv2d : public nn::Conv2d, public InputObserving {
+ public:
+  QATConv2d(const nn::Conv2d& f, const std::string& observer);  // groups == 1
+  Tensor forward(const Tensor& x) override;
+  std::string repr() const override;
+  const Observer& input_observer() const override { return *input_fq->observer; }
   std::shared_ptr<FakeQuantize> input_fq;
 };
 

@@ -173,18 +173,20 @@ TEST_CASE("static quantization: calibrate, convert, close to float; convert with
   Tensor x = randn({16, 2, 6, 6}, {}, &g);
   net->eval();
   Tensor yf = net->forward(x).detach();
-  auto prepared = prepare_static(net, "minmax");
-  CHECK(error_of([&] { convert(prepared); }).find("saw no data") != std::string::npos);
+  Report prepared = prepare_static(*net, "minmax");
+  CHECK(prepared.converted == std::vector<std::string>{"0", "4", "6"});
+  CHECK(error_of([&] { convert(*net); }).find("saw no data") != std::string::npos);
+  CHECK(net->pretty().find("ObservedConv2d") != std::string::npos);  // the failed convert changed nothing
   {
     NoGradGuard ng;
-    prepared->forward(x);
+    net->forward(x);
   }
-  auto q = convert(prepared);
-  CHECK(q->pretty().find("QuantizedConv2d") != std::string::npos);
-  CHECK(q->pretty().find("QuantizedLinear") != std::string::npos);
-  CHECK(max_abs_diff(q->forward(x), yf) <= 0.05 * max_abs(yf));
-  // The float model is untouched.
-  CHECK(max_abs_diff(net->forward(x).detach(), yf) == 0);
+  Report r = convert(*net);
+  CHECK(r.converted.size() == 3);
+  CHECK(r.left_float.empty());
+  CHECK(net->pretty().find("QuantizedConv2d") != std::string::npos);
+  CHECK(net->pretty().find("QuantizedLinear") != std::string::npos);
+  CHECK(max_abs_diff(net->forward(x), yf) <= 0.05 * max_abs(yf));
 }
 
 TEST_CASE("QAT: training through fake-quant lowers the loss; convert reproduces the fake-quant model") {
@@ -192,49 +194,47 @@ TEST_CASE("QAT: training through fake-quant lowers the loss; convert reproduces 
   Generator g(10);
   Tensor x = randn({32, 2, 6, 6}, {}, &g);
   Tensor y = randint(0, 3, {32}, DType::i64, &g);
-  auto qat = prepare_qat(net);
-  nn::optim::SGD opt(net->parameters(), {.lr = 0.05, .momentum = 0.9});
+  nn::optim::SGD opt(net->parameters(), {.lr = 0.05, .momentum = 0.9});  // built on the float model
+  prepare_qat(*net);
   double first = 0, last = 0;
   for (int s = 0; s < 30; ++s) {
     opt.zero_grad();
-    Tensor loss = F::cross_entropy(qat->forward(x), y);
+    Tensor loss = F::cross_entropy(net->forward(x), y);
     loss.backward();
     opt.step();
     (s == 0 ? first : last) = loss.item();
   }
   CHECK(last < first);
-  qat->eval();
-  Tensor fq = qat->forward(x).detach();
-  auto q = convert(qat);
-  CHECK(max_abs_diff(q->forward(x), fq) <= 1e-4 * (1 + max_abs(fq)));
+  net->eval();
+  Tensor fq = net->forward(x).detach();
+  convert(*net);
+  CHECK(max_abs_diff(net->forward(x), fq) <= 1e-4 * (1 + max_abs(fq)));
 }
 
 TEST_CASE("int8 models save and load: about a quarter of the float file, identical outputs after loading") {
-  auto net = small_cnn(11);
   auto big = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Linear>(256, 256), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(256, 10)});
   Generator g(12);
   Tensor x = randn({4, 256}, {}, &g);
-  auto q = quantize_dynamic(big);
   const auto dir = std::filesystem::temp_directory_path();
   const std::string qp = (dir / "snug_test_quant_int8.safetensors").string(),
                     fp = (dir / "snug_test_quant_f32.safetensors").string();
-  save_quantized(qp, *q);
   TensorMap t;
   for (auto& [k, v] : big->state_dict()) t.emplace_back(k, v);
   save_safetensors(fp, t);
+  quantize_dynamic(*big);
+  save_quantized(qp, *big);
   const double ratio = double(std::filesystem::file_size(qp)) / double(std::filesystem::file_size(fp));
   CHECK(ratio < 0.27);
   CHECK(ratio > 0.24);
   manual_seed(99);  // different float weights
   auto other = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Linear>(256, 256), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(256, 10)});
-  auto q2 = quantize_dynamic(other);
-  CHECK(max_abs_diff(q2->forward(x), q->forward(x)) > 0);
-  load_quantized(qp, *q2);
-  CHECK(max_abs_diff(q2->forward(x), q->forward(x)) == 0);
-  CHECK(error_of([&] { load_quantized(fp, *q2); }).find("not a snug quantized model") != std::string::npos);
+  quantize_dynamic(*other);
+  CHECK(max_abs_diff(other->forward(x), big->forward(x)) > 0);
+  load_quantized(qp, *other);
+  CHECK(max_abs_diff(other->forward(x), big->forward(x)) == 0);
+  CHECK(error_of([&] { load_quantized(fp, *other); }).find("not a snug quantized model") != std::string::npos);
   std::filesystem::remove(qp);
   std::filesystem::remove(fp);
-  (void)net;
 }

@@ -320,11 +320,10 @@ void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Fi
                 ", \"sparsity\": ", numel ? double(zeros) / double(numel) : 0.0);
 }
 
-// The same quantization procedure on `net` (which must be m.net or a fresh
-// model of the same architecture); calibration uses the first training images.
-std::shared_ptr<nn::Module> quantize_model(const Args& a, Model& m, const std::shared_ptr<nn::Module>& net,
-                                           const data::MnistSplit& train, const data::MnistSplit& test,
-                                           const Finetune& finetune, std::vector<double>* qat_ms) {
+// The same quantization procedure on `net` (m.net or a fresh model of the
+// same architecture), in place; calibration uses the first training images.
+quant::Report quantize_model(const Args& a, Model& m, nn::Module& net, const data::MnistSplit& train,
+                             const Finetune& finetune, std::vector<double>* qat_ms) {
   auto calibrate = [&](nn::Module& p) {
     p.eval();
     NoGradGuard ng;
@@ -333,30 +332,26 @@ std::shared_ptr<nn::Module> quantize_model(const Args& a, Model& m, const std::s
   };
   if (a.quantize == "dynamic") return quant::quantize_dynamic(net);
   if (a.quantize == "static") {
-    auto p = quant::prepare_static(net, a.observer.empty() ? "minmax" : a.observer);
-    calibrate(*p);
-    return quant::convert(p);
+    quant::prepare_static(net, a.observer.empty() ? "minmax" : a.observer);
+    calibrate(net);
+    return quant::convert(net);
   }
-  auto p = quant::prepare_qat(net, a.observer.empty() ? "moving_average" : a.observer);
+  quant::prepare_qat(net, a.observer.empty() ? "moving_average" : a.observer);
   if (qat_ms) {
     const int ft_epochs = a.finetune_epochs < 0 ? 1 : a.finetune_epochs;
     const double ft_lr = a.finetune_lr > 0 ? a.finetune_lr : m.base_lr / 3;
-    if (ft_epochs > 0) *qat_ms = finetune(*p, ft_epochs, ft_lr, "qat");
+    if (ft_epochs > 0) *qat_ms = finetune(net, ft_epochs, ft_lr, "qat");  // m.opt holds net's tensors
   } else {
-    calibrate(*p);  // a skeleton: its values are replaced by the loaded file
+    calibrate(net);  // a skeleton: its values are replaced by the loaded file
   }
-  return quant::convert(p);
+  return quant::convert(net);
 }
 
 void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& train, const data::MnistSplit& test,
                              const Finetune& finetune, Compressed& c) {
   const double acc_float = accuracy(*m.net, test);
-  std::vector<double> qat_ms;
-  auto q = quantize_model(a, m, m.net, train, test, finetune, &qat_ms);
-  const double acc_q = accuracy(*q, test);
-  std::printf("quantized (%s): test accuracy %.2f%% (float %.2f%%)\n%s\n", a.quantize.c_str(), 100 * acc_q,
-              100 * acc_float, q->pretty().c_str());
   // Files: the float model's state_dict and the int8 model's, both safetensors.
+  // The float one first: quantization converts m.net in place.
   const bool keep = !a.save_dir.empty();
   const fs::path dir = keep ? fs::path(a.save_dir) : fs::temp_directory_path();
   const std::string tag = keep ? std::string("mnist_") + a.model : str("snug_mnist_", ::getpid());
@@ -366,14 +361,20 @@ void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& tr
     for (auto& [k, v] : m.net->state_dict()) t.emplace_back(k, v);
     save_safetensors(f32_path.string(), t);
   }
-  quant::save_quantized(q_path.string(), *q);
+  std::vector<double> qat_ms;
+  const quant::Report report = quantize_model(a, m, *m.net, train, finetune, &qat_ms);
+  nn::Module& q = *m.net;
+  const double acc_q = accuracy(q, test);
+  std::printf("quantized (%s): test accuracy %.2f%% (float %.2f%%)\n%s\n", a.quantize.c_str(), 100 * acc_q,
+              100 * acc_float, q.pretty().c_str());
+  quant::save_quantized(q_path.string(), q);
   const auto f32_bytes = fs::file_size(f32_path), q_bytes = fs::file_size(q_path);
   // Load into a model quantized the same way from fresh float weights.
   Model fresh = make_model(a);
   fresh.base_lr = m.base_lr;
-  auto skeleton = quantize_model(a, fresh, fresh.net, train, test, finetune, nullptr);
-  quant::load_quantized(q_path.string(), *skeleton);
-  const double acc_reload = accuracy(*skeleton, test);
+  quantize_model(a, fresh, *fresh.net, train, finetune, nullptr);
+  quant::load_quantized(q_path.string(), *fresh.net);
+  const double acc_reload = accuracy(*fresh.net, test);
   std::printf("saved: float %ju bytes, int8 %ju bytes (%.3fx); reloaded int8 model: test accuracy %.2f%%\n",
               (uintmax_t)f32_bytes, (uintmax_t)q_bytes, double(q_bytes) / double(f32_bytes), 100 * acc_reload);
   if (!keep) {
@@ -382,11 +383,12 @@ void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& tr
   }
   c.done = true;
   c.accuracy = acc_q;
-  c.model_bytes = quant::model_bytes(*q);
+  c.model_bytes = quant::model_bytes(q);
   c.json += str(", \"quantize\": \"", a.quantize, "\", \"test_accuracy_float\": ", acc_float,
                 ", \"file_bytes_f32\": ", f32_bytes, ", \"file_bytes_int8\": ", q_bytes,
                 ", \"file_ratio\": ", double(q_bytes) / double(f32_bytes), ", \"reload_test_accuracy\": ", acc_reload,
-                ", \"int8_gemm\": \"", kernels::gemm_int8_backend(), "\"");
+                ", \"int8_gemm\": \"", kernels::gemm_int8_backend(), "\"", ", \"layers_quantized\": ",
+                report.converted.size(), ", \"modules_left_float\": ", report.left_float.size());
   if (!qat_ms.empty()) c.json += str(", \"qat_ms_per_step\": ", median(qat_ms));
 }
 

@@ -8,16 +8,16 @@ VisionTransformer::VisionTransformer(ViTConfig c) : Module("VisionTransformer"),
   SNUG_CHECK(c.patch > 0 && c.image % c.patch == 0, ValueError, "VisionTransformer: patch ", c.patch,
              " must divide the image size ", c.image);
   const int64_t side = c.image / c.patch, tokens = 1 + side * side;
-  patch_embed = register_module("patch_embed", std::make_shared<Conv2d>(c.channels, c.dim, c.patch, c.patch));
+  register_module("patch_embed", patch_embed, std::make_shared<Conv2d>(c.channels, c.dim, c.patch, c.patch));
   cls_token = register_parameter("cls_token", zeros({1, 1, c.dim}));
   pos_embed = register_parameter("pos_embed", zeros({1, tokens, c.dim}));
   init::normal_(cls_token, 0, 0.02);
   init::normal_(pos_embed, 0, 0.02);
-  blocks = register_module("blocks", std::make_shared<ModuleList>());
+  register_module("blocks", blocks, std::make_shared<ModuleList>());
   for (int64_t i = 0; i < c.depth; ++i)
     blocks->push_back(std::make_shared<TransformerBlock>(c.dim, c.heads, /*causal=*/false, 0.0, c.mlp_ratio));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.dim));
-  head = register_module("head", std::make_shared<Linear>(c.dim, c.classes));
+  register_module("ln_f", ln_f, std::make_shared<LayerNorm>(c.dim));
+  register_module("head", head, std::make_shared<Linear>(c.dim, c.classes));
 }
 
 Tensor VisionTransformer::forward(const Tensor& x) {
