@@ -87,7 +87,7 @@ TEST_CASE("fault injection: the loss scaler skips a step whose gradients a NaN r
     {
       autocast::AutocastGuard amp(DType::f16);
       std::optional<autograd::InjectNanGuard> nan;
-      if (inject) nan.emplace("gelu");  // under autocast, gelu_mlp is linear, gelu, linear
+      if (inject) nan.emplace("gelu_mlp");  // the GPT block's MLP, one op under autocast too
       loss = gpt.loss(x, y);
     }
     scaler.scale(loss).backward();
