@@ -293,6 +293,8 @@ ChainProfile profile(const ChainModel& model, Device dev, int optimizer_slots, i
   SNUG_CHECK(model.prefix && model.head && !model.layers.empty(), ValueError,
              "profile_chain: the model needs a prefix, at least one layer and a head");
   SNUG_CHECK(options.repeats >= 1, ValueError, "profile_chain: repeats must be >= 1, got ", options.repeats);
+  SNUG_CHECK(options.micro_batches >= 1, ValueError, "profile_chain: micro_batches must be >= 1, got ",
+             options.micro_batches);
   const ClockFn clock = options.cpu_time ? cpu_ms_now : wall_ms_now;
   SNUG_CHECK(optimizer_slots >= 0, ValueError, "profile_chain: optimizer_slots must be >= 0, got ", optimizer_slots);
   autograd::GradModeGuard grad_on(true);
@@ -385,6 +387,13 @@ ChainProfile profile(const ChainModel& model, Device dev, int optimizer_slots, i
   // A weight the head shares with the prefix (a tied embedding) gets its
   // gradient in the head's backward, which runs first.
   prof.prefix.param_grad_bytes = new_grad_bytes(prefix_grads, none, head_grads);
+  if (options.micro_batches > 1) {  // every gradient is there before the last micro-batch starts
+    prof.prefix.param_grad_bytes = prof.head.param_grad_bytes = 0;
+    for (LayerCost& l : prof.layers) l.param_grad_bytes = 0;
+    // Adding a micro-batch's gradient to an existing one may hold a sum
+    // beside both for a moment; allow one of the largest.
+    prof.other_bytes += largest;
+  }
   clear_grads();
   gen.set_state(rng);
   // The first pass made every cast (later repeats find them cached).

@@ -89,6 +89,11 @@ struct ProfileOptions {
   // a shared machine stay comparable with steps timed on the same clock
   // (cpu_ms_now). With several threads it sums them: use wall time there.
   bool cpu_time = false;
+  // Micro-batches per step (gradient accumulation, nn/accumulate.h; the
+  // profile's batch is one micro-batch). With more than one, every gradient
+  // exists while the later micro-batches run forward and backward, so the
+  // gradients count as static bytes, not from the backward that makes them.
+  int micro_batches = 1;
 };
 ChainProfile profile_chain(const ChainModel& model, Device device, int optimizer_slots,
                            const ProfileOptions& options = {});

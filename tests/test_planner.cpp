@@ -378,3 +378,49 @@ TEST_CASE("planner: under autocast with AdamW8bit the prediction follows real st
     }
   }
 }
+
+TEST_CASE("planner: with gradient accumulation every gradient is there for the later micro-batches") {
+  const Device dev("cpu:6");
+  manual_seed(12);
+  nn::models::GPT model(gpt16(64, 64));
+  model.to(dev);
+  nn::optim::AdamW opt(model.parameters(), {1e-3});
+  auto [x, y] = batch(4, 64, dev, 6);  // one micro-batch; a step runs two
+  auto step = [&] {
+    opt.zero_grad();
+    for (int k = 0; k < 2; ++k) {
+      Tensor loss;
+      {
+        memory::TagScope tag(memory::Tag::activation);
+        loss = model.loss(x, y);
+      }
+      (loss * 0.5).backward();
+    }
+    opt.step();
+  };
+  ChainProfile one = nn::profile_chain(model.chain(x, y), dev, opt);
+  ChainProfile two = nn::profile_chain(model.chain(x, y), dev, opt, {.micro_batches = 2});
+  CHECK(two.placed_gradient_bytes() == 0);
+  // Every gradient static, plus one gradient-sized sum (at most the largest parameter).
+  CHECK(two.static_bytes() > one.static_bytes() + one.placed_gradient_bytes());
+  CHECK(two.static_bytes() <= one.static_bytes() + one.placed_gradient_bytes() + (64 * 256 + 256) * 4 + 512);
+  // From halfway between the minimum and the unconstrained peak: at the
+  // minimum (every block checkpointed) the activations of a step come out
+  // about 1.7 MB (10%) above the model's here, with or without accumulation;
+  // docs/checkpointing.md lists it as open.
+  const int64_t lo = nn::minimum_budget(two), hi = nn::evaluate_plan(two, {}).total_peak;
+  for (int k : {5, 8, 10}) {
+    const int64_t budget = lo + (hi - lo) * k / 10;
+    nn::PlanResult r = nn::plan_checkpoints(two, budget);
+    model.checkpointing = r.plan;
+    step();
+    memory::reset_peak(dev);
+    step();
+    const auto measured = static_cast<double>(memory::peak_allocated(dev));
+    INFO("budget " << budget << " plan " << r.plan.str() << " predicted " << r.cost.total_peak << " measured "
+                   << measured);
+    CHECK(measured <= static_cast<double>(budget));
+    CHECK(std::abs(measured - static_cast<double>(r.cost.total_peak)) <= 0.1 * measured);
+  }
+  CHECK_THROWS_AS(nn::profile_chain(model.chain(x, y), dev, opt, {.micro_batches = 0}), ValueError);
+}

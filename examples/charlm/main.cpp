@@ -507,7 +507,7 @@ int run(int argc, char** argv) {
     nn::ChainProfile prof;
     {
       AutocastGuard ac(amp.value_or(DType::bf16), amp.has_value());
-      prof = nn::profile_chain(model.chain(sx, sy), kCPU, opt);
+      prof = nn::profile_chain(model.chain(sx, sy), kCPU, opt, {.micro_batches = static_cast<int>(accum)});
     }
     if (ckpt_mode == "auto") {
       nn::PlanResult r = nn::plan_checkpoints(prof, budget);
