@@ -16,17 +16,12 @@
 #include "nn/optim/optimizer.h"
 #include "prune/compact.h"
 #include "prune/prune.h"
+#include "test_util.h"
 
 using namespace snug;
+using snug::testing::max_abs_diff;
 
 namespace {
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  auto x = a.contiguous().to_vector<float>(), y = b.contiguous().to_vector<float>();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, double(std::fabs(x[i] - y[i])));
-  return m;
-}
 Tensor run_eval(nn::Module& m, const Tensor& x) {
   NoGradGuard ng;
   m.eval();

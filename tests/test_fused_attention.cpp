@@ -16,7 +16,10 @@
 #include "test_util.h"
 
 using namespace snug;
-using namespace snug::testing;
+using snug::testing::check_grad;
+using snug::testing::contains;
+using snug::testing::error_of;
+using snug::testing::vals;
 namespace F = snug::nn::functional;
 
 namespace {

@@ -21,23 +21,13 @@
 #include "test_util.h"
 
 using namespace snug;
+using snug::testing::max_abs;
+using snug::testing::max_abs_diff;
 using namespace snug::quant;
 using snug::testing::error_of;
 namespace F = snug::nn::functional;
 
 namespace {
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (float v : t.contiguous().to_vector<float>()) m = std::max(m, double(std::fabs(v)));
-  return m;
-}
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  auto x = a.contiguous().to_vector<float>(), y = b.contiguous().to_vector<float>();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, double(std::fabs(x[i] - y[i])));
-  return m;
-}
 std::shared_ptr<nn::Sequential> small_cnn(uint64_t seed) {
   manual_seed(seed);
   return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{

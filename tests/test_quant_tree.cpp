@@ -21,24 +21,14 @@
 #include "test_util.h"
 
 using namespace snug;
+using snug::testing::max_abs;
+using snug::testing::max_abs_diff;
 using namespace snug::quant;
 using snug::testing::error_of;
 namespace F = snug::nn::functional;
 
 namespace {
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (float v : t.contiguous().to_vector<float>()) m = std::max(m, double(std::fabs(v)));
-  return m;
-}
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  auto x = a.contiguous().to_vector<float>(), y = b.contiguous().to_vector<float>();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, double(std::fabs(x[i] - y[i])));
-  return m;
-}
 
 // (N, 16) -> (N, 16): a bound Linear member, then a Sequential member holding
 // a Linear, a ReLU and a nested Sequential with another Linear.

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -75,6 +76,20 @@ inline void check_approx(const Tensor& t, const std::vector<double>& want, doubl
     INFO("element ", i);
     CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps).scale(1.0));
   }
+}
+
+// The largest |t| and |a - b| over all elements (read as f32), for tolerance checks.
+inline double max_abs(const Tensor& t) {
+  double m = 0;
+  for (float v : t.contiguous().to_vector<float>()) m = std::max(m, double(std::fabs(v)));
+  return m;
+}
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  auto x = a.contiguous().to_vector<float>(), y = b.contiguous().to_vector<float>();
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, double(std::fabs(x[i] - y[i])));
+  return m;
 }
 
 // Finite-difference gradient check of fn at in (see autograd/gradcheck.h).
