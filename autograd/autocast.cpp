@@ -1,8 +1,9 @@
-#include "autograd/autocast.h"
+// SPDX-License-Identifier: MIT
+#include <snug/autograd/autocast.h>
 
 #include <unordered_map>
 
-#include "autograd/grad_mode.h"
+#include <snug/autograd/grad_mode.h>
 
 namespace snug::autocast {
 

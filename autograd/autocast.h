@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Autocast: a thread-local scope in which ops choose their own precision
 // (torch.autocast for the CPU). docs/mixed_precision.md has the policy table
 // and why it is shaped this way; in short:
@@ -23,7 +24,7 @@
 #pragma once
 #include <cstddef>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::autocast {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Recomputation: checkpoint frames and the saved-tensor redirection.
 //
 // NOTE [ Checkpoint frames ]
@@ -22,7 +23,7 @@
 // scope: only the values matter there, the inner frame from the forward
 // recomputes its own segment later, from the inputs the outer recomputation
 // produced.
-#include "autograd/checkpoint.h"
+#include <snug/autograd/checkpoint.h>
 
 #include <algorithm>
 #include <atomic>
@@ -33,11 +34,11 @@
 #include <optional>
 #include <utility>
 
-#include "autograd/autocast.h"
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/node.h>
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::autograd {
 

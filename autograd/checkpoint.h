@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Recomputation (activation checkpointing).
 //
 // checkpoint(fn, inputs) runs fn and records its graph as usual, but the
@@ -43,7 +44,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug {
 class Generator;

@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // dropout: out = x * mask / (1 - p), mask ~ Bernoulli(1 - p) from Philox.
 // Element i keeps when uniform_at(state, i) >= p, on every device, so a
 // recomputed (checkpointed) segment that restores the generator state gets
 // the exact same mask.
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/node.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // Elementwise ops: forward and backward side by side. Backward closures use
 // raw ops (no double backward) and sum broadcast gradients back down with
 // raw::sum_to. Shapes: all ops broadcast NumPy-style; grads match inputs.
-#include "autograd/autocast.h"
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/node.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backward engine.
 //
 // NOTE [ Saved tensors die early ]
@@ -6,7 +7,7 @@
 // its producer). Right after a node runs, the engine frees its saved tensors
 // (unless retain_graph) and drops its gradient buffer, so activation memory
 // falls steadily during backward instead of all at once at the end.
-#include "autograd/engine.h"
+#include <snug/autograd/engine.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,11 +15,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/node.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::autograd {
 

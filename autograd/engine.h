@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // The backward engine and autograd::grad.
 #pragma once
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::autograd {
 

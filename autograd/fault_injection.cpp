@@ -1,4 +1,5 @@
-#include "autograd/fault_injection.h"
+// SPDX-License-Identifier: MIT
+#include <snug/autograd/fault_injection.h>
 
 #include <utility>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fault injection, for testing how training handles numerical faults
 // (docs/reliability.md).
 //

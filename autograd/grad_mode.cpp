@@ -1,4 +1,5 @@
-#include "autograd/grad_mode.h"
+// SPDX-License-Identifier: MIT
+#include <snug/autograd/grad_mode.h>
 
 namespace snug::autograd {
 

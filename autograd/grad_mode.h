@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Grad mode: whether ops record history. Thread-local, like PyTorch.
 #pragma once
 

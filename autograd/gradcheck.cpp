@@ -1,12 +1,13 @@
-#include "autograd/gradcheck.h"
+// SPDX-License-Identifier: MIT
+#include <snug/autograd/gradcheck.h>
 
 #include <cmath>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/engine.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug::autograd {
 

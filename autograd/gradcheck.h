@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // gradcheck: compares autograd gradients with central finite differences,
 // computed in f64.
 #pragma once
@@ -5,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::autograd {
 

@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // matmul: out = a @ b, torch.matmul semantics.
 //   a (..., M, K) @ b (..., K, N) -> (..., M, N), batch dims broadcast.
 //   backward: ga = g @ b^T, gb = a^T @ g, each summed over broadcast batch dims.
-#include "autograd/autocast.h"
-#include "autograd/checkpoint.h"
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/checkpoint.h>
+#include <snug/autograd/node.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

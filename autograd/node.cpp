@@ -1,15 +1,16 @@
+// SPDX-License-Identifier: MIT
 // Recording: nodes, saved tensors, per-tensor autograd state.
-#include "autograd/node.h"
+#include <snug/autograd/node.h>
 
 #include <cstdint>
 #include <mutex>
 
 #include <cmath>
 
-#include "autograd/fault_injection.h"
-#include "autograd/grad_mode.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
+#include <snug/autograd/fault_injection.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
 
 namespace snug {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The tape: nodes, edges, saved tensors and the per-tensor autograd state.
 //
 // A Node is the backward of one recorded op. Its `next` edges point at the
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug {
 

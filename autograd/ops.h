@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The public, differentiable ops. Each records a node when grad mode is on
 // and an input requires grad; its backward sits beside its forward in the
 // autograd/ file named for its family (elementwise.cpp, reduce.cpp, ...).
@@ -5,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reductions: forward and backward side by side. Empty dims = all dims.
 // A reduction's gradient is the output gradient seen with the reduced dims
 // back as size 1, broadcast over x's shape (a stride-0 view, no copy), and
@@ -5,10 +6,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/autocast.h"
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/node.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

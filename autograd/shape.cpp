@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // Shape ops: cat, stack, split, chunk, and the index ops index_select,
 // gather, scatter_add. Forward and backward side by side; split and chunk
 // are narrow() views and inherit its gradient.
 #include <algorithm>
 
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/node.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

@@ -1,12 +1,13 @@
+// SPDX-License-Identifier: MIT
 // softmax and log_softmax along one dim: forward and backward side by side.
 // Both save only their output y; the gradients are written in terms of it
 // (the kernels are core/cpu_softmax.cpp):
 //   softmax:      dx = y * (g - sum(g * y))
 //   log_softmax:  dx = g - exp(y) * sum(g)
-#include "autograd/autocast.h"
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/node.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // Tensor methods that touch autograd: grad access, backward, hooks, the
 // differentiable views and conversions, and in-place ops.
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/engine.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/node.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

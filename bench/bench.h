@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench: one program, one subcommand per benchmark. Each bench_*.cpp
 // registers its subcommand with SNUG_BENCH(name, "help") and gets an Args.
 // With --json a benchmark prints exactly one JSON line on stdout at the end.

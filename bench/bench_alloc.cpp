@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench alloc: the caching allocator's cached path against glibc
 // malloc/free, for the sizes tensors have (1 MiB to 64 MiB), and the cost of
 // recording history. Each figure is the median over repeats of the mean time
@@ -10,8 +11,8 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "memory/allocator.h"
-#include "memory/caching_allocator.h"
+#include <snug/memory/allocator.h>
+#include <snug/memory/caching_allocator.h>
 
 namespace {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench attention: causal self-attention forward + backward, the fused
 // CPU op (NOTE [ Fused causal attention ]) against the unfused path, on the
 // W-GPT shape by default, in the same run.
@@ -11,13 +12,13 @@
 #include <cstdio>
 #include <vector>
 
-#include "autograd/engine.h"
+#include <snug/autograd/engine.h>
 #include "bench/bench.h"
-#include "core/gemm.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/functional.h"
+#include <snug/core/gemm.h>
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/functional.h>
 
 using namespace snug;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench checkpoint: the planner's budget sweep, measured in one process.
 //
 // One GPT (16 layers, width 128, block 128, batch 16 by default) is profiled
@@ -23,14 +24,14 @@
 #include <string>
 #include <vector>
 
-#include "autograd/checkpoint.h"
+#include <snug/autograd/checkpoint.h>
 #include "bench/bench.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
-#include "nn/planner.h"
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/nn/planner.h>
 
 namespace snug::bench {
 namespace {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench cuda_gemm | cuda_alloc | cuda_gpt: the GPU numbers issue 8 asks
 // for (tools/gpu_check.sh runs them beside bench/peers/gpu_torch.py). Each
 // needs a GPU; without one it prints why (and {"skipped": ...} with --json)
@@ -16,18 +17,18 @@
 #include <string>
 #include <vector>
 
-#include "autograd/autocast.h"
+#include <snug/autograd/autocast.h>
 #include "bench/bench.h"
-#include "core/backend.h"
-#include "core/generator.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "cuda/cuda_api.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/amp/grad_scaler.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
+#include <snug/core/backend.h>
+#include <snug/core/generator.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/amp/grad_scaler.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
 
 namespace snug::bench {
 namespace {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench fma: the measured single-precision FMA peak of this machine, the
 // yardstick GEMM numbers are quoted against (docs/performance.md).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench gemm: float32 C = A x B, GFLOP/s of snug's gemm_f32 and of Eigen
 // side by side in the same run (W-GEMM in docs/workloads.md).
 //
@@ -20,8 +21,8 @@
 #include <omp.h>
 
 #include "bench/bench.h"
-#include "core/gemm.h"
-#include "quant/gemm_int8.h"
+#include <snug/core/gemm.h>
+#include <snug/quant/gemm_int8.h>
 
 namespace {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench gpt_dump --ckpt PATH --out OUT.safetensors [--batch B] [--seed S]
 // Loads a GPT checkpoint written by examples/charlm (--save), runs one
 // forward and backward on a seeded batch and writes the batch, logits, loss
@@ -6,10 +7,10 @@
 #include <cstdio>
 
 #include "bench/bench.h"
-#include "core/generator.h"
-#include "core/safetensors.h"
-#include "nn/checkpoint.h"
-#include "nn/models/gpt.h"
+#include <snug/core/generator.h>
+#include <snug/core/safetensors.h>
+#include <snug/nn/checkpoint.h>
+#include <snug/nn/models/gpt.h>
 
 using namespace snug;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench loader: the data pipeline.
 //
 // 1. DataLoader workers: a synthetic dataset whose samples each cost 2 ms to
@@ -32,9 +33,9 @@
 #include <thread>
 
 #include "bench/bench.h"
-#include "data/chunked.h"
-#include "data/dataloader.h"
-#include "data/token_file.h"
+#include <snug/data/chunked.h>
+#include <snug/data/dataloader.h>
+#include <snug/data/token_file.h>
 
 namespace {
 

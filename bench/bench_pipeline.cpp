@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench pipeline: a GPT split over K virtual CPU devices, trained with M
 // micro-batches; measured idle fraction against the schedule's ideal
 // (K-1)/(M+K-1), and throughput against the same model on one device.
@@ -20,13 +21,13 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
-#include "nn/accumulate.h"
-#include "nn/models/gpt.h"
-#include "parallel/layer_stack.h"
-#include "parallel/pipeline.h"
-#include "parallel/placement.h"
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
+#include <snug/nn/accumulate.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/parallel/layer_stack.h>
+#include <snug/parallel/pipeline.h>
+#include <snug/parallel/placement.h>
 
 namespace snug::bench {
 

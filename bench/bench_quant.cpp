@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench quant: int8 quantization of a GPT trained briefly on tiny
 // shakespeare (char level), three ways, against the float model.
 //
@@ -20,15 +21,15 @@
 
 #include <unistd.h>
 
-#include "autograd/grad_mode.h"
+#include <snug/autograd/grad_mode.h>
 #include "bench/bench.h"
-#include "core/gemm.h"
-#include "core/generator.h"
-#include "core/safetensors.h"
-#include "data/text.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
-#include "quant/convert.h"
+#include <snug/core/gemm.h>
+#include <snug/core/generator.h>
+#include <snug/core/safetensors.h>
+#include <snug/data/text.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/quant/convert.h>
 
 namespace snug::bench {
 namespace {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench replay TRACE [--round N --small-threshold N --small-segment N
 //   --large-segment N --large-threshold N --large-round N --max-split N
 //   --fit best|first --conf "k=v,..." --capacity N --device cuda:0] [--layout] [--json]
@@ -11,11 +12,11 @@
 #include <string>
 
 #include "bench/bench.h"
-#include "core/error.h"
-#include "memory/history.h"
-#include "memory/replay.h"
-#include "memory/settings.h"
-#include "memory/stats.h"
+#include <snug/core/error.h>
+#include <snug/memory/history.h>
+#include <snug/memory/replay.h>
+#include <snug/memory/settings.h>
+#include <snug/memory/stats.h>
 
 using namespace snug;
 using namespace snug::memory;

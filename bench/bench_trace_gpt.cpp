@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench trace-gpt --out PATH [--steps N]
 // Records the allocator's event history of real W-GPT training steps
 // (docs/workloads.md: batch 16 x 128 tokens, AdamW) from process start
@@ -6,11 +7,11 @@
 #include <cstdio>
 
 #include "bench/bench.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
 
 using namespace snug;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench gpt|cnn|mlp: one timed training step of the W-GPT, W-CNN and W-MLP
 // workloads exactly as docs/workloads.md defines them.
 //
@@ -10,13 +11,13 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/functional.h"
-#include "nn/models/cnn.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/models/cnn.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
 
 namespace snug::bench {
 namespace {

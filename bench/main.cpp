@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug-bench SUBCOMMAND [flags] -- see bench/bench.h.
 #include <cstdio>
 #include <cstdlib>
@@ -5,7 +6,7 @@
 #include <iostream>
 
 #include "bench/bench.h"
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug::bench {
 

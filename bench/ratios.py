@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs snug's and PyTorch's training-step benchmarks interleaved and prints
 the throughput ratios (snug / PyTorch) with their spread.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Decides SNUG_WITH_CUDA from SNUG_CUDA (AUTO|ON|OFF), and when on, enables the
 # CUDA language and defines the targets snug_cuda links: CUDA::cudart and
 # CUDA::cublas (FindCUDAToolkit) and snug::cudnn (below; CMake has no cuDNN

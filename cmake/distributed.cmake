@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Decides the process-group backends of distributed/ (docs/distributed.md):
 #   SNUG_MPI  (ON)  the MPI group, when CMake's FindMPI finds an MPI (Open MPI:
 #                   apt-get install openmpi-bin libopenmpi-dev) -> SNUG_WITH_MPI

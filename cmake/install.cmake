@@ -1,43 +1,39 @@
-# install() + exported package config: find_package(snug) then snug::snug.
+# SPDX-License-Identifier: MIT
+# install() + exported package config: find_package(snug) then snug::snug,
+# or pkg-config --cflags --libs snug.
 #
 # Layout under the prefix:
-#   include/snug/snug.h               the umbrella header: #include <snug/snug.h>
-#   include/snug/{core,autograd,...}/ public headers, included as "core/tensor.h"
+#   include/snug/snug.h, version.h    the umbrella header and the version
+#   include/snug/{core,autograd,...}/ public headers, included as <snug/core/tensor.h>
 #   include/snug/cuda/cuda_api.h      the plain-C++ CUDA API (no CUDA headers)
-#   lib/libsnug.a, lib/cmake/snug/    the library and its package config
-# snug::snug's include directories are include/ (for <snug/snug.h>) and
-# include/snug (for the "core/..." paths the headers use among themselves).
-include(GNUInstallDirs)
+#   lib/libsnug.so.<soversion>        the library (or libsnug.a with SNUG_SHARED=OFF)
+#   lib/cmake/snug/, lib/pkgconfig/   the package config and snug.pc
+# snug::snug's one include directory is include/ (NOTE [ Include paths ]).
+# Nothing of the build machine travels: no -march, warning or sanitizer flag,
+# and Eigen, OpenMP and zlib stay private (a static libsnug.a lists them as
+# link-only dependencies).
 include(CMakePackageConfigHelpers)
 
 set(SNUG_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/snug)
 
 install(TARGETS snug EXPORT snugTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# Internal headers stay out: the CPU kernels' (they use OpenMP and Eigen
+# details) and the GEMM's insides.
 foreach(dir core autograd memory nn data parallel prune quant distributed)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/snug/${dir}
-    FILES_MATCHING PATTERN "*.h")
+    FILES_MATCHING PATTERN "*.h"
+    PATTERN "cpu_*.h" EXCLUDE PATTERN "*_detail.h" EXCLUDE)
 endforeach()
 # Only the CUDA-free header of cuda/; check.h and friends include CUDA headers.
 install(FILES ${PROJECT_SOURCE_DIR}/cuda/cuda_api.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/snug/cuda)
-install(FILES ${PROJECT_SOURCE_DIR}/snug/snug.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/snug)
+install(FILES ${PROJECT_SOURCE_DIR}/snug/snug.h ${SNUG_INCLUDE_TREE}/snug/version.h
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/snug)
 
 install(EXPORT snugTargets NAMESPACE snug:: DESTINATION ${SNUG_INSTALL_CMAKEDIR})
-# Variables substituted into snugConfig.cmake.
-set(SNUG_CONFIG_WITH_CUDA ${SNUG_WITH_CUDA})
-set(SNUG_CONFIG_CUDNN_LIBDIR "")
-if(SNUG_CUDNN_LIBRARY)
-  get_filename_component(SNUG_CONFIG_CUDNN_LIBDIR "${SNUG_CUDNN_LIBRARY}" DIRECTORY)
-endif()
-set(SNUG_CONFIG_CUDNN_INCLUDE "${SNUG_CUDNN_INCLUDE}")
-set(SNUG_CONFIG_WITH_MPI ${SNUG_WITH_MPI})
-set(SNUG_CONFIG_WITH_NCCL ${SNUG_WITH_NCCL})
-set(SNUG_CONFIG_NCCL_LIBRARY "${SNUG_NCCL_LIBRARY}")
-set(SNUG_CONFIG_NCCL_LIBDIR "")
-if(SNUG_NCCL_LIBRARY)
-  get_filename_component(SNUG_CONFIG_NCCL_LIBDIR "${SNUG_NCCL_LIBRARY}" DIRECTORY)
-endif()
+set(SNUG_CONFIG_SHARED ${SNUG_SHARED})
 configure_package_config_file(cmake/snugConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/snugConfig.cmake
   INSTALL_DESTINATION ${SNUG_INSTALL_CMAKEDIR})
@@ -46,3 +42,9 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/snugConfigVersion.c
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/snugConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/snugConfigVersion.cmake
   DESTINATION ${SNUG_INSTALL_CMAKEDIR})
+
+# pkg-config. A shared libsnug needs nothing more than -lsnug at link time; a
+# static one also lists what it was built against (Libs.private, pkg-config --static).
+set(SNUG_PC_LIBS_PRIVATE "-lz ${OpenMP_CXX_FLAGS} -lpthread")
+configure_file(cmake/snug.pc.in ${CMAKE_CURRENT_BINARY_DIR}/snug.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/snug.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Header-only dependencies (Eigen, doctest) and zlib. Normally from the
 # system's packages; on a machine without them (the GPU machine of issue 8:
 # no Debian packages, no network) from a folder copied beside the tree:

@@ -1,7 +1,8 @@
-#include "core/backend.h"
+// SPDX-License-Identifier: MIT
+#include <snug/core/backend.h>
 
-#include "core/cpu_backend.h"
-#include "cuda/cuda_api.h"  // plain C++: ensure_registered() (cuda/register.cpp or cuda/no_cuda.cpp)
+#include <snug/core/cpu_backend.h>
+#include <snug/cuda/cuda_api.h>  // plain C++: ensure_registered() (cuda/register.cpp or cuda/no_cuda.cpp)
 
 namespace snug {
 

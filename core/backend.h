@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backend table: core/ calls these through the tensor's device type, so
 // no #ifdef SNUG_CUDA appears outside cuda/ and the one place that registers
 // it. Kernels receive outputs already allocated with the right shape and
@@ -9,9 +10,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/functors.h"
-#include "core/philox.h"
-#include "core/tensor.h"
+#include <snug/core/functors.h>
+#include <snug/core/philox.h>
+#include <snug/core/tensor.h>
 
 namespace snug {
 

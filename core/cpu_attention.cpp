@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CPU causal softmax for attention: softmax(scale * x) over the last dim
 // with column j of row i visible only when j <= i + (Tk - Tq). Masked
 // entries are written as 0 and never read, so no T x T mask exists.
@@ -6,9 +7,9 @@
 #include <limits>
 #include <vector>
 
-#include "core/cpu_backend.h"
-#include "core/cpu_loop.h"
-#include "core/cpu_softmax_row.h"
+#include <snug/core/cpu_backend.h>
+#include <snug/core/cpu_loop.h>
+#include <snug/core/cpu_softmax_row.h>
 
 namespace snug {
 

@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // The CPU backend (Eigen + OpenMP + snug's GEMM). Serves "cpu" and every
 // virtual device "cpu:N". Its methods are spread over core/cpu_*.cpp by
 // family: elementwise, reduce, softmax, index, matmul, random.
 #pragma once
-#include "core/backend.h"
+#include <snug/core/backend.h>
 
 namespace snug {
 

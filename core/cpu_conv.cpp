@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CPU convolution and pooling over (H, W), each forward beside its backward.
 //
 // conv2d is im2col + GEMM, one image at a time:
@@ -32,13 +33,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/cpu_backend.h"
-#include "core/cpu_conv.h"
-#include "core/cpu_loop.h"
-#include "core/functors.h"
-#include "core/gemm.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
+#include <snug/core/cpu_backend.h>
+#include <snug/core/cpu_conv.h>
+#include <snug/core/cpu_loop.h>
+#include <snug/core/functors.h>
+#include <snug/core/gemm.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
 
 namespace snug {
 

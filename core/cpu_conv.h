@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Convolution followed by ReLU in one op on the CPU (nn::functional::conv2d_relu;
 // docs/cnn.md). The ReLU is applied to each image's output while it is still
 // in cache, and the backward masks each image's gradient (y > 0) where the
@@ -5,8 +6,8 @@
 // activation. Same values and gradients as conv2d then relu, bit for bit.
 #pragma once
 
-#include "core/backend.h"
-#include "core/tensor.h"
+#include <snug/core/backend.h>
+#include <snug/core/tensor.h>
 
 namespace snug::cpu {
 

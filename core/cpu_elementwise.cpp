@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CPU elementwise kernels: copy/convert, fill, unary, binary, compare, where.
 // The math is the shared functors of core/functors.h; the loop is cpu_loop.h.
 #include <algorithm>
@@ -5,8 +6,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/cpu_backend.h"
-#include "core/cpu_loop.h"
+#include <snug/core/cpu_backend.h>
+#include <snug/core/cpu_loop.h>
 
 namespace snug {
 

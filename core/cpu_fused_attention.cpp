@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: MIT
 // Fused causal self-attention kernels: NOTE [ Fused causal attention ] in
 // core/cpu_fused_attention.h.
-#include "core/cpu_fused_attention.h"
+#include <snug/core/cpu_fused_attention.h>
 
 #include <omp.h>
 
@@ -10,13 +11,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/cpu_loop.h"
-#include "core/error.h"
-#include "core/functors.h"
-#include "core/tile_gemm.h"
+#include <snug/core/cpu_loop.h>
+#include <snug/core/error.h>
+#include <snug/core/functors.h>
+#include <snug/core/tile_gemm.h>
 
 #if defined(__AVX512F__)
-#include "core/simd_avx512.h"
+#include <snug/core/simd_avx512.h>
 #endif
 
 namespace snug::cpu {

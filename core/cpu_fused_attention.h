@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fused causal self-attention on the CPU, from the packed q|k|v projection.
 //
 // NOTE [ Fused causal attention ]
@@ -30,7 +31,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::cpu {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CPU index ops: index_select, gather (reads) and index_add, scatter_add
 // (accumulating writes). Indices are i64 and already bounds-checked by
 // core/raw_index.cpp.
@@ -16,9 +17,9 @@
 // of threads, with no atomics.
 #include <cstring>
 
-#include "core/cpu_backend.h"
-#include "core/cpu_loop.h"
-#include "core/raw_ops.h"
+#include <snug/core/cpu_backend.h>
+#include <snug/core/cpu_loop.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

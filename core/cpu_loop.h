@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CPU elementwise engine: walks N operands (operand 0 is the output)
 // over a common shape with per-operand strides (0 for broadcast dims), in
 // parallel with OpenMP. Kernels supply a typed inner loop; everything else
@@ -13,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::cpu {
 

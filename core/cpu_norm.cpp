@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CPU layer norm over the last dim, forward and backward side by side.
 //   y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps)  (biased var)
 //   backward, with xhat = (x - mean) * rstd and gh = g * w:
@@ -10,11 +11,11 @@
 #include <vector>
 
 #if defined(__AVX512F__)
-#include "core/simd_avx512.h"
+#include <snug/core/simd_avx512.h>
 #endif
 
-#include "core/cpu_backend.h"
-#include "core/cpu_loop.h"
+#include <snug/core/cpu_backend.h>
+#include <snug/core/cpu_loop.h>
 
 namespace snug {
 

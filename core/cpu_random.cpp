@@ -1,9 +1,10 @@
+// SPDX-License-Identifier: MIT
 // CPU random fill from the Philox stream (element i -> counter offset + i/4,
 // word i%4; see core/philox.h), so CUDA draws the very same numbers.
 #include <omp.h>
 
-#include "core/cpu_backend.h"
-#include "core/cpu_loop.h"
+#include <snug/core/cpu_backend.h>
+#include <snug/core/cpu_loop.h>
 
 namespace snug {
 

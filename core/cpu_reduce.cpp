@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CPU reductions: CpuBackend::reduce and CpuBackend::arg_reduce.
 //
 // The math of each reduction is the init/combine/finish functor of
@@ -12,9 +13,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/cpu_backend.h"
-#include "core/cpu_loop.h"
-#include "core/reduce_dispatch.h"
+#include <snug/core/cpu_backend.h>
+#include <snug/core/cpu_loop.h>
+#include <snug/core/reduce_dispatch.h>
 
 namespace snug {
 

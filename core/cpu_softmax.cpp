@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CPU softmax and log-softmax along one dim, forward and backward.
 //
 //   softmax:      y_i = exp(x_i - m) / s,        s = sum_j exp(x_j - m), m = max_j x_j
@@ -15,12 +16,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/cpu_backend.h"
-#include "core/cpu_loop.h"
-#include "core/cpu_softmax_row.h"
+#include <snug/core/cpu_backend.h>
+#include <snug/core/cpu_loop.h>
+#include <snug/core/cpu_softmax_row.h>
 
 #if defined(__AVX512F__)
-#include "core/simd_avx512.h"
+#include <snug/core/simd_avx512.h>
 #endif
 
 namespace snug {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // NOTE [ One f32 softmax row ]
 // y[0, L) = softmax(scale * x[0, L)), or log_softmax when `log`, for one
 // contiguous f32 row. Shared by softmax (core/cpu_softmax.cpp) and the causal

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device: where a tensor's bytes live. A leaf header (memory/ keys its pools
 // by Device, so it must not depend on anything tensor-shaped).
 //
@@ -11,7 +12,7 @@
 #include <ostream>
 #include <string>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug {
 

@@ -1,4 +1,5 @@
-#include "core/dtype.h"
+// SPDX-License-Identifier: MIT
+#include <snug/core/dtype.h>
 
 namespace snug {
 

@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // DType: the element types a tensor can hold, and dispatch over them.
 #pragma once
 #include <cstdint>
 #include <ostream>
 #include <string>
 
-#include "core/error.h"
-#include "core/half.h"
+#include <snug/core/error.h>
+#include <snug/core/half.h>
 
 namespace snug {
 

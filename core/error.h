@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // snug::Error and its family. A leaf header: every folder (memory/ included)
 // may include it, and it includes nothing of snug.
 //

@@ -1,15 +1,16 @@
+// SPDX-License-Identifier: MIT
 // Tensor factories. Every byte comes from memory::allocate via Storage.
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
 
-#include "core/backend.h"
-#include "core/gemm.h"
-#include "core/generator.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "core/tensor.h"
+#include <snug/core/backend.h>
+#include <snug/core/gemm.h>
+#include <snug/core/generator.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/core/tensor.h>
 
 namespace snug {
 

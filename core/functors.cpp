@@ -1,4 +1,5 @@
-#include "core/functors.h"
+// SPDX-License-Identifier: MIT
+#include <snug/core/functors.h>
 
 namespace snug {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // NOTE [ One definition of each op's math ]
 // Every elementwise op is a small functor here, marked SNUG_HOST_DEVICE. The
 // CPU loops (core/cpu_loop.h) and the CUDA kernels (cuda/) both instantiate
@@ -14,7 +15,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/macros.h"
+#include <snug/core/macros.h>
 
 namespace snug {
 

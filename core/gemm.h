@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Raw, tensor-free matrix multiply: the one float32 GEMM every snug matmul goes
 // through on the CPU (Linear, batched matmul, conv via im2col), its float64
 // sibling for gradchecks, and a plain triple loop kept beside them as the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // detail::apply_act: the activation of kernels::gemm_f32_bias_act, applied to
 // rows of C just stored (NOTE [ The activation in the GEMM's store ] in
 // core/gemm_avx512.cpp). A file of its own so that CMakeLists.txt can compile
@@ -6,8 +7,8 @@
 // pass was slower than the separate elementwise one.
 #include <algorithm>
 
-#include "core/functors.h"
-#include "core/gemm_detail.h"
+#include <snug/core/functors.h>
+#include <snug/core/gemm_detail.h>
 
 namespace snug::kernels::detail {
 

@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // Internals shared by core/gemm.cpp and core/gemm_avx512.cpp. Not public API.
 #pragma once
 #include <cstdint>
 
-#include "core/gemm.h"
+#include <snug/core/gemm.h>
 
 namespace snug::kernels::detail {
 

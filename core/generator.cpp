@@ -1,4 +1,5 @@
-#include "core/generator.h"
+// SPDX-License-Identifier: MIT
+#include <snug/core/generator.h>
 
 namespace snug {
 

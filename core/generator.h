@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Generator: the (seed, offset) pair that random ops draw from. Each random op
 // reserves the counters it needs (philox_counters(numel), see NOTE [ Philox
 // element mapping ] in core/philox.h) and gets back the state to draw at; the
@@ -8,7 +9,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "core/philox.h"
+#include <snug/core/philox.h>
 
 namespace snug {
 

@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: MIT
 // Bulk 16-bit <-> 32-bit float conversion. Each function has a SIMD body for
 // CPUs that have one and a scalar tail that calls the SNUG_HOST_DEVICE scalar
 // conversions in core/half.h; both must agree bit for bit (tests/test_half.cpp).
-#include "core/half.h"
+#include <snug/core/half.h>
 
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // 16-bit floating point storage types: IEEE binary16 (Half) and bfloat16
 // (BFloat16). A leaf header compiled for both the host and, under nvcc, the
 // GPU, so the CPU loop and the CUDA kernel of an op convert identically.
@@ -25,7 +26,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/macros.h"
+#include <snug/core/macros.h>
 
 namespace snug {
 

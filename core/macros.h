@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Portability macros shared by CPU and CUDA code. A leaf header.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Philox4x32-10, the counter-based RNG of Salmon et al., "Parallel Random
 // Numbers: As Easy as 1, 2, 3" (SC11), and the mapping from (seed, offset,
 // element index) to random numbers. A leaf header compiled for host and device.
@@ -23,7 +24,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/macros.h"
+#include <snug/core/macros.h>
 
 namespace snug {
 

@@ -1,4 +1,5 @@
-#include "core/profiler.h"
+// SPDX-License-Identifier: MIT
+#include <snug/core/profiler.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +10,8 @@
 #include <mutex>
 #include <sstream>
 
-#include "core/error.h"
-#include "memory/allocator.h"
+#include <snug/core/error.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::profiler {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The profiler: where the time of a training step goes, op by op.
 //
 //   {
@@ -29,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include <snug/core/device.h>
 
 namespace snug::profiler {
 

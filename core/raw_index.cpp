@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // Raw ops, concatenation and indexing: checks, output allocation, dispatch.
 // Index values are checked here, once for every backend, so kernels can
 // trust them (an out-of-range index is an IndexError, never a wild read).
 #include <vector>
 
-#include "core/profiler.h"
-#include "core/raw_ops.h"
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug::raw {
 

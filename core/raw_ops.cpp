@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // Raw ops, part 1: elementwise, copy/convert, views and matmul. Checks and
 // output allocation happen here, once for every backend.
-#include "core/raw_ops.h"
+#include <snug/core/raw_ops.h>
 
 #include <algorithm>
 #include <numeric>
 
-#include "core/profiler.h"
+#include <snug/core/profiler.h>
 
 namespace snug::raw {
 

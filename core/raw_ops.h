@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Raw, non-recording ops: checks, output allocation, dispatch to the backend.
 // Public differentiable ops (autograd/ops.h) call these and record a node.
 // User code normally wants the autograd versions; these are for kernels,
@@ -6,8 +7,8 @@
 #include <optional>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/tensor.h"
+#include <snug/core/backend.h>
+#include <snug/core/tensor.h>
 
 namespace snug::raw {
 

@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // Raw ops, reductions and softmax: checks, output allocation, dispatch.
 #include <algorithm>
 
-#include "core/profiler.h"
-#include "core/raw_ops.h"
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug::raw {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // visit_supported<A>(op, fn): visit_reduce (core/functors.h) minus the ops an
 // accumulator type cannot do. Shared by the CPU and CUDA reductions so they
 // accept and refuse the same ops. (Mean of an integer tensor is rejected by
@@ -5,8 +6,8 @@
 #pragma once
 #include <type_traits>
 
-#include "core/error.h"
-#include "core/functors.h"
+#include <snug/core/error.h>
+#include <snug/core/functors.h>
 
 namespace snug {
 

@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // safetensors reader and writer. The reader treats every file as hostile: each
 // number in the header is checked before it is used, and every problem throws
 // IOError naming the file and a byte offset (docs/serialization.md lists the
 // checks). The writer produces what the reference implementation produces: an
 // 8-byte little-endian header length, a JSON header padded with spaces to a
 // multiple of 8 bytes, then the tensors' bytes back to back.
-#include "core/safetensors.h"
+#include <snug/core/safetensors.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -24,8 +25,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/error.h"
-#include "core/raw_ops.h"
+#include <snug/core/error.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Named tensors in the safetensors format (Hugging Face's tensor file format),
 // so weights move between snug and PyTorch / Hugging Face. Model checkpoints
 // build on this. docs/serialization.md describes the format, the dtype
@@ -16,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug {
 

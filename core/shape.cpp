@@ -1,8 +1,9 @@
-#include "core/shape.h"
+// SPDX-License-Identifier: MIT
+#include <snug/core/shape.h>
 
 #include <algorithm>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shapes and strides (in elements). Helpers shared by every op.
 #pragma once
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Small AVX-512 helpers shared by the CPU kernels: the mask of a row's first
 // lanes (GEMM packing, layer norm rows, attention row dots, transposes) and a
 // 16 x 16 float transpose in registers (the GEMM's packers and

@@ -1,7 +1,8 @@
-#include "core/storage.h"
+// SPDX-License-Identifier: MIT
+#include <snug/core/storage.h>
 
-#include "memory/allocator.h"
-#include "memory/stream.h"
+#include <snug/memory/allocator.h>
+#include <snug/memory/stream.h>
 
 namespace snug {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Storage: a refcounted run of bytes on one device, shared by all views of it.
 #pragma once
 #include <atomic>
@@ -6,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "core/device.h"
+#include <snug/core/device.h>
 
 namespace snug {
 

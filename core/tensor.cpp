@@ -1,5 +1,6 @@
+// SPDX-License-Identifier: MIT
 // Tensor geometry, raw data access, item(), to_vector() and printing.
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 #include <cmath>
 #include <cstdio>
@@ -8,7 +9,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "core/raw_ops.h"
+#include <snug/core/raw_ops.h>
 
 namespace snug {
 

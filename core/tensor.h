@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tensor: a cheap, refcounted handle to a TensorImpl (storage + view geometry
 // + dtype + autograd state). Copying a Tensor shares the data, like LibTorch.
 //
@@ -13,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/shape.h"
-#include "core/storage.h"
+#include <snug/core/device.h>
+#include <snug/core/dtype.h>
+#include <snug/core/shape.h>
+#include <snug/core/storage.h>
 
 namespace snug {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A GEMM for the small tiles inside fused kernels (attention's 32-row blocks).
 //
 // gemm_f32 packs both operands into panels before it multiplies, which pays

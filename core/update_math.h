@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The per-element math of the fused optimizer updates and of the loss
 // scaler's unscale, written once for the host and the GPU (NOTE [ One
 // definition of each op's math ] in core/functors.h). The CPU loops
@@ -9,7 +10,7 @@
 #pragma once
 #include <cmath>
 
-#include "core/macros.h"
+#include <snug/core/macros.h>
 
 namespace snug::update {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fused causal self-attention on the GPU, the CUDA side of
 // nn::functional::causal_self_attention (NOTE [ Fused causal attention ] in
 // core/cpu_fused_attention.h has the CPU side and the layout).
@@ -21,7 +22,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "cuda/launch.cuh"
+#include <snug/cuda/launch.cuh>
 
 namespace snug::cuda::kernels {
 

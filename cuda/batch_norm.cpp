@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Batch normalization through cuDNN (cuda/fused_api.h), what
 // nn::functional::batch_norm runs on a GPU in place of its ten or so raw ops.
 //
@@ -7,10 +8,10 @@
 // job here. The deprecation warnings are silenced for this file only.
 #include <initializer_list>
 
-#include "core/profiler.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/cudnn_util.h"
-#include "cuda/fused_api.h"
+#include <snug/core/profiler.h>
+#include <snug/cuda/cuda_backend.h>
+#include <snug/cuda/cudnn_util.h>
+#include <snug/cuda/fused_api.h>
 
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CudaBackend::matmul through cuBLAS: one strided-batched GEMM per call
 // (cublasGemmStridedBatchedEx), operands passed as transposes where their
 // layout allows (cuda/gemm_plan.h, NOTE [ Row-major matmul through cuBLAS ]).
@@ -15,12 +16,12 @@
 #include <map>
 #include <mutex>
 
-#include "core/raw_ops.h"
-#include "cuda/check.h"
-#include "cuda/cuda_api.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/gemm_plan.h"
-#include "memory/allocator.h"
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/check.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/cuda/cuda_backend.h>
+#include <snug/cuda/gemm_plan.h>
+#include <snug/memory/allocator.h>
 
 #define SNUG_CUBLAS_CHECK(call)                                                                       \
   do {                                                                                                \

@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // SNUG_CUDA_CHECK(call): throws snug::DeviceError naming the failed call, the
 // CUDA error, and the file and line. Only for files in cuda/ (it includes the
 // CUDA runtime header).
 #pragma once
 #include <cuda_runtime.h>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 #define SNUG_CUDA_CHECK(call)                                                  \
   do {                                                                         \

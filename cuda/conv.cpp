@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CudaBackend::conv2d and conv2d_backward through cuDNN's convolution API.
 //
 // NOTE [ cuDNN algorithm cache ]
@@ -16,12 +17,12 @@
 #include <map>
 #include <mutex>
 
-#include "cuda/check.h"
-#include "cuda/cuda_api.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/cudnn_util.h"
-#include "memory/allocator.h"
-#include "memory/stream.h"
+#include <snug/cuda/check.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/cuda/cuda_backend.h>
+#include <snug/cuda/cudnn_util.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stream.h>
 
 namespace snug::cuda {
 

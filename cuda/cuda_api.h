@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA runtime as plain C++: device queries, raw device memory and the
 // elementwise launchers. This header includes no CUDA header, so anything
 // (tests, a future backend registration, user code) may include it in every
@@ -9,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/functors.h"
+#include <snug/core/functors.h>
 
 namespace snug::cuda {
 

@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // CudaBackend, host side: turns tensors into the geometry and pointers the
 // kernels of cuda/*.cu take (cuda/kernels.h). Shapes and dtypes were checked
 // by core/raw_ops.cpp; what is left here is the same preparation the CPU
 // backend does (core/cpu_*.cpp), so a method here reads like its CPU twin.
-#include "cuda/cuda_backend.h"
+#include <snug/cuda/cuda_backend.h>
 
 #include <cuda_runtime.h>
 
@@ -11,12 +12,12 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/raw_ops.h"
-#include "cuda/check.h"
-#include "cuda/geometry.h"
-#include "cuda/kernels.h"
-#include "cuda/plan.h"
-#include "memory/stream.h"
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/check.h>
+#include <snug/cuda/geometry.h>
+#include <snug/cuda/kernels.h>
+#include <snug/cuda/plan.h>
+#include <snug/memory/stream.h>
 
 namespace snug::cuda {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CudaBackend: core/backend.h for "cuda:N". Internal to cuda/ (it is reached
 // through backend_for(DeviceType::CUDA) once cuda/register.cpp has run).
 // Methods are spread by family: cuda_backend.cpp (elementwise, reductions,
@@ -9,7 +10,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/backend.h"
+#include <snug/core/backend.h>
 
 namespace snug::cuda {
 

@@ -1,5 +1,6 @@
+// SPDX-License-Identifier: MIT
 // cuda/cudnn_util.h.
-#include "cuda/cudnn_util.h"
+#include <snug/cuda/cudnn_util.h>
 
 #include <cuda_runtime.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What conv.cpp and batch_norm.cpp share of cuDNN: the error check, one
 // handle per device, dtype mapping, RAII tensor descriptors and the scaling
 // factors. Internal to cuda/ (it includes cudnn.h).
@@ -7,8 +8,8 @@
 #include <cstdint>
 #include <mutex>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include <snug/core/dtype.h>
+#include <snug/core/error.h>
 
 #define SNUG_CUDNN_CHECK(call)                                                                            \
   do {                                                                                                    \

@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // Device queries and raw device memory: the runtime half of cuda/cuda_api.h.
 #include <cuda_runtime.h>
 
-#include "cuda/check.h"
-#include "cuda/cuda_api.h"
+#include <snug/cuda/check.h>
+#include <snug/cuda/cuda_api.h>
 
 namespace snug::cuda {
 

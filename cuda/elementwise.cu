@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Elementwise kernels. The math is not here: each kernel is a template over a
 // functor from core/functors.h, the same functor the CPU loop instantiates
 // (NOTE [ One definition of each op's math ]), so only the launch is CUDA's.
@@ -6,10 +7,10 @@
 
 #include <type_traits>
 
-#include "core/functors.h"
-#include "cuda/check.h"
-#include "cuda/cuda_api.h"
-#include "cuda/launch.cuh"
+#include <snug/core/functors.h>
+#include <snug/cuda/check.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/cuda/launch.cuh>
 
 namespace snug::cuda {
 

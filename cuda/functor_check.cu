@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // Compile-time proof that the shared leaf headers (core/half.h, core/philox.h)
 // build as device code: if a host-only call sneaks into them, this file stops
 // compiling in CI, which has nvcc but no GPU. Nothing launches these kernels;
 // the real ones live beside their ops and use the same functions.
 #include <cstdint>
 
-#include "core/half.h"
-#include "core/philox.h"
+#include <snug/core/half.h>
+#include <snug/core/philox.h>
 
 namespace snug::cuda {
 

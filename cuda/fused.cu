@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fused optimizer updates and the loss scaler's unscale-and-check. The math
 // is core/update_math.h, the functions the CPU loops of nn/optim/fused.cpp
 // call, so only the launch is CUDA's (NOTE [ One definition of each op's math ]).
@@ -7,8 +8,8 @@
 
 #include <type_traits>
 
-#include "core/update_math.h"
-#include "cuda/launch.cuh"
+#include <snug/core/update_math.h>
+#include <snug/cuda/launch.cuh>
 
 namespace snug::cuda::kernels {
 

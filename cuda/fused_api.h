@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fused optimizer updates, the loss scaler's unscale, fused attention and
 // cuDNN's batch norm on CUDA, as plain C++ (no CUDA header): nn/optim/fused.cpp,
 // nn/amp/grad_scaler.cpp and nn/functional*.cpp call these for tensors on a
@@ -10,8 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/tensor.h"
-#include "core/update_math.h"
+#include <snug/core/tensor.h>
+#include <snug/core/update_math.h>
 
 namespace snug::cuda {
 

@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: MIT
 // cuda/fused_api.h: checks the tensors, makes their device current and
 // queues the kernel of cuda/fused.cu on its current stream (memory/stream.h).
-#include "cuda/fused_api.h"
+#include <snug/cuda/fused_api.h>
 
 #include <algorithm>
 #include <array>
@@ -9,11 +10,11 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "core/backend.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/kernels.h"
+#include <snug/core/backend.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/cuda_backend.h>
+#include <snug/cuda/kernels.h>
 
 namespace snug::cuda {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // How a batched row-major matmul maps onto a column-major cuBLAS call. Plain
 // C++ (no CUDA header) so tests/test_cuda_host.cpp checks the mapping on the
 // CPU against a reference column-major GEMM.

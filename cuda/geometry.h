@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Geometry<N>: how a CUDA kernel finds the N operands of element i of an
 // elementwise loop. Plain C++ (no CUDA header), so the host builds it, the
 // kernel reads it, and tests/test_cuda_host.cpp checks it on the CPU.
@@ -15,8 +16,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/error.h"
-#include "core/macros.h"
+#include <snug/core/error.h>
+#include <snug/core/macros.h>
 
 namespace snug::cuda {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Index kernels (gather / index_select, scatter_add / index_add) and random
 // fills. The geometry is prepared by CudaBackend exactly as core/cpu_index.cpp
 // prepares it for the CPU loop: index_select is a gather whose 1-D index is
@@ -6,8 +7,8 @@
 
 #include <type_traits>
 
-#include "core/philox.h"
-#include "cuda/launch.cuh"
+#include <snug/core/philox.h>
+#include <snug/cuda/launch.cuh>
 
 namespace snug::cuda::kernels {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The kernel launchers behind CudaBackend (cuda/cuda_backend.cpp). Plain C++:
 // device pointers as void*, geometry as cuda/geometry.h structs, dtypes as
 // DType. Each launcher is asynchronous on the stream given (a cudaStream_t as
@@ -8,12 +9,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/dtype.h"
-#include "core/functors.h"
-#include "core/philox.h"
-#include "core/update_math.h"
-#include "cuda/geometry.h"
-#include "cuda/pool_window.h"
+#include <snug/core/dtype.h>
+#include <snug/core/functors.h>
+#include <snug/core/philox.h>
+#include <snug/core/update_math.h>
+#include <snug/cuda/geometry.h>
+#include <snug/cuda/pool_window.h>
 
 namespace snug::cuda::kernels {
 

@@ -1,12 +1,13 @@
+// SPDX-License-Identifier: MIT
 // Shared by the .cu files: launch sizes, launch-error checks, the grid-stride
 // elementwise kernel and a block reduction. Only for files in cuda/.
 #pragma once
 #include <cuda_runtime.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "cuda/geometry.h"
-#include "cuda/kernels.h"
+#include <snug/core/dtype.h>
+#include <snug/core/error.h>
+#include <snug/cuda/geometry.h>
+#include <snug/cuda/kernels.h>
 
 namespace snug::cuda::kernels {
 

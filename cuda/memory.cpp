@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Raw memory for the caching allocator (memory/raw_backend.h): device memory
 // (cudaMalloc) for every cuda:N pool, and pinned host memory (cudaHostAlloc)
 // for a separate pool that stages host <-> device copies. Both implement the
@@ -10,11 +11,11 @@
 
 #include <memory>
 
-#include "cuda/check.h"
-#include "cuda/cuda_api.h"
-#include "cuda/cuda_backend.h"
-#include "memory/caching_allocator.h"
-#include "memory/raw_backend.h"
+#include <snug/cuda/check.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/cuda/cuda_backend.h>
+#include <snug/memory/caching_allocator.h>
+#include <snug/memory/raw_backend.h>
 
 namespace snug::cuda {
 

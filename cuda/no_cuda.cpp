@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // cuda/cuda_api.h for a build without CUDA (SNUG_CUDA=OFF, or AUTO without
 // nvcc/cuDNN). Like a machine with no GPU: device_count() is 0 and every call
 // that needs a device throws a DeviceError that says why. This keeps the API
 // (and tests/test_cuda.cpp) the same in every build, with no #ifdef.
-#include "core/error.h"
-#include "cuda/cuda_api.h"
-#include "cuda/fused_api.h"
+#include <snug/core/error.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/cuda/fused_api.h>
 
 namespace snug::cuda {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The host-side plans of CudaBackend's non-elementwise ops: which geometry
 // each kernel walks. Plain C++ (shapes and strides in, cuda/geometry.h structs
 // out) so tests/test_cuda_host.cpp can run the kernels' loops on the CPU with
@@ -8,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/geometry.h"
+#include <snug/cuda/geometry.h>
 
 namespace snug::cuda {
 

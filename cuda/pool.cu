@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pooling kernels (max with argmax indices, average, adaptive average),
 // forward and backward: a thread per output forward, a thread per input
 // element backward (it gathers the outputs whose windows hold it, so no
@@ -7,8 +8,8 @@
 
 #include <type_traits>
 
-#include "cuda/launch.cuh"
-#include "cuda/pool_window.h"
+#include <snug/cuda/launch.cuh>
+#include <snug/cuda/pool_window.h>
 
 namespace snug::cuda::kernels {
 

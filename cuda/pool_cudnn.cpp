@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pooling forward through cuDNN (cudnnPoolingForward): average pooling, and
 // max pooling when no argmax indices are wanted (inference, no_grad).
 //
@@ -9,8 +10,8 @@
 // docs/cuda.md. Window semantics match the CPU: padding never wins a max, NaN
 // propagates, and average windows divide by kernel_h * kernel_w (windows never
 // reach past the padded input, so that is PyTorch's count_include_pad).
-#include "cuda/cuda_backend.h"
-#include "cuda/cudnn_util.h"
+#include <snug/cuda/cuda_backend.h>
+#include <snug/cuda/cudnn_util.h>
 
 // cuDNN 9 marks the pooling calls deprecated in favour of its graph API (as
 // for batch norm, cuda/batch_norm.cpp); they ship and are supported.

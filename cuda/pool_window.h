@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The pooling windows and the per-element work of cuda/pool.cu's kernels, as
 // SNUG_HOST_DEVICE functions in plain C++: the kernels call them once per
 // thread, and tests/test_cuda_host.cpp calls them in a host loop and compares
@@ -11,7 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/macros.h"
+#include <snug/core/macros.h>
 
 namespace snug::cuda {
 

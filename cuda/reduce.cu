@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reductions (sum, mean, max, min, prod) and arg reductions. The math is the
 // init/combine/finish functors of core/functors.h; accumulators are the CPU's
 // (NOTE [ Reduction accumulators ] in core/cpu_reduce.cpp): f32 and f64 in
@@ -12,8 +13,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "cuda/launch.cuh"
-#include "core/reduce_dispatch.h"
+#include <snug/cuda/launch.cuh>
+#include <snug/core/reduce_dispatch.h>
 
 namespace snug::cuda::kernels {
 

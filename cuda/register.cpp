@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one place where the CUDA build meets core/ and memory/.
 //
 // core/backend.cpp calls ensure_registered() the first time anything asks for
@@ -13,11 +14,11 @@
 #include <memory>
 #include <mutex>
 
-#include "core/backend.h"
-#include "cuda/cuda_api.h"
-#include "cuda/cuda_backend.h"
-#include "memory/allocator.h"
-#include "memory/raw_backend.h"
+#include <snug/core/backend.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/cuda/cuda_backend.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/raw_backend.h>
 
 namespace snug::cuda {
 

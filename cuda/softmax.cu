@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Row kernels: softmax / log_softmax (forward and backward), the causal
 // attention softmax, and layer norm (forward and backward). One block per row;
 // each thread strides over the row, then block_reduce combines the partial
@@ -18,7 +19,7 @@
 
 #include <type_traits>
 
-#include "cuda/launch.cuh"
+#include <snug/cuda/launch.cuh>
 
 namespace snug::cuda::kernels {
 

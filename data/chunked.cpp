@@ -1,4 +1,5 @@
-#include "data/chunked.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/chunked.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -7,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/error.h"
-#include "memory/allocator.h"
+#include <snug/core/error.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::data {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ChunkedDataset: a Dataset over a file of fixed-size records that may be far
 // larger than memory. Record i lives in chunk i / chunk_records(); get(i)
 // copies it out of a resident chunk, reading the chunk first when it is not
@@ -35,8 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/sampler.h"
+#include <snug/data/dataset.h>
+#include <snug/data/sampler.h>
 
 namespace snug::data {
 

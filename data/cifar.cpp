@@ -1,12 +1,13 @@
-#include "data/cifar.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/cifar.h>
 
 #include <cstring>
 #include <filesystem>
 
-#include "core/error.h"
-#include "core/raw_ops.h"
-#include "data/file_bytes.h"
-#include "memory/allocator.h"
+#include <snug/core/error.h>
+#include <snug/core/raw_ops.h>
+#include <snug/data/file_bytes.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::data {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CIFAR-10 in its binary format (https://www.cs.toronto.edu/~kriz/cifar.html):
 // the directory holds data_batch_1.bin .. data_batch_5.bin and test_batch.bin
 // (each may also be gzip'd, name + ".gz"). A file is a sequence of 3073-byte
@@ -7,7 +8,7 @@
 #pragma once
 #include <string>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::data {
 

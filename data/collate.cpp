@@ -1,10 +1,11 @@
-#include "data/collate.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/collate.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "core/error.h"
-#include "core/raw_ops.h"
+#include <snug/core/error.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug::data {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Collate: turn a list of samples into one Batch. The DataLoader runs the
 // collate function on its worker threads, so it must be thread-safe (both
 // given here are: they only read the samples and write fresh tensors).
@@ -6,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "data/dataset.h"
+#include <snug/data/dataset.h>
 
 namespace snug::data {
 

@@ -1,9 +1,10 @@
-#include "data/dataloader.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/dataloader.h>
 
 #include <cstring>
 
-#include "core/raw_ops.h"
-#include "cuda/cuda_api.h"  // plain C++: is_available, pinned_allocate
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/cuda_api.h>  // plain C++: is_available, pinned_allocate
 
 #include <omp.h>
 
@@ -13,8 +14,8 @@
 #include <mutex>
 #include <thread>
 
-#include "autograd/grad_mode.h"
-#include "memory/allocator.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::data {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // DataLoader: batches of a Dataset in sampler order, made by worker threads
 // ahead of the training loop.
 //
@@ -31,10 +32,10 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "data/collate.h"
-#include "data/dataset.h"
-#include "data/sampler.h"
+#include <snug/core/error.h>
+#include <snug/data/collate.h>
+#include <snug/data/dataset.h>
+#include <snug/data/sampler.h>
 
 namespace snug::data {
 

@@ -1,7 +1,8 @@
-#include "data/dataset.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/dataset.h>
 
-#include "core/error.h"
-#include "core/raw_ops.h"
+#include <snug/core/error.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug::data {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Datasets: a size and a way to get sample i. A sample is a short list of
 // tensors (its fields, e.g. {image (1,28,28) f32, label () i64}); the
 // DataLoader gets samples by index, collates them into a Batch and hands the
@@ -21,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "core/generator.h"
-#include "core/tensor.h"
+#include <snug/core/generator.h>
+#include <snug/core/tensor.h>
 
 namespace snug::data {
 

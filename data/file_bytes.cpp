@@ -1,10 +1,11 @@
-#include "data/file_bytes.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/file_bytes.h>
 
 #include <zlib.h>
 
 #include <filesystem>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug::data {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Whole-file reads for the dataset readers (MNIST IDX, CIFAR-10): gzip'd or
 // raw, errors naming the file and the offset.
 #pragma once

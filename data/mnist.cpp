@@ -1,13 +1,14 @@
-#include "data/mnist.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/mnist.h>
 
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
-#include "core/error.h"
-#include "data/file_bytes.h"
-#include "memory/allocator.h"
+#include <snug/core/error.h>
+#include <snug/data/file_bytes.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::data {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // MNIST in its IDX format (http://yann.lecun.com/exdb/mnist/), gzip'd or raw.
 //
 // The directory holds train-images-idx3-ubyte, train-labels-idx1-ubyte,
@@ -9,7 +10,7 @@
 #pragma once
 #include <string>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::data {
 

@@ -1,10 +1,11 @@
-#include "data/sampler.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/sampler.h>
 
 #include <algorithm>
 #include <numeric>
 
-#include "core/error.h"
-#include "core/philox.h"
+#include <snug/core/error.h>
+#include <snug/core/philox.h>
 
 namespace snug::data {
 

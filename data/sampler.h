@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Samplers: which dataset indices an epoch visits and in what order; batch
 // samplers: how those indices are grouped into batches.
 //
@@ -10,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "data/dataset.h"
+#include <snug/data/dataset.h>
 
 namespace snug::data {
 

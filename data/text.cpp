@@ -1,10 +1,11 @@
-#include "data/text.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/text.h>
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug::data {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Text to tokens and back, one token per byte ("character"): the tokenizer
 // of the char-level language model (examples/charlm).
 #pragma once
@@ -6,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::data {
 

@@ -1,4 +1,5 @@
-#include "data/token_file.h"
+// SPDX-License-Identifier: MIT
+#include <snug/data/token_file.h>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,8 +12,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/error.h"
-#include "memory/allocator.h"
+#include <snug/core/error.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::data {
 

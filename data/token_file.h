@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // TokenFile: a memory-mapped file of tokens in nanoGPT's .bin layout: raw
 // little-endian uint16 (or uint32) tokens, no header. Opening it costs
 // nothing (the OS pages it in on demand), so files far larger than memory are
@@ -14,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/generator.h"
-#include "data/dataset.h"
-#include "data/text.h"
+#include <snug/core/generator.h>
+#include <snug/data/dataset.h>
+#include <snug/data/text.h>
 
 namespace snug::data {
 

@@ -1,12 +1,13 @@
+// SPDX-License-Identifier: MIT
 // DataParallel: NOTE [ Gradient buckets ] in data_parallel.h.
-#include "distributed/data_parallel.h"
+#include <snug/distributed/data_parallel.h>
 
 #include <chrono>
 
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/node.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::distributed {
 

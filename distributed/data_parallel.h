@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // DataParallel: every rank holds a full copy of the model and trains on its
 // own part of each batch; gradients are averaged across ranks during
 // backward, so every rank's optimizer takes the same step (PyTorch's
@@ -36,8 +37,8 @@
 #include <memory>
 #include <vector>
 
-#include "distributed/process_group.h"
-#include "nn/module.h"
+#include <snug/distributed/process_group.h>
+#include <snug/nn/module.h>
 
 namespace snug::distributed {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The MPI backend's entry point (plain C++: mpi.h stays inside
 // distributed/mpi/mpi_group.cpp). Built when CMake's SNUG_MPI is on and
 // find_package(MPI) succeeds; otherwise distributed/stubs/no_mpi.cpp says so.
@@ -5,7 +6,7 @@
 #include <chrono>
 #include <memory>
 
-#include "distributed/process_group.h"
+#include <snug/distributed/process_group.h>
 
 namespace snug::distributed {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The NCCL backend's entry point (plain C++: nccl.h and the CUDA headers stay
 // inside cuda/nccl/nccl_group.cpp). Built in CUDA builds when CMake's
 // SNUG_NCCL is on and NCCL is found; otherwise distributed/stubs/no_nccl.cpp says so.
@@ -6,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "distributed/process_group.h"
+#include <snug/distributed/process_group.h>
 
 namespace snug::distributed {
 

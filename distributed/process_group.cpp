@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // ProcessGroup's shared checks, the local (one-process) group, finding the
 // world from the launcher's environment, and init_process_group.
-#include "distributed/process_group.h"
+#include <snug/distributed/process_group.h>
 
 #include <cstdlib>
 #include <mutex>
 
-#include "distributed/mpi.h"
+#include <snug/distributed/mpi.h>
 
 namespace snug::distributed {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Process groups: the collectives data parallelism needs (all_reduce,
 // broadcast, all_gather, barrier) over the engines clusters already run.
 //
@@ -28,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include <snug/core/error.h>
+#include <snug/core/tensor.h>
 
 namespace snug {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // autograd_demo: a two-layer MLP learns y = sin(x) on [-pi, pi] with snug's
 // autograd and plain full-batch gradient descent written by hand, no nn/ or
 // optim/: the forward is ops from autograd/ops.h, loss.backward() fills

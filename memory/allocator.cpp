@@ -1,17 +1,18 @@
+// SPDX-License-Identifier: MIT
 // The process-wide allocator registry behind memory/allocator.h: one
 // CachingAllocator per device, created on first use.
-#include "memory/allocator.h"
-#include "memory/fault_injection.h"
+#include <snug/memory/allocator.h>
+#include <snug/memory/fault_injection.h>
 
 #include <atomic>
 #include <mutex>
 
-#include "core/error.h"
-#include "memory/caching_allocator.h"
-#include "memory/history.h"
-#include "memory/raw_backend.h"
-#include "memory/settings.h"
-#include "memory/stats.h"
+#include <snug/core/error.h>
+#include <snug/memory/caching_allocator.h>
+#include <snug/memory/history.h>
+#include <snug/memory/raw_backend.h>
+#include <snug/memory/settings.h>
+#include <snug/memory/stats.h>
 
 namespace snug::memory {
 namespace {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The memory API that the rest of snug sees. Every tensor byte is allocated
 // here (CPU included) so statistics mean the same on every device.
 // memory/ knows nothing of tensors: it deals in devices, bytes and pointers.
@@ -8,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "core/device.h"
+#include <snug/core/device.h>
 
 namespace snug::memory {
 

@@ -1,10 +1,11 @@
-#include "memory/caching_allocator.h"
+// SPDX-License-Identifier: MIT
+#include <snug/memory/caching_allocator.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug::memory {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CachingAllocator: one device's pool of memory, in the style of PyTorch's
 // CUDA caching allocator but device-agnostic (it talks to a RawBackend).
 //
@@ -34,13 +35,13 @@
 #include <unordered_set>
 #include <vector>
 
-#include "memory/allocator.h"
-#include "memory/history.h"
-#include "memory/node_pool.h"
-#include "memory/ptr_map.h"
-#include "memory/raw_backend.h"
-#include "memory/settings.h"
-#include "memory/stats.h"
+#include <snug/memory/allocator.h>
+#include <snug/memory/history.h>
+#include <snug/memory/node_pool.h>
+#include <snug/memory/ptr_map.h>
+#include <snug/memory/raw_backend.h>
+#include <snug/memory/settings.h>
+#include <snug/memory/stats.h>
 
 namespace snug::memory {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Allocation-failure injection, for testing that every code path survives
 // running out of memory (docs/reliability.md, tests/test_alloc_failure.cpp).
 //

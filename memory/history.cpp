@@ -1,11 +1,12 @@
-#include "memory/history.h"
+// SPDX-License-Identifier: MIT
+#include <snug/memory/history.h>
 
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug::memory {
 

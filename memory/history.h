@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // History: a bounded ring buffer of allocator events, and snapshots (the
 // segments with their blocks, plus the events) written as JSON and read back.
 // tools/memory_timeline.py draws a snapshot; `snug-bench replay` replays its
@@ -8,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "memory/allocator.h"
-#include "memory/settings.h"
-#include "memory/stats.h"
+#include <snug/memory/allocator.h>
+#include <snug/memory/settings.h>
+#include <snug/memory/stats.h>
 
 namespace snug::memory {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // NodePool / PoolAllocator: keeps the nodes of a node-based std container
 // (std::set, std::unordered_map) on a free list instead of returning them to
 // malloc, so the allocator's cached path (split a block, pool the rest, merge

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // PtrMap: pointer -> value, open addressing with linear probing. The live
 // blocks of a CachingAllocator are looked up by address on every free, and
 // std::unordered_map's modulo-prime buckets and per-node heap traffic cost

@@ -1,4 +1,5 @@
-#include "memory/raw_backend.h"
+// SPDX-License-Identifier: MIT
+#include <snug/memory/raw_backend.h>
 
 #include <sys/mman.h>
 #include <unistd.h>

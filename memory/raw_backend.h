@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // RawBackend: the small interface the caching allocator needs from a kind of
 // memory. It hands out and takes back whole segments (megabytes at a time;
 // the caching allocator does all the carving), and it records and queries
@@ -14,7 +15,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "memory/allocator.h"
+#include <snug/memory/allocator.h>
 
 namespace snug::memory {
 

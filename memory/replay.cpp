@@ -1,10 +1,11 @@
-#include "memory/replay.h"
+// SPDX-License-Identifier: MIT
+#include <snug/memory/replay.h>
 
 #include <chrono>
 #include <unordered_map>
 
-#include "core/error.h"
-#include "memory/caching_allocator.h"
+#include <snug/core/error.h>
+#include <snug/memory/caching_allocator.h>
 
 namespace snug::memory {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Trace replay: runs the alloc/free events of a recorded trace against a
 // fresh CachingAllocator on a SimulatedBackend with other settings, to ask
 // "what would the peak reserved memory have been with max_split_size=...?".
@@ -6,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "memory/history.h"
-#include "memory/settings.h"
+#include <snug/memory/history.h>
+#include <snug/memory/settings.h>
 
 namespace snug::memory {
 

@@ -1,11 +1,12 @@
-#include "memory/settings.h"
+// SPDX-License-Identifier: MIT
+#include <snug/memory/settings.h>
 
 #include <cctype>
 #include <climits>
 #include <cstdlib>
 #include <vector>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug::memory {
 namespace {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // AllocatorSettings: every constant of the caching allocator, so trace replay
 // can try other values. Parsed from a string such as
 //   "round=512,small_threshold=1MiB,max_split_size=64MiB,fit=first"

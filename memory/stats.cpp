@@ -1,4 +1,5 @@
-#include "memory/stats.h"
+// SPDX-License-Identifier: MIT
+#include <snug/memory/stats.h>
 
 #include <cstdio>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // DeviceStats: the caching allocator's counters for one device, a plain
 // struct copied out under the allocator's lock. Meanings follow PyTorch's
 // torch.cuda.memory_stats() so numbers compare across the two:
@@ -18,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "memory/allocator.h"
+#include <snug/memory/allocator.h>
 
 namespace snug::memory {
 

@@ -1,8 +1,9 @@
-#include "memory/stream.h"
+// SPDX-License-Identifier: MIT
+#include <snug/memory/stream.h>
 
 #include <array>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug::memory {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The current stream: per thread and per CUDA device, as PyTorch's. snug's
 // CUDA kernels, copies, cuBLAS and cuDNN calls for cuda:N are queued on
 // cuda:N's current stream, and new tensors on cuda:N take their memory from
@@ -15,8 +16,8 @@
 // otherwise. CPU devices have no streams: their current stream is always 0.
 // A plain header (no CUDA): the stream is an opaque integer (a cudaStream_t).
 #pragma once
-#include "core/device.h"
-#include "memory/allocator.h"
+#include <snug/core/device.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::memory {
 

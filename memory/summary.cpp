@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // memory::summary(d): the statistics of one device as a fixed-width table,
 // laid out like torch.cuda.memory_summary() so users of both read it at once.
 #include <cstdio>
 #include <string>
 
-#include "memory/caching_allocator.h"
-#include "memory/stats.h"
+#include <snug/memory/caching_allocator.h>
+#include <snug/memory/stats.h>
 
 namespace snug::memory {
 namespace {

@@ -1,9 +1,10 @@
-#include "nn/accumulate.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/accumulate.h>
 
 #include <cmath>
 
-#include "autograd/ops.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug::nn {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Gradient accumulation: K micro-batches whose gradients add up to those of
 // one batch made of all of them, at about 1/K of the activation memory.
 //
@@ -15,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::nn {
 

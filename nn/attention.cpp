@@ -1,8 +1,9 @@
-#include "nn/attention.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/attention.h>
 
 #include <typeinfo>
 
-#include "nn/fused.h"
+#include <snug/nn/fused.h>
 
 namespace snug::nn {
 

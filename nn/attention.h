@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: MIT
 // Multi-head self-attention and the pre-LayerNorm transformer block.
 #pragma once
-#include "nn/layers.h"
-#include "nn/module.h"
+#include <snug/nn/layers.h>
+#include <snug/nn/module.h>
 
 namespace snug::nn {
 

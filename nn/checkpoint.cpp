@@ -1,8 +1,9 @@
-#include "nn/checkpoint.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/checkpoint.h>
 
 #include <optional>
 
-#include "core/safetensors.h"
+#include <snug/core/safetensors.h>
 
 namespace snug::nn {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Training checkpoints: model, optimizer, scheduler, step and RNG states in
 // one safetensors file, with the rest as string metadata in its header.
 //
@@ -18,10 +19,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/generator.h"
-#include "nn/amp/grad_scaler.h"
-#include "nn/module.h"
-#include "nn/optim/optimizer.h"
+#include <snug/core/generator.h>
+#include <snug/nn/amp/grad_scaler.h>
+#include <snug/nn/module.h>
+#include <snug/nn/optim/optimizer.h>
 
 namespace snug::nn {
 

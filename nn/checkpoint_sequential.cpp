@@ -1,4 +1,5 @@
-#include "nn/checkpoint_sequential.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/checkpoint_sequential.h>
 
 #include <cmath>
 #include <sstream>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Checkpointing a chain of single-tensor modules (a Sequential, a GPT's blocks).
 //
 // A ChainPlan splits the chain into consecutive segments; a checkpointed
@@ -10,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/checkpoint.h"
-#include "nn/module.h"
+#include <snug/autograd/checkpoint.h>
+#include <snug/nn/module.h>
 
 namespace snug::nn {
 

@@ -1,9 +1,10 @@
-#include "nn/conv.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/conv.h>
 
 #include <cmath>
 
-#include "autograd/grad_mode.h"
-#include "nn/init.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/nn/init.h>
 
 namespace snug::nn {
 

@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // Convolution, pooling and batch-norm layers (LibTorch names and defaults).
 // The math is in nn/functional_conv.cpp, functional_pool.cpp, functional_norm.cpp.
 #pragma once
 #include <array>
 
-#include "nn/functional.h"
-#include "nn/module.h"
+#include <snug/nn/functional.h>
+#include <snug/nn/module.h>
 
 namespace snug::nn {
 

@@ -1,21 +1,22 @@
+// SPDX-License-Identifier: MIT
 // nn::functional: linear, layer_norm, embedding, losses, attention.
-#include "nn/functional.h"
-#include "nn/fused.h"
+#include <snug/nn/functional.h>
+#include <snug/nn/fused.h>
 
 #include <cmath>
 #include <limits>
 
-#include "autograd/autocast.h"
-#include "autograd/checkpoint.h"
-#include "autograd/engine.h"
-#include "autograd/node.h"
-#include "core/backend.h"
-#include "core/cpu_fused_attention.h"
-#include "core/gemm.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "cuda/fused_api.h"
-#include "memory/allocator.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/checkpoint.h>
+#include <snug/autograd/engine.h>
+#include <snug/autograd/node.h>
+#include <snug/core/backend.h>
+#include <snug/core/cpu_fused_attention.h>
+#include <snug/core/gemm.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/fused_api.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::nn::functional {
 

@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // nn::functional: the differentiable building blocks of the layers, each
 // with its backward beside its forward. Shapes are given at each boundary.
 #pragma once
 #include <array>
 #include <optional>
 
-#include "autograd/ops.h"
-#include "core/tensor.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/tensor.h>
 
 namespace snug::nn::functional {
 

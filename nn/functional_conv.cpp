@@ -1,16 +1,17 @@
+// SPDX-License-Identifier: MIT
 // nn::functional::conv2d (and conv2d_relu): checks, output shape, the backend
 // call and the backward beside it. The arithmetic (im2col + GEMM on the CPU) is in the
 // backend: core/cpu_conv.cpp.
-#include "autograd/autocast.h"
+#include <snug/autograd/autocast.h>
 #include <array>
 
-#include "autograd/node.h"
-#include "core/backend.h"
-#include "core/cpu_conv.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "nn/functional.h"
-#include "nn/fused.h"
+#include <snug/autograd/node.h>
+#include <snug/core/backend.h>
+#include <snug/core/cpu_conv.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/fused.h>
 
 namespace snug::nn::functional {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::functional::batch_norm, composed from raw ops (so it runs on every
 // backend that has them) with its backward beside it. Statistics are taken
 // in f32 (f64 for f64 inputs), whatever the input's dtype. On a GPU the
@@ -5,11 +6,11 @@
 // one call each way, the same formulas.
 #include <cmath>
 
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "core/raw_ops.h"
-#include "cuda/fused_api.h"
-#include "nn/functional.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/node.h>
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/fused_api.h>
+#include <snug/nn/functional.h>
 
 namespace snug::nn::functional {
 

@@ -1,13 +1,14 @@
+// SPDX-License-Identifier: MIT
 // nn::functional pooling: max_pool2d, avg_pool2d, adaptive_avg_pool2d.
 // Checks and output shapes here; the window loops are the backend's
 // pool2d/pool2d_backward (core/cpu_conv.cpp on the CPU).
 #include <array>
 
-#include "autograd/node.h"
-#include "core/backend.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "nn/functional.h"
+#include <snug/autograd/node.h>
+#include <snug/core/backend.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/nn/functional.h>
 
 namespace snug::nn::functional {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ops that do the work of two in one pass (the rest of nn::functional is in
 // nn/functional.h).
 #pragma once
@@ -5,8 +6,8 @@
 #include <array>
 #include <cstdint>
 
-#include "autograd/ops.h"
-#include "core/tensor.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/tensor.h>
 
 namespace snug::nn::functional {
 

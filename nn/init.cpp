@@ -1,9 +1,10 @@
-#include "nn/init.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/init.h>
 
 #include <cmath>
 
-#include "autograd/grad_mode.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug::nn::init {
 

@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // Parameter initializers (in place, without recording). Seeded through the
 // default generator or the one given.
 #pragma once
-#include "core/generator.h"
-#include "core/tensor.h"
+#include <snug/core/generator.h>
+#include <snug/core/tensor.h>
 
 namespace snug::nn::init {
 

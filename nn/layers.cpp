@@ -1,8 +1,9 @@
-#include "nn/layers.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/layers.h>
 
 #include <cmath>
 
-#include "nn/init.h"
+#include <snug/nn/init.h>
 
 namespace snug::nn {
 

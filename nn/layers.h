@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // The basic layers: Linear, Embedding, LayerNorm, Dropout, activations, Flatten.
 // Convolution, pooling and batch norm are in nn/conv.h; attention in nn/attention.h.
 #pragma once
-#include "nn/functional.h"
-#include "nn/module.h"
+#include <snug/nn/functional.h>
+#include <snug/nn/module.h>
 
 namespace snug::nn {
 

@@ -1,16 +1,17 @@
-#include "nn/module.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/module.h>
 
 #include <set>
 #include <sstream>
 #include <typeinfo>
 #include <unordered_set>
 
-#include "autograd/grad_mode.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
-#include "nn/conv.h"
-#include "nn/fused.h"
-#include "nn/layers.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/fused.h>
+#include <snug/nn/layers.h>
 
 namespace snug::nn {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::Module: the LibTorch-style base of every layer and model.
 //
 // A module owns named parameters, buffers and child modules, in
@@ -25,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::nn {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The checkpoint planner: the measuring pass, the memory model and the
 // dynamic program (docs/checkpointing.md).
 //
@@ -24,7 +25,7 @@
 // the current layer's), so the model errs on the safe side there; elsewhere
 // it follows the order the engine frees things in (NOTE [ Saved tensors die early ]).
 // Recomputation time: each checkpointed segment runs its layers' forward once more.
-#include "nn/planner.h"
+#include <snug/nn/planner.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,12 +35,12 @@
 #include <limits>
 #include <sstream>
 
-#include "autograd/autocast.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/engine.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
 
 namespace snug::nn {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The checkpoint planner: measure a chain model once, then choose which
 // segments to checkpoint so that a training step fits a memory budget with
 // the least recomputation. docs/checkpointing.md explains the memory model
@@ -13,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "nn/checkpoint_sequential.h"
-#include "nn/module.h"
-#include "nn/optim/optimizer.h"
+#include <snug/nn/checkpoint_sequential.h>
+#include <snug/nn/module.h>
+#include <snug/nn/optim/optimizer.h>
 
 namespace snug::nn {
 

@@ -1,9 +1,10 @@
-#include "parallel/layer_stack.h"
+// SPDX-License-Identifier: MIT
+#include <snug/parallel/layer_stack.h>
 
 #include <unordered_set>
 
-#include "nn/functional.h"
-#include "nn/layers.h"
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
 
 namespace snug::parallel {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A model seen as a stack of single-tensor layers plus a loss: the form that
 // placement across devices and pipelining work on (docs/placement.md).
 //
@@ -9,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "nn/models/gpt.h"
-#include "nn/module.h"
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/module.h>
 
 namespace snug::parallel {
 

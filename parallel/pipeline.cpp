@@ -1,4 +1,5 @@
-#include "parallel/pipeline.h"
+// SPDX-License-Identifier: MIT
+#include <snug/parallel/pipeline.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,16 +15,16 @@
 
 #include <omp.h>
 
-#include "autograd/checkpoint.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "core/backend.h"
-#include "cuda/cuda_api.h"
-#include "memory/allocator.h"
-#include "memory/stream.h"
-#include "nn/accumulate.h"
+#include <snug/autograd/checkpoint.h>
+#include <snug/autograd/engine.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/node.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/backend.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stream.h>
+#include <snug/nn/accumulate.h>
 
 namespace snug::parallel {
 

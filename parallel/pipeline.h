@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pipelined training steps over a placed LayerStack (docs/placement.md).
 //
 //   Pipeline pipe(stack, placement, {.micro_batches = 4, .schedule = Schedule::one_f_one_b});
@@ -19,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/layer_stack.h"
-#include "parallel/placement.h"
+#include <snug/parallel/layer_stack.h>
+#include <snug/parallel/placement.h>
 
 namespace snug::parallel {
 

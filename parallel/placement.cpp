@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Profiling a LayerStack, predicting each stage's peak, and choosing a split.
 //
 // NOTE [ Stage memory model ]
@@ -14,7 +15,7 @@
 // With per-stage checkpointing a micro-batch in flight holds only in + out
 // and one recomputed micro-batch holds S. The model counts every backward at
 // its most expensive moment, so it errs upward; tests check it within 10%.
-#include "parallel/placement.h"
+#include <snug/parallel/placement.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,11 +23,11 @@
 #include <set>
 #include <sstream>
 
-#include "autograd/grad_mode.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/planner.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/planner.h>
 
 namespace snug::parallel {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Which layers of a LayerStack live on which device (docs/placement.md).
 //
 //   StackProfile prof = profile_stack(stack, x_micro, y_micro, /*optimizer_slots=*/2);
@@ -15,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/layer_stack.h"
+#include <snug/parallel/layer_stack.h>
 
 namespace snug::parallel {
 

@@ -1,14 +1,15 @@
-#include "prune/compact.h"
+// SPDX-License-Identifier: MIT
+#include <snug/prune/compact.h>
 
 #include <cmath>
 #include <functional>
 
-#include "autograd/grad_mode.h"
-#include "core/raw_ops.h"
-#include "nn/attention.h"
-#include "nn/conv.h"
-#include "nn/layers.h"
-#include "prune/prune.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/raw_ops.h>
+#include <snug/nn/attention.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/layers.h>
+#include <snug/prune/prune.h>
 
 namespace snug::prune {
 

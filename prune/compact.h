@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compaction: physically removes pruned output channels (rows) of a layer
 // together with the matching inputs of the next layer, so memory and time
 // really fall (docs/compression.md).
@@ -28,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "nn/module.h"
-#include "nn/optim/optimizer.h"
+#include <snug/nn/module.h>
+#include <snug/nn/optim/optimizer.h>
 
 namespace snug::prune {
 

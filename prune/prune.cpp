@@ -1,4 +1,5 @@
-#include "prune/prune.h"
+// SPDX-License-Identifier: MIT
+#include <snug/prune/prune.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +10,9 @@
 #include <numeric>
 #include <sstream>
 
-#include "autograd/grad_mode.h"
-#include "core/raw_ops.h"
-#include "nn/optim/optimizer.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/raw_ops.h>
+#include <snug/nn/optim/optimizer.h>
 
 namespace snug::prune {
 

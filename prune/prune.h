@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pruning: masks that zero parts of a parameter and stay applied through
 // training (docs/compression.md).
 //
@@ -26,9 +27,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/generator.h"
-#include "nn/attention.h"
-#include "nn/module.h"
+#include <snug/core/generator.h>
+#include <snug/nn/attention.h>
+#include <snug/nn/module.h>
 
 namespace snug::prune {
 

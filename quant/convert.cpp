@@ -1,4 +1,5 @@
-#include "quant/convert.h"
+// SPDX-License-Identifier: MIT
+#include <snug/quant/convert.h>
 
 #include <cstdio>
 #include <functional>
@@ -6,8 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/safetensors.h"
-#include "quant/modules.h"
+#include <snug/core/safetensors.h>
+#include <snug/quant/modules.h>
 
 namespace snug::quant {
 

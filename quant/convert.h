@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Turning a float model into an int8 one (docs/compression.md):
 //
 //   dynamic:  quant::quantize_dynamic(*model);                    // Linear, Conv2d -> int8 weights
@@ -23,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/module.h"
+#include <snug/nn/module.h>
 
 namespace snug::quant {
 

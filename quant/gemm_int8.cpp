@@ -1,4 +1,5 @@
-#include "quant/gemm_int8.h"
+// SPDX-License-Identifier: MIT
+#include <snug/quant/gemm_int8.h>
 
 #include <immintrin.h>
 
@@ -6,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 
 namespace snug::kernels {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The int8 GEMM behind quantized Linear and Conv2d (docs/compression.md):
 //
 //   C (M x N, i32) = A (M x K, u8, row-major) * B^T,  B (N x K, s8, row-major)
@@ -11,7 +12,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::kernels {
 

@@ -1,11 +1,12 @@
-#include "quant/modules.h"
+// SPDX-License-Identifier: MIT
+#include <snug/quant/modules.h>
 
 #include <cstring>
 #include <type_traits>
 
-#include "autograd/grad_mode.h"
-#include "core/raw_ops.h"
-#include "nn/functional.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/raw_ops.h>
+#include <snug/nn/functional.h>
 
 namespace snug::quant {
 

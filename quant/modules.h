@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Quantized layers (inference) and the modules that prepare them: observers
 // for calibration and fake-quant for quantization-aware training.
 //
@@ -30,10 +31,10 @@
 #include <optional>
 #include <string>
 
-#include "nn/conv.h"
-#include "nn/layers.h"
-#include "quant/gemm_int8.h"
-#include "quant/observer.h"
+#include <snug/nn/conv.h>
+#include <snug/nn/layers.h>
+#include <snug/quant/gemm_int8.h>
+#include <snug/quant/observer.h>
 
 namespace snug::quant {
 

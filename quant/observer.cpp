@@ -1,9 +1,10 @@
-#include "quant/observer.h"
+// SPDX-License-Identifier: MIT
+#include <snug/quant/observer.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "core/raw_ops.h"
+#include <snug/core/raw_ops.h>
 
 namespace snug::quant {
 

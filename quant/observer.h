@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Observers watch tensors (activations during calibration or QAT, weights at
 // conversion) and turn what they saw into QParams.
 //
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/qparams.h"
+#include <snug/quant/qparams.h>
 
 namespace snug::quant {
 

@@ -1,12 +1,13 @@
-#include "quant/qparams.h"
+// SPDX-License-Identifier: MIT
+#include <snug/quant/qparams.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
 
-#include "autograd/node.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/node.h>
+#include <snug/core/raw_ops.h>
 
 namespace snug::quant {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Quantization parameters and the affine int8 map (docs/compression.md):
 //
 //   q = clamp(round(x / scale) + zero_point, qmin, qmax)      quantize
@@ -13,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::quant {
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds and runs tests/consumer, a program that uses snug as an outside
 # project would, both ways snug can be consumed:
 #   (a) installed:  cmake --install <snug build> --prefix P; find_package(snug) with CMAKE_PREFIX_PATH=P

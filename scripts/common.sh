@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shellcheck shell=bash
 # Sourced by scripts/*.sh and .ci/run: the repository root, ccache settings and
 # the CMake generator. Not meant to be run on its own.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The README's first command: installs what is missing, builds the main demo
 # (examples/charlm, the W-GPT char-level transformer on the bundled tiny
 # shakespeare) in the `release` preset and trains it for a short run. Extra

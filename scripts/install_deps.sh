@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs snug's build dependencies from Debian's packages (nothing is
 # vendored). Idempotent and fast when everything is already there: it asks dpkg
 # first and runs apt-get (and apt-get update) only for what is missing.
@@ -8,15 +9,21 @@
 # /usr/local/cuda when present, and snug builds without it otherwise.
 set -euo pipefail
 
-required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-json3-dev python3)
-# Open MPI: the MPI process group of distributed/ and its tests under mpirun
-# (docs/distributed.md). snug builds without it (SNUG_MPI finds nothing), but
-# CI installs it so those tests run.
-required+=(openmpi-bin libopenmpi-dev)
-# --fuzz: also clang with libFuzzer and its OpenMP runtime (tools/fuzz.sh).
-# --tsan: the same packages: the tsan preset is clang with LLVM's OpenMP and its
-# Archer tool (libarcher.so), which makes OpenMP's barriers visible to TSan.
-if [ "${1:-}" = "--fuzz" ] || [ "${1:-}" = "--tsan" ]; then required+=(clang libclang-rt-14-dev libomp-14-dev); fi
+#   scripts/install_deps.sh [--mpi] [--fuzz|--tsan]
+required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev python3)
+for arg in "$@"; do
+  case "$arg" in
+    # Open MPI, only when asked: the MPI process group of distributed/ and its
+    # tests under mpirun (docs/distributed.md). snug builds and runs without it
+    # (SNUG_MPI finds nothing); .ci/run asks for it so those tests run.
+    --mpi) required+=(openmpi-bin libopenmpi-dev) ;;
+    # clang with libFuzzer and its OpenMP runtime (tools/fuzz.sh). The tsan
+    # preset needs the same: clang with LLVM's OpenMP and its Archer tool
+    # (libarcher.so), which makes OpenMP's barriers visible to TSan.
+    --fuzz | --tsan) required+=(clang libclang-rt-14-dev libomp-14-dev) ;;
+    *) echo "install_deps: unknown option $arg (known: --mpi --fuzz --tsan)" >&2; exit 2 ;;
+  esac
+done
 optional=(ninja-build)  # faster builds; the scripts use it when present
 
 is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The whole test suite: installs what is missing (a no-op when all is there),
 # configures the `release` preset (CUDA when nvcc and cuDNN are found; CUDA
 # tests skip themselves without a GPU), builds everything, and runs ctest.

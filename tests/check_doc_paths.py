@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks that README.md and docs/*.md point only at files that exist in the
 repository.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Temporary files for the data reader tests. Header-only.
 #pragma once
 #include <unistd.h>

@@ -1,12 +1,13 @@
+// SPDX-License-Identifier: MIT
 // Gradient accumulation: K micro-batches give one big batch's gradients at
 // about 1/K of its activation memory; token weighting for padded batches.
 #include <cmath>
 
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/accumulate.h"
-#include "nn/functional.h"
-#include "nn/models/gpt.h"
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/accumulate.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/models/gpt.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // optim::AdamW8bit: the quantization maps, block-wise error bounds, f32 state
 // for small tensors (equal to AdamW), tracking AdamW on a real problem with a
 // quarter of the state, checkpoint round trips (bitwise resume), pruning
@@ -7,13 +8,13 @@
 #include <cmath>
 #include <filesystem>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "nn/checkpoint.h"
-#include "nn/layers.h"
-#include "nn/optim/adamw8bit.h"
-#include "prune/compact.h"
-#include "prune/prune.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/nn/checkpoint.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/optim/adamw8bit.h>
+#include <snug/prune/compact.h>
+#include <snug/prune/prune.h>
 #include "test_util.h"
 
 using namespace snug;

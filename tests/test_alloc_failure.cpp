@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Allocation-failure injection (memory/fault_injection.h): the Nth allocation
 // of a full training step (forward, backward, optimizer) fails, for N from 1
 // to the step's allocation count. Each failed step must throw
@@ -19,14 +20,14 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
-#include "memory/fault_injection.h"
-#include "nn/functional.h"
-#include "nn/models/cnn.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/fault_injection.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/models/cnn.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
 
 using namespace snug;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Randomized property test: >= 1,000,000 allocate/free operations against a
 // simple reference model (a map of live ranges). After every operation: no
 // two live blocks overlap, every pointer is aligned, and the statistics
@@ -9,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "core/error.h"
-#include "memory/caching_allocator.h"
+#include <snug/core/error.h>
+#include <snug/memory/caching_allocator.h>
 
 using namespace snug;
 using namespace snug::memory;

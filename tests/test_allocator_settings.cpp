@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // AllocatorSettings: validation names the bad setting; the settings string
 // (SNUG_ALLOC_CONF) parses, round-trips and rejects nonsense clearly.
 #include <doctest/doctest.h>
@@ -5,9 +6,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
-#include "memory/caching_allocator.h"
-#include "memory/settings.h"
+#include <snug/core/error.h>
+#include <snug/memory/caching_allocator.h>
+#include <snug/memory/settings.h>
 
 using namespace snug;
 using namespace snug::memory;

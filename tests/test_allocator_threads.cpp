@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Concurrency: data-loader workers allocate and free at once. Each thread
 // writes its own pattern into its blocks and checks it before freeing, so two
 // threads handed overlapping memory would be caught. Meant to run clean under
@@ -10,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "memory/allocator.h"
-#include "memory/caching_allocator.h"
-#include "memory/stats.h"
+#include <snug/memory/allocator.h>
+#include <snug/memory/caching_allocator.h>
+#include <snug/memory/stats.h>
 
 using namespace snug;
 using namespace snug::memory;

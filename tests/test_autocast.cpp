@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Autocast (autograd/autocast.h): the op policy (which ops run in half
 // precision, which widen to f32, which keep their input's storage), the
 // per-scope cache of weight casts, gradients reaching f32 parameters in f32,
@@ -8,16 +9,16 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/autocast.h"
-#include "autograd/grad_mode.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/fused.h"
-#include "nn/models/gpt.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/fused.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The tape and the backward engine: accumulation, retain_graph, grad(),
 // version counters, grad mode, hooks, anomaly mode, early freeing.
 #include <doctest/doctest.h>
@@ -5,14 +6,14 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "autograd/gradcheck.h"
-#include "autograd/node.h"
-#include "autograd/ops.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
+#include <snug/autograd/engine.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/node.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
 
 using namespace snug;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // batch_norm / BatchNorm2d: batch statistics in training, running statistics
 // (momentum, unbiased variance) and their use in eval, gradients.
 #include <doctest/doctest.h>
@@ -5,12 +6,12 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "nn/conv.h"
-#include "nn/functional.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/functional.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // CachingAllocator: rounding, pools, split and coalesce, capacity and the
 // out-of-memory path, tags, stream-deferred reuse, and the global API.
 #include <doctest/doctest.h>
@@ -5,9 +6,9 @@
 #include <cstring>
 #include <set>
 
-#include "core/error.h"
-#include "memory/allocator.h"
-#include "memory/caching_allocator.h"
+#include <snug/core/error.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/caching_allocator.h>
 
 using namespace snug;
 using namespace snug::memory;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Training checkpoints: a resumed run equals an uninterrupted one bit for bit;
 // strict loading; corrupt, truncated and foreign files; failed saves leave the
 // previous checkpoint intact.
@@ -14,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "core/safetensors.h"
-#include "nn/checkpoint.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/core/safetensors.h>
+#include <snug/nn/checkpoint.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,17 +1,18 @@
+// SPDX-License-Identifier: MIT
 // Recomputation: autograd::checkpoint, checkpoint_sequential, selective
 // policies, verification mode. (tests/test_checkpoint.cpp is about model
 // files; this one is about activation checkpointing.)
 #include <cstring>
 
-#include "autograd/autocast.h"
-#include "autograd/checkpoint.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/checkpoint_sequential.h"
-#include "nn/functional.h"
-#include "nn/models/gpt.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/checkpoint.h>
+#include <snug/autograd/engine.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/checkpoint_sequential.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/models/gpt.h>
 #include "test_util.h"
 
 using namespace snug;

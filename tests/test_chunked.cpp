@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ChunkedDataset through the DataLoader: every record once per epoch with
 // workers, chunk-aware shuffling reproducible per (seed, epoch), resident
 // memory bounded (measured as VmRSS over a file many times the bound), and
@@ -16,8 +17,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "data/chunked.h"
-#include "data/dataloader.h"
+#include <snug/data/chunked.h>
+#include <snug/data/dataloader.h>
 #include "data_files.h"
 
 using namespace snug;

@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: MIT
 // CIFAR-10 binary batches: hand-made good, truncated and corrupt files.
 #include <doctest/doctest.h>
 
-#include "data/cifar.h"
+#include <snug/data/cifar.h>
 #include "data_files.h"
 
 using namespace snug;

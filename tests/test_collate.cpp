@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // Collate: stack checks shapes; pad_collate pads to the longest, with lengths
 // and a mask that is true exactly at real positions.
 #include <doctest/doctest.h>
 
-#include "data/collate.h"
+#include <snug/data/collate.h>
 
 using namespace snug;
 using namespace snug::data;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compaction (prune/compact.h): with the pruned channels exactly zero the
 // compacted model computes the same outputs (Linear->Linear, Conv->BN->Conv
 // with the constant a dropped channel emits folded into the next bias,
@@ -7,15 +8,15 @@
 
 #include <cmath>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "nn/attention.h"
-#include "nn/conv.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
-#include "nn/optim/optimizer.h"
-#include "prune/compact.h"
-#include "prune/prune.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/nn/attention.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/prune/compact.h>
+#include <snug/prune/prune.h>
 #include "test_util.h"
 
 using namespace snug;

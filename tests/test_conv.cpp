@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // conv2d: forward against a direct loop over many geometries (stride,
 // padding, dilation, groups, depthwise, pointwise), dtypes, gradients by
 // finite differences, the Conv2d module, and error messages.
@@ -6,11 +7,11 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "nn/conv.h"
-#include "nn/functional.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/functional.h>
 #include "test_util.h"
 
 using namespace snug;

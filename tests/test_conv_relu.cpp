@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // conv2d_relu (nn/fused.h, core/cpu_conv.h): the same values and gradients as
 // relu(conv2d(...)) on many geometries, finite differences, partial
 // gradients, nn::Sequential's use of it for Conv2d + ReLU, the composed path
@@ -7,15 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/cpu_conv.h"
-#include "core/generator.h"
-#include "core/profiler.h"
-#include "nn/conv.h"
-#include "nn/functional.h"
-#include "nn/fused.h"
-#include "nn/layers.h"
-#include "nn/models/cnn.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/cpu_conv.h>
+#include <snug/core/generator.h>
+#include <snug/core/profiler.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/fused.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/models/cnn.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA runtime API (cuda/cuda_api.h) and the elementwise kernels, checked
 // against the CPU functors they share (NOTE [ One definition of each op's
 // math ]). The same file builds with and without CUDA and needs no #ifdef:
@@ -10,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/functors.h"
-#include "cuda/cuda_api.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/backend.h>
+#include <snug/core/error.h>
+#include <snug/core/functors.h>
+#include <snug/cuda/cuda_api.h>
 
 using namespace snug;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The host-side logic of the CUDA backend, checked on the CPU in every build
 // (no GPU needed): the elementwise geometry kernels index with
 // (cuda/geometry.h) and the mapping of a row-major batched matmul onto a
@@ -9,14 +10,14 @@
 #include <numeric>
 #include <random>
 
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "core/raw_ops.h"
-#include "cuda/gemm_plan.h"
-#include "cuda/geometry.h"
-#include "cuda/plan.h"
-#include "cuda/pool_window.h"
-#include "core/backend.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/gemm_plan.h>
+#include <snug/cuda/geometry.h>
+#include <snug/cuda/plan.h>
+#include <snug/cuda/pool_window.h>
+#include <snug/core/backend.h>
 
 using namespace snug;
 

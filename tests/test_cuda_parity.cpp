@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every op of the CUDA backend against the CPU backend on the same inputs.
 // Tolerances (relative to max(1, |cpu|)): exact for copies, fills, index ops,
 // comparisons, where, max/min, arg reductions and uniform draws (the same
@@ -19,20 +20,20 @@
 #include <memory>
 #include <string>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/backend.h"
-#include "core/generator.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "cuda/cuda_api.h"
-#include "cuda/fused_api.h"
-#include "memory/allocator.h"
-#include "memory/stream.h"
-#include "nn/amp/grad_scaler.h"
-#include "nn/optim/optimizer.h"
-#include "nn/functional.h"
-#include "nn/models/gpt.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/backend.h>
+#include <snug/core/generator.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/cuda/fused_api.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stream.h>
+#include <snug/nn/amp/grad_scaler.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/models/gpt.h>
 
 using namespace snug;
 

@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // DataLoader: every sample exactly once per epoch and the same order for 0, 1
 // and 4 workers; bounded prefetch; worker exceptions reach the caller with the
 // sample index; no thread outlives an epoch, an abandoned loop or the loader.
 // Run under the tsan preset too (scripts: build just this test there).
 #include <doctest/doctest.h>
 
-#include "cuda/cuda_api.h"
+#include <snug/cuda/cuda_api.h>
 
 #include <atomic>
 #include <chrono>
@@ -13,7 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "data/dataloader.h"
+#include <snug/data/dataloader.h>
 
 using namespace snug;
 using namespace snug::data;

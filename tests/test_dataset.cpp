@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: MIT
 // TensorDataset and transforms, including a random transform that is
 // reproducible per (seed, epoch, index).
 #include <doctest/doctest.h>
 
-#include "data/dataset.h"
+#include <snug/data/dataset.h>
 
 using namespace snug;
 using namespace snug::data;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Device: parsing "cpu", "cpu:N", "cuda:N", printing, ordering, and the
 // DeviceError raised (naming the offending string) for anything else.
 #include <doctest/doctest.h>
@@ -6,7 +7,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "core/device.h"
+#include <snug/core/device.h>
 
 using namespace snug;
 

@@ -1,15 +1,16 @@
+// SPDX-License-Identifier: MIT
 // distributed/ in one process: the local group, finding the world from the
 // environment, and DataParallel's buckets, hooks and no_sync on a group of
 // one. The multi-process tests run under mpirun: tests/mpi/.
 #include <cstdlib>
 
-#include "autograd/engine.h"
-#include "autograd/node.h"
-#include "distributed/data_parallel.h"
-#include "distributed/mpi.h"
-#include "distributed/nccl.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
+#include <snug/autograd/engine.h>
+#include <snug/autograd/node.h>
+#include <snug/distributed/data_parallel.h>
+#include <snug/distributed/mpi.h>
+#include <snug/distributed/nccl.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
 #include "test_util.h"
 
 using namespace snug;

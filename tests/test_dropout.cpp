@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // dropout: identities (p = 0, eval), p = 1, kept fraction and 1/(1-p)
 // scaling on 100k elements, seeded reproducibility, gradient = mask * scale,
 // argument errors.
@@ -6,9 +7,9 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
 
 using namespace snug;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // DType: sizes, names, parsing, the promotion table, dispatch errors, and
 // value conversions through Tensor::to(dtype): f16/bf16 rounding (ties to
 // even, overflow, subnormals), float -> int truncation, int narrowing, bool.
@@ -9,9 +10,9 @@
 #include <string>
 #include <type_traits>
 
-#include "autograd/ops.h"
-#include "core/dtype.h"
-#include "core/tensor.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/dtype.h>
+#include <snug/core/tensor.h>
 
 using namespace snug;
 

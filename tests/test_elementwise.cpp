@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Elementwise ops (autograd/ops.h): values against hand-computed results and
 // std:: math, broadcasting, type promotion, scalar operators, comparisons,
 // where/masked_fill/clamp, f16/bf16 inputs, in-place ops (version counter and
@@ -10,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/functors.h"
-#include "core/generator.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/functors.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // autograd/fault_injection.h: a NaN injected into a chosen op's output is
 // reported by anomaly mode with that op's name (docs/reliability.md).
 #include <doctest/doctest.h>
@@ -8,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/autocast.h"
-#include "autograd/fault_injection.h"
-#include "autograd/grad_mode.h"
-#include "core/generator.h"
-#include "nn/amp/grad_scaler.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/fault_injection.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/generator.h>
+#include <snug/nn/amp/grad_scaler.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
 #include "test_util.h"
 
 using namespace snug;

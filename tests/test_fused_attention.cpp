@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fused causal self-attention (core/cpu_fused_attention.h, nn::functional::
 // causal_self_attention): against the unfused path, finite differences,
 // thread-count independence, memory held for backward, bad input.
@@ -5,14 +6,14 @@
 
 #include <cmath>
 
-#include "autograd/engine.h"
-#include "core/gemm.h"
-#include "core/generator.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/attention.h"
-#include "nn/functional.h"
+#include <snug/autograd/engine.h>
+#include <snug/core/gemm.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/attention.h>
+#include <snug/nn/functional.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // core/gemm: the fast GEMM against the triple-loop reference on many shapes,
 // all transposes, alpha/beta, padded leading dimensions, batches; and f64.
 #include <doctest/doctest.h>
@@ -12,9 +13,9 @@
 
 #include <omp.h>
 
-#include "core/error.h"
-#include "core/functors.h"
-#include "core/gemm.h"
+#include <snug/core/error.h>
+#include <snug/core/functors.h>
+#include <snug/core/gemm.h>
 
 namespace k = snug::kernels;
 

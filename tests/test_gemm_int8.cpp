@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The int8 GEMM (quant/gemm_int8.h): the AVX-512 VNNI kernel and the portable
 // loops agree exactly, on awkward shapes (edges of the 6 x 64 tile, K not a
 // multiple of 4, K across several 512-blocks, strided A/B/C), and both equal
@@ -7,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "quant/gemm_int8.h"
+#include <snug/quant/gemm_int8.h>
 #include "test_util.h"
 
 using namespace snug;

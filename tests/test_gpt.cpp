@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The W-GPT model (docs/workloads.md): parameter count, shapes, the tied
 // LM head, initialization, and that it learns.
 #include <doctest/doctest.h>
@@ -7,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
 #include "test_util.h"
 
 using namespace snug;

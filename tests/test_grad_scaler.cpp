@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // GradScaler (nn/amp/grad_scaler.h): an injected overflow skips the step
 // (weights and optimizer state bit-identical), names the parameter and backs
 // the scale off; growth after the interval; min/max clamps; unscale_ once per
@@ -10,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/autocast.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "nn/amp/grad_scaler.h"
-#include "nn/checkpoint.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/nn/amp/grad_scaler.h>
+#include <snug/nn/checkpoint.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
 #include "test_util.h"
 
 using namespace snug;

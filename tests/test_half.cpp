@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // core/half.h and core/half.cpp: every f16 pattern, every tie between adjacent
 // f16 and bf16 values, the overflow and subnormal edges, millions of random
 // floats, each against two references written independently of the code under
@@ -12,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "core/half.h"
+#include <snug/core/half.h>
 
 #if defined(__F16C__) || defined(__AVX512BF16__)
 #include <immintrin.h>

@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // Index ops: index_select, index_add, gather, scatter_add -- values along any
 // dim, duplicates, layouts, dtypes, determinism, errors and gradients.
 #include <doctest/doctest.h>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
 #include "test_util.h"
 
 using namespace snug;

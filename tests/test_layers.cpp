@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn layers: Linear, Embedding, LayerNorm, Dropout, activations, Flatten,
 // MultiheadAttention and TransformerBlock (shapes, init, errors, causality,
 // values against naive loops, gradients in f64).
@@ -8,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "autograd/gradcheck.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "nn/attention.h"
-#include "nn/layers.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/nn/attention.h>
+#include <snug/nn/layers.h>
 #include "test_util.h"
 
 using namespace snug;

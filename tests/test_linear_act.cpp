@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // linear_relu, linear_gelu, relu_mlp and gelu_mlp (nn/fused.h;
 // kernels::gemm_f32_bias_act, gemm_f32_act_grad): the same values and
 // gradients as the ops they fuse, for f32 (the one-pass GEMMs) and f64 (the
@@ -10,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "core/profiler.h"
-#include "nn/attention.h"
-#include "nn/functional.h"
-#include "nn/fused.h"
-#include "nn/layers.h"
-#include "autograd/node.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/core/profiler.h>
+#include <snug/nn/attention.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/fused.h>
+#include <snug/nn/layers.h>
+#include <snug/autograd/node.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Master weights (NOTE [ Master weights ], nn/optim/optimizer.cpp): f16/bf16
 // parameters are updated through f32 masters; updates below half resolution
 // accumulate instead of vanishing; the masters equal an f32 run's
@@ -8,14 +9,14 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/autocast.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
-#include "nn/optim/optimizer.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/optim/optimizer.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matmul (torch.matmul semantics): every 1-D/2-D/batched form, broadcasting
 // batch dims, strided (transposed/sliced/expanded) inputs, f32/f64/f16/bf16,
 // values against a naive triple loop, gradchecks, and error messages.
@@ -6,9 +7,9 @@
 #include <cmath>
 #include <string>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // History and snapshots: the event ring buffer, the JSON snapshot written by
 // dump_snapshot and read back by load_snapshot, and replay of a trace.
 #include <doctest/doctest.h>
@@ -8,11 +9,11 @@
 #include <string>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "memory/allocator.h"
-#include "memory/caching_allocator.h"
-#include "memory/history.h"
-#include "memory/replay.h"
+#include <snug/core/error.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/caching_allocator.h>
+#include <snug/memory/history.h>
+#include <snug/memory/replay.h>
 
 using namespace snug;
 using namespace snug::memory;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // MNIST IDX reader: the real files when present (counts, label histogram,
 // pixel range), and hand-made good, corrupt and truncated files.
 #include <doctest/doctest.h>
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "data/mnist.h"
+#include <snug/data/mnist.h>
 
 using namespace snug;
 namespace fs = std::filesystem;

@@ -1,15 +1,16 @@
+// SPDX-License-Identifier: MIT
 // The image models: exact parameter counts, output shapes, and a few SGD
 // steps on one tiny batch lower the loss.
 #include <doctest/doctest.h>
 
 #include <memory>
 
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "nn/functional.h"
-#include "nn/models/cnn.h"
-#include "nn/models/vit.h"
-#include "nn/optim/optimizer.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/models/cnn.h>
+#include <snug/nn/models/vit.h>
+#include <snug/nn/optim/optimizer.h>
 
 using namespace snug;
 namespace F = snug::nn::functional;

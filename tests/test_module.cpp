@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::Module: registration, traversal order and prefixes, tied weights,
 // train/eval, zero_grad, apply, in-place dtype/device conversion,
 // state_dict / load_state_dict (strict and not), containers, bad names.
@@ -6,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
-#include "nn/layers.h"
-#include "nn/module.h"
-#include "nn/optim/optimizer.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/module.h>
+#include <snug/nn/optim/optimizer.h>
 
 using namespace snug;
 using namespace snug::nn;

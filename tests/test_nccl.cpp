@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // The NCCL process group on one GPU (a world of one): the smoke run of
 // tools/gpu_check.sh. Every collective goes through NCCL on the device and
 // DataParallel reduces a CUDA model's gradients through it. Without NCCL in
 // the build, or without a GPU, the cases say so and skip.
-#include "cuda/cuda_api.h"
-#include "distributed/data_parallel.h"
-#include "distributed/nccl.h"
-#include "nn/layers.h"
+#include <snug/cuda/cuda_api.h>
+#include <snug/distributed/data_parallel.h>
+#include <snug/distributed/nccl.h>
+#include <snug/nn/layers.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // nn::functional: linear, layer_norm, embedding, the losses and attention,
 // each against a naive double-precision computation, with gradchecks.
 #include <doctest/doctest.h>
@@ -7,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/gradcheck.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "nn/functional.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/nn/functional.h>
 #include "test_util.h"
 
 using namespace snug;

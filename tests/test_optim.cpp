@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Optimizers (SGD with momentum/dampening/Nesterov/weight decay, Adam, AdamW),
 // parameter groups, state_dict round trips, errors, LR schedulers and
 // clip_grad_norm_, each against plain double arithmetic written here.
@@ -7,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "nn/optim/optimizer.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/nn/optim/optimizer.h>
 #include "test_util.h"
 
 using namespace snug;

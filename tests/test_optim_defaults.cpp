@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Optimizer defaults and parameter-group options (NOTE [ Parameter group
 // options ] in nn/optim/optimizer.h): every optimizer's defaults are
 // PyTorch's (bitsandbytes' for AdamW8bit) and one step with them gives the
@@ -10,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "nn/optim/adamw8bit.h"
-#include "nn/optim/optimizer.h"
+#include <snug/nn/optim/adamw8bit.h>
+#include <snug/nn/optim/optimizer.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // core/philox.h and core/generator.h: the Random123 known answers, the element
 // mapping contract (NOTE [ Philox element mapping ]), distribution sanity, and
 // the generator's offset bookkeeping.
@@ -9,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/generator.h"
-#include "core/philox.h"
+#include <snug/core/generator.h>
+#include <snug/core/philox.h>
 
 using namespace snug;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // parallel/: layer stacks, placement planning, pipelined micro-batches on
 // virtual CPU devices (cpu:1, cpu:2, ...). Each test uses its own devices, so
 // capacities and peaks set by one do not leak into another.
@@ -9,15 +10,15 @@
 #include <map>
 #include <string>
 
-#include "autograd/engine.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
-#include "nn/accumulate.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/optimizer.h"
-#include "parallel/layer_stack.h"
-#include "parallel/pipeline.h"
-#include "parallel/placement.h"
+#include <snug/autograd/engine.h>
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
+#include <snug/nn/accumulate.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/parallel/layer_stack.h>
+#include <snug/parallel/pipeline.h>
+#include <snug/parallel/placement.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,17 +1,18 @@
+// SPDX-License-Identifier: MIT
 // The checkpoint planner: the dynamic program against brute force on random
 // layer profiles, the measuring pass against real steps, and the virtual
 // device that only a planned model fits on.
 #include <cmath>
 #include <random>
 
-#include "autograd/autocast.h"
-#include "autograd/checkpoint.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/adamw8bit.h"
-#include "nn/optim/optimizer.h"
-#include "nn/planner.h"
+#include <snug/autograd/autocast.h>
+#include <snug/autograd/checkpoint.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/adamw8bit.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/nn/planner.h>
 #include "test_util.h"
 
 using namespace snug;

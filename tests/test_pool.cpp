@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pooling: max_pool2d, avg_pool2d, adaptive_avg_pool2d values worked out by
 // hand, gradients by hand and by finite differences, modules and errors.
 #include <doctest/doctest.h>
@@ -7,12 +8,12 @@
 #include <limits>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "nn/conv.h"
-#include "nn/functional.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/functional.h>
 
 using namespace snug;
 namespace F = snug::nn::functional;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // core/profiler: op events, folding of nested ops, FLOPs and bytes, ranges,
 // the summary table and the Chrome trace file.
 #include <doctest/doctest.h>
@@ -7,10 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "autograd/ops.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "nn/functional.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/nn/functional.h>
 
 using namespace snug;
 

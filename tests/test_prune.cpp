@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Pruning (prune/prune.h): each method's mask against a hand count, masks
 // persisting through optimizer steps (gradients masked, weights re-masked),
 // remove, the sparsity report, and errors.
@@ -7,13 +8,13 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "nn/conv.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
-#include "nn/optim/optimizer.h"
-#include "prune/prune.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/prune/prune.h>
 #include "test_util.h"
 
 using namespace snug;

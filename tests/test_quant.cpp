@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Quantization (quant/): quantize/dequantize error bounds, observers,
 // fake-quant with the straight-through estimator, quantized Linear/Conv2d
 // against float references built from the same int8 values, the dynamic,
@@ -8,16 +9,16 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/safetensors.h"
-#include "nn/conv.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
-#include "nn/optim/optimizer.h"
-#include "quant/convert.h"
-#include "quant/modules.h"
-#include "quant/observer.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/safetensors.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/quant/convert.h>
+#include <snug/quant/modules.h>
+#include <snug/quant/observer.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Quantization of whole module trees (quant/convert.h): every Linear and
 // Conv2d at any depth (custom modules, Sequentials inside modules,
 // ModuleLists, the GPT's blocks, the ViT) is replaced, also in the typed
@@ -8,16 +9,16 @@
 #include <cmath>
 #include <set>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "nn/conv.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
-#include "nn/models/gpt.h"
-#include "nn/models/vit.h"
-#include "nn/optim/optimizer.h"
-#include "quant/convert.h"
-#include "quant/modules.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/models/vit.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/quant/convert.h>
+#include <snug/quant/modules.h>
 #include "test_util.h"
 
 using namespace snug;

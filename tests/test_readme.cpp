@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The README's tour, compiled and run, so the README stays true.
 #include <doctest/doctest.h>
 
@@ -7,7 +8,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "snug/snug.h"
+#include <snug/snug.h>
 
 using namespace snug;
 

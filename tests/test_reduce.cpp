@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reductions: sum, mean, amax/amin, max/min (with indices), argmax/argmin,
 // prod, var, logsumexp, sum_to -- values, dtypes, layouts, errors, gradients.
 #include <doctest/doctest.h>
@@ -5,11 +6,11 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/gradcheck.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
 #include "test_util.h"
 
 using namespace snug;

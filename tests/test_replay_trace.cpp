@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The memory issue's target on the real recording: replaying
 // bench/traces/wgpt_step.json (two W-GPT training steps, recorded with
 // `snug-bench trace_gpt --steps 2`) with default settings must reserve at most
@@ -7,9 +8,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "memory/history.h"
-#include "memory/replay.h"
-#include "memory/settings.h"
+#include <snug/memory/history.h>
+#include <snug/memory/replay.h>
+#include <snug/memory/settings.h>
 
 using namespace snug::memory;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // safetensors I/O: round trips of every dtype and layout, metadata, the atomic
 // write, every corruption the reader must catch, truncation and byte-flip
 // sweeps, and interop with the reference Python package.
@@ -25,9 +26,9 @@
 #include <fstream>
 #include <random>
 
-#include "core/raw_ops.h"
-#include "core/safetensors.h"
-#include "memory/allocator.h"
+#include <snug/core/raw_ops.h>
+#include <snug/core/safetensors.h>
+#include <snug/memory/allocator.h>
 
 using namespace snug;
 namespace fs = std::filesystem;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Samplers: seeded orders are permutations, reproducible, different per
 // epoch; shards partition an epoch; batch samplers cover every index once;
 // token-budget batches stay within the budget.
@@ -6,7 +7,7 @@
 #include <algorithm>
 #include <set>
 
-#include "data/sampler.h"
+#include <snug/data/sampler.h>
 
 using namespace snug;
 using namespace snug::data;

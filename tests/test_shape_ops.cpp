@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // Shape ops: cat, stack, split (both forms), chunk -- values, dtypes,
 // layouts, errors and gradients.
 #include <doctest/doctest.h>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
 #include "test_util.h"
 
 using namespace snug;

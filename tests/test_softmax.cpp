@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // softmax / log_softmax: values along any dim, stability, dtypes, layouts,
 // errors and gradients.
 #include <doctest/doctest.h>
@@ -5,10 +6,10 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "core/raw_ops.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // memory/stream.h: the current stream per thread and CUDA device, its guard,
 // and that new storage on a device takes its block from the pool of that
 // device's current stream. The CUDA side is played by a fake raw backend
@@ -8,11 +9,11 @@
 #include <set>
 #include <thread>
 
-#include "core/storage.h"
-#include "memory/allocator.h"
-#include "memory/caching_allocator.h"
-#include "memory/raw_backend.h"
-#include "memory/stream.h"
+#include <snug/core/storage.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/caching_allocator.h>
+#include <snug/memory/raw_backend.h>
+#include <snug/memory/stream.h>
 
 using namespace snug;
 using namespace snug::memory;

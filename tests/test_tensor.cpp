@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tensor core: factories, seeded random factories, from_vector/from_blob,
 // item/to_vector, printing, contiguous/clone, virtual-device moves, errors.
 #include <doctest/doctest.h>
@@ -6,9 +7,9 @@
 #include <set>
 #include <string>
 
-#include "autograd/ops.h"
-#include "core/generator.h"
-#include "memory/allocator.h"
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
+#include <snug/memory/allocator.h>
 #include "test_util.h"
 
 using namespace snug;

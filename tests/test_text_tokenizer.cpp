@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: MIT
 // Character tokenizer: round trip, vocabulary order, unknown bytes and ids.
 #include <doctest/doctest.h>
 
-#include "data/text.h"
+#include <snug/data/text.h>
 
 using namespace snug;
 using namespace snug::data;

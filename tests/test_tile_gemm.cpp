@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // core/tile_gemm: the unpacked small-tile GEMM against its reference, on every
 // tile width and row count it dispatches, both strides of A, accumulate on and
 // off, padded leading dimensions; and the transpose.
@@ -9,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tile_gemm.h"
+#include <snug/core/tile_gemm.h>
 
 namespace k = snug::kernels;
 

@@ -1,9 +1,10 @@
+// SPDX-License-Identifier: MIT
 // TokenFile: the .bin layout (little-endian, no header), windows, random
 // batches, the Dataset view through a DataLoader, and corrupt files.
 #include <doctest/doctest.h>
 
-#include "data/dataloader.h"
-#include "data/token_file.h"
+#include <snug/data/dataloader.h>
+#include <snug/data/token_file.h>
 #include "data_files.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // core/update_math.h: the per-element optimizer updates and the loss
 // scaler's unscale that the CPU loops and the CUDA kernels share, checked
 // here against plain double arithmetic; and the host side of the CUDA entry
@@ -11,10 +12,10 @@
 #include <random>
 #include <string>
 
-#include "core/update_math.h"
-#include "cuda/cuda_api.h"
-#include "cuda/fused_api.h"
-#include "nn/optim/fused.h"
+#include <snug/core/update_math.h>
+#include <snug/cuda/cuda_api.h>
+#include <snug/cuda/fused_api.h>
+#include <snug/nn/optim/fused.h>
 #include "test_util.h"
 
 using namespace snug;

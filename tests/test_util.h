@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Small helpers shared by the doctest unit tests (tests/test_*.cpp).
 // Header-only; every function is inline. Test files pull in what they need
 // with using-declarations (using snug::testing::make; ...) so a file can keep
@@ -14,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
 
 namespace snug::testing {
 

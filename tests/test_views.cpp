@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Views: view/reshape/flatten, transpose/permute/t, slice/narrow/select,
 // expand, squeeze/unsqueeze. Values are checked against hand-computed
 // results, storage sharing is checked by writing through the view, and every
@@ -6,9 +7,9 @@
 
 #include <string>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "core/generator.h"
+#include <snug/autograd/gradcheck.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/generator.h>
 #include "test_util.h"
 
 using namespace snug;

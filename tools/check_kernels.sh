@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Checks, without a GPU, that every kernel the host code of cuda/*.cu launches
 # was compiled into device code. A launch that nvcc's device pass cannot see
 # (say, behind `#if !defined(__CUDA_ARCH__)`) instantiates no kernel: it still

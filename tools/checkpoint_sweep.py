@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Measures charlm's activation checkpointing: sqrt vs none, and a planner budget sweep.
 
     python3 tools/checkpoint_sweep.py --charlm build/release/examples/charlm [--repeats 3] [--steps 6]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Builds the libFuzzer targets (preset `fuzz`: clang, ASan + UBSan) and runs
 # each for SECONDS (default 30) from the seed corpora in tests/fuzz/corpus/.
 # Prints one line per target (executions, coverage) and exits non-zero if any

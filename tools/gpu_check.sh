@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The GPU check of issue 8, in one run on the device machine (one H200; nvcc
 # 13, CMake, ninja, Python with PyTorch + pip cuDNN; no Debian packages, no
 # network): build with CUDA, run every test, run the GPU benchmarks beside

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Crash-safe checkpoints: kill charlm with SIGKILL at random moments and resume.
 
 Runs a small charlm that saves a checkpoint after every step, once without

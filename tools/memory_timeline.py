@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Draws a snug memory snapshot (memory::dump_snapshot) as a timeline.
 
     python3 tools/memory_timeline.py SNAPSHOT.json [-o timeline.html] [--png timeline.png]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch parity for snug's W-GPT (not run in CI; needs torch and safetensors).
 
   build/release/examples/charlm --steps 50 --save /tmp/gpt.safetensors --json

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Draws a pipeline step's schedule: one row per stage, one box per forward (F)
 or backward (B) of a micro-batch, from the Chrome trace that
 `snug-bench pipeline --timeline FILE` (Pipeline::write_timeline) writes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch peer of examples/charlm: the same W-GPT model, initialisation,
 optimizer (AdamW, weight decay on matrices only), schedule (linear warmup then
 cosine to lr/10), 90/10 split and validation (mean loss over 50 batches).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch peer of `snug-bench cuda_gemm` and `snug-bench cuda_gpt`, run side by
 side with them by tools/gpu_check.sh on the GPU machine. Prints one JSON line.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch peer of examples/mnist for the W-CNN (docs/workloads.md): the same
 layers, PyTorch's default initialisation (which snug's Conv2d/Linear follow),
 inputs normalised with mean 0.1307 / std 0.3081, SGD with momentum 0.9 and a

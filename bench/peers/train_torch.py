@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch peer of `snug-bench gpt|cnn|mlp`: the W-GPT, W-CNN and W-MLP training
 steps of docs/workloads.md with the same shapes, optimizers, warmup and step
 counts, and the same JSON fields.

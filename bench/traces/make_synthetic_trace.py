@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Writes synthetic_gpt_step.json: a SYNTHETIC memory trace shaped like two
 training steps of a small GPT (parameters, AdamW state, per-layer activations
 kept for backward, temporaries, gradients), in the snapshot format that

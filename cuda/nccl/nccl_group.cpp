@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The NCCL process group (distributed/nccl.h). Collectives run on a
 // non-blocking stream of the group's own, ordered after whatever is already
 // queued on the legacy default stream (where snug's kernels run) by an event;
@@ -13,8 +14,8 @@
 #include <fstream>
 #include <thread>
 
-#include "cuda/check.h"
-#include "distributed/nccl.h"
+#include <snug/cuda/check.h>
+#include <snug/distributed/nccl.h>
 
 namespace snug::distributed {
 

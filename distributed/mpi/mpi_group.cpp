@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The MPI process group: every collective is an MPI nonblocking collective
 // (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather, MPI_Ibarrier) on the group's
 // own communicator; Work::wait polls it with MPI_Test until it completes or
@@ -18,7 +19,7 @@
 #include <set>
 #include <thread>
 
-#include "distributed/mpi.h"
+#include <snug/distributed/mpi.h>
 
 namespace snug::distributed {
 

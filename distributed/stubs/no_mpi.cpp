@@ -1,5 +1,6 @@
+// SPDX-License-Identifier: MIT
 // The stand-in for builds without MPI (SNUG_MPI=OFF or MPI not found).
-#include "distributed/mpi.h"
+#include <snug/distributed/mpi.h>
 
 namespace snug::distributed {
 

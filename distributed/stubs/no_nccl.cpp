@@ -1,5 +1,6 @@
+// SPDX-License-Identifier: MIT
 // The stand-in for builds without NCCL (no CUDA, SNUG_NCCL=OFF, or NCCL not found).
-#include "distributed/nccl.h"
+#include <snug/distributed/nccl.h>
 
 namespace snug::distributed {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // charlm: trains the W-GPT character-level transformer on tiny shakespeare
 // (docs/workloads.md), evaluates it, and prints generated text.
 //
@@ -71,28 +72,28 @@
 #include <string>
 #include <vector>
 
-#include "autograd/checkpoint.h"
-#include "autograd/grad_mode.h"
-#include "core/generator.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "data/dataloader.h"
-#include "data/sampler.h"
-#include "distributed/data_parallel.h"
-#include "memory/allocator.h"
-#include "memory/stats.h"
-#include "autograd/autocast.h"
-#include "nn/accumulate.h"
-#include "nn/amp/grad_scaler.h"
-#include "nn/checkpoint.h"
-#include "nn/functional.h"
-#include "nn/models/gpt.h"
-#include "nn/optim/adamw8bit.h"
-#include "nn/optim/optimizer.h"
-#include "nn/planner.h"
-#include "parallel/layer_stack.h"
-#include "parallel/pipeline.h"
-#include "parallel/placement.h"
+#include <snug/autograd/checkpoint.h>
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/generator.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/data/dataloader.h>
+#include <snug/data/sampler.h>
+#include <snug/distributed/data_parallel.h>
+#include <snug/memory/allocator.h>
+#include <snug/memory/stats.h>
+#include <snug/autograd/autocast.h>
+#include <snug/nn/accumulate.h>
+#include <snug/nn/amp/grad_scaler.h>
+#include <snug/nn/checkpoint.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/adamw8bit.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/nn/planner.h>
+#include <snug/parallel/layer_stack.h>
+#include <snug/parallel/pipeline.h>
+#include <snug/parallel/placement.h>
 
 using namespace snug;
 

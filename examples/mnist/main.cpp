@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mnist: trains an image classifier on MNIST and reports test accuracy.
 //
 //   mnist [--model cnn|mlp|mobilenet|vit] [--epochs N] [--batch B] [--lr X]
@@ -42,22 +43,22 @@
 
 #include <snug/snug.h>
 
-#include "core/gemm.h"
-#include "data/dataloader.h"
-#include "data/mnist.h"
-#include "data/sampler.h"
-#include "distributed/data_parallel.h"
-#include "nn/functional.h"
-#include "nn/models/cnn.h"
-#include "nn/models/vit.h"
-#include "nn/conv.h"
-#include "nn/layers.h"
-#include "nn/optim/optimizer.h"
-#include "core/safetensors.h"
-#include "prune/compact.h"
-#include "quant/convert.h"
-#include "quant/gemm_int8.h"
-#include "prune/prune.h"
+#include <snug/core/gemm.h>
+#include <snug/data/dataloader.h>
+#include <snug/data/mnist.h>
+#include <snug/data/sampler.h>
+#include <snug/distributed/data_parallel.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/models/cnn.h>
+#include <snug/nn/models/vit.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/optim/optimizer.h>
+#include <snug/core/safetensors.h>
+#include <snug/prune/compact.h>
+#include <snug/quant/convert.h>
+#include <snug/quant/gemm_int8.h>
+#include <snug/prune/prune.h>
 
 using namespace snug;
 namespace fs = std::filesystem;

@@ -1,14 +1,15 @@
-#include "nn/amp/grad_scaler.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/amp/grad_scaler.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "core/raw_ops.h"
-#include "cuda/fused_api.h"
-#include "memory/allocator.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/autograd/ops.h>
+#include <snug/core/raw_ops.h>
+#include <snug/cuda/fused_api.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::nn::amp {
 

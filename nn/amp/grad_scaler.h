@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // GradScaler: dynamic loss scaling for f16 training (torch.amp.GradScaler).
 //
 // f16 has 5 exponent bits: gradients below 2^-24 become zero. Multiplying
@@ -24,9 +25,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/tensor.h"
-#include "nn/module.h"
-#include "nn/optim/optimizer.h"
+#include <snug/core/tensor.h>
+#include <snug/nn/module.h>
+#include <snug/nn/optim/optimizer.h>
 
 namespace snug::nn::amp {
 

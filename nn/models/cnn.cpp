@@ -1,7 +1,8 @@
-#include "nn/models/cnn.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/models/cnn.h>
 
-#include "nn/conv.h"
-#include "nn/layers.h"
+#include <snug/nn/conv.h>
+#include <snug/nn/layers.h>
 
 namespace snug::nn::models {
 

@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // The reference image models of docs/workloads.md (W-CNN, W-MLP) and a small
 // MobileNet-style network, all for MNIST-shaped input (N, 1, 28, 28) and
 // 10 classes, built from nn/layers.h and nn/conv.h.
 #pragma once
 #include <memory>
 
-#include "nn/module.h"
+#include <snug/nn/module.h>
 
 namespace snug::nn::models {
 

@@ -1,4 +1,5 @@
-#include "nn/models/gpt.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/models/gpt.h>
 
 #include <cerrno>
 #include <cmath>
@@ -6,7 +7,7 @@
 #include <cstdlib>
 #include <utility>
 
-#include "nn/init.h"
+#include <snug/nn/init.h>
 
 namespace snug::nn::models {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // GPT: the W-GPT decoder-only transformer of docs/workloads.md, any size.
 //   tokens (B, T) i64 -> logits (B, T, vocab)
 #pragma once
@@ -5,11 +6,11 @@
 #include <optional>
 #include <string>
 
-#include "nn/attention.h"
-#include "nn/checkpoint_sequential.h"
-#include "nn/planner.h"
-#include "nn/layers.h"
-#include "nn/module.h"
+#include <snug/nn/attention.h>
+#include <snug/nn/checkpoint_sequential.h>
+#include <snug/nn/planner.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/module.h>
 
 namespace snug::nn::models {
 

@@ -1,6 +1,7 @@
-#include "nn/models/vit.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/models/vit.h>
 
-#include "nn/init.h"
+#include <snug/nn/init.h>
 
 namespace snug::nn::models {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A small vision transformer for MNIST-shaped input: non-overlapping patches
 // embedded by a Conv2d (kernel = stride = patch), a learned class token and
 // learned positions, pre-LayerNorm encoder blocks (nn/attention.h's
@@ -6,10 +7,10 @@
 #pragma once
 #include <memory>
 
-#include "nn/attention.h"
-#include "nn/conv.h"
-#include "nn/layers.h"
-#include "nn/module.h"
+#include <snug/nn/attention.h>
+#include <snug/nn/conv.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/module.h>
 
 namespace snug::nn::models {
 

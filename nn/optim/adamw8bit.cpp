@@ -1,12 +1,13 @@
-#include "nn/optim/adamw8bit.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/optim/adamw8bit.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "autograd/grad_mode.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::nn::optim {
 

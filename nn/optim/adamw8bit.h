@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // AdamW with 8-bit optimizer state (Dettmers et al., "8-bit Optimizers via
 // Block-wise Quantization", 2022; docs/compression.md).
 //
@@ -21,7 +22,7 @@
 #pragma once
 #include <vector>
 
-#include "nn/optim/optimizer.h"
+#include <snug/nn/optim/optimizer.h>
 
 namespace snug::nn::optim {
 

@@ -1,12 +1,13 @@
-#include "nn/optim/fused.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/optim/fused.h>
 
 #include <cmath>
 #include <cstdint>
 
-#include "core/half.h"
-#include "core/profiler.h"
-#include "core/update_math.h"
-#include "cuda/fused_api.h"
+#include <snug/core/half.h>
+#include <snug/core/profiler.h>
+#include <snug/core/update_math.h>
+#include <snug/cuda/fused_api.h>
 
 namespace snug::nn::optim::fused {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Fused, allocation-free optimizer updates (CPU loops here, CUDA kernels in
 // cuda/fused.cu): one pass over a parameter, its gradient and its state, in
 // place. The per-element math is core/update_math.h, shared by both.
@@ -11,7 +12,7 @@
 // take (strided tensors), and tests/test_optim.cpp compares the two
 // (tests/test_cuda_parity.cpp compares the CUDA kernels with the CPU loops).
 #pragma once
-#include "core/tensor.h"
+#include <snug/core/tensor.h>
 
 namespace snug::nn::optim::fused {
 

@@ -1,13 +1,14 @@
-#include "nn/optim/optimizer.h"
+// SPDX-License-Identifier: MIT
+#include <snug/nn/optim/optimizer.h>
 
 #include <cmath>
 #include <mutex>
 
-#include "autograd/grad_mode.h"
-#include "nn/optim/fused.h"
-#include "core/profiler.h"
-#include "core/raw_ops.h"
-#include "memory/allocator.h"
+#include <snug/autograd/grad_mode.h>
+#include <snug/nn/optim/fused.h>
+#include <snug/core/profiler.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::nn::optim {
 

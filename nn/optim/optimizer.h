@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Optimizers: SGD (momentum, Nesterov, weight decay), Adam, AdamW, with
 // parameter groups and state_dict; LR schedulers; clip_grad_norm_.
 //
@@ -17,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
-#include "nn/module.h"
+#include <snug/core/tensor.h>
+#include <snug/nn/module.h>
 
 namespace snug::nn::optim {
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A consumer of snug: only the umbrella header, tensors, one backward.
 // Prints d/dw of sum((x w)^2) and exits 0 when it matches the closed form.
 #include <cmath>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Interop fixtures for tests/test_safetensors.cpp.
 
   python tests/data/make_safetensors_fixture.py

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: the allocator settings parser (memory/settings.h), the
 // string users give in SNUG_ALLOC_CONF. A string that parses must print back
 // to settings that parse to the same values.
@@ -5,9 +6,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
+#include <snug/core/error.h>
 #include "fuzz_util.h"
-#include "memory/settings.h"
+#include <snug/memory/settings.h>
 
 using namespace snug;
 

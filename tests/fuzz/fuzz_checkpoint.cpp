@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: the training-checkpoint reader (nn/checkpoint.h): its
 // metadata (step, generator states, optimizer and scheduler hyper-parameters)
 // and the strict layout check, on a small model with an optimizer, a
@@ -6,12 +7,12 @@
 #include <memory>
 #include <string>
 
-#include "core/error.h"
-#include "core/generator.h"
+#include <snug/core/error.h>
+#include <snug/core/generator.h>
 #include "fuzz_util.h"
-#include "nn/checkpoint.h"
-#include "nn/layers.h"
-#include "nn/optim/optimizer.h"
+#include <snug/nn/checkpoint.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/optim/optimizer.h>
 
 using namespace snug;
 

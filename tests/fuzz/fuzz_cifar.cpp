@@ -1,9 +1,10 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: the CIFAR-10 binary batch reader (data/cifar.h).
 #include <cstdint>
 #include <string>
 
-#include "core/error.h"
-#include "data/cifar.h"
+#include <snug/core/error.h>
+#include <snug/data/cifar.h>
 #include "fuzz_util.h"
 
 using namespace snug;

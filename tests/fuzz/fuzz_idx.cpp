@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: the IDX (MNIST) readers, raw and gzip (data/mnist.h,
 // data/file_bytes.h). The first byte picks images or labels.
 #include <cstdint>
 #include <string>
 
-#include "core/error.h"
-#include "data/mnist.h"
+#include <snug/core/error.h>
+#include <snug/data/mnist.h>
 #include "fuzz_util.h"
 
 using namespace snug;

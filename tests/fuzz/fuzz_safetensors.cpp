@@ -1,9 +1,10 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: the safetensors reader (core/safetensors.h).
 #include <cstdint>
 #include <string>
 
-#include "core/error.h"
-#include "core/safetensors.h"
+#include <snug/core/error.h>
+#include <snug/core/safetensors.h>
 #include "fuzz_util.h"
 
 using namespace snug;

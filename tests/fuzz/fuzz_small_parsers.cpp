@@ -1,15 +1,16 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: the small parsers of command-line and config text: byte
 // sizes ("150MiB"), dtypes, devices, device lists, placement policies and
 // pipeline schedules. The first byte picks the parser.
 #include <cstdint>
 #include <string>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/error.h"
+#include <snug/core/device.h>
+#include <snug/core/dtype.h>
+#include <snug/core/error.h>
 #include "fuzz_util.h"
-#include "nn/planner.h"
-#include "parallel/placement.h"
+#include <snug/nn/planner.h>
+#include <snug/parallel/placement.h>
 
 using namespace snug;
 

@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: token files (data/token_file.h): open (size checks, the
 // mmap) and reads with a vocabulary check. The first byte picks the token
 // width (2 or 4 bytes) and the vocabulary size; the rest is the file.
 #include <cstdint>
 #include <string>
 
-#include "core/error.h"
-#include "data/token_file.h"
+#include <snug/core/error.h>
+#include <snug/data/token_file.h>
 #include "fuzz_util.h"
 
 using namespace snug;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared by the libFuzzer targets in tests/fuzz/ (docs/reliability.md).
 //
 // A target feeds the bytes to one parser of outside input. snug::Error is the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A small DataParallel training loop in which rank 1 fails at step 3, for
 // the ctest failure cases (tests/CMakeLists.txt), run as
 //   mpirun -np 2 dist_failure raise|die|hang
@@ -16,11 +17,11 @@
 #include <string>
 #include <thread>
 
-#include "core/generator.h"
-#include "distributed/data_parallel.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
-#include "nn/optim/optimizer.h"
+#include <snug/core/generator.h>
+#include <snug/distributed/data_parallel.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/optim/optimizer.h>
 
 using namespace snug;
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # cmake -DCMD=<arguments separated by |> -DEXPECT=<regex> -DLIMIT=<seconds> -P expect_failure.cmake
 # Runs CMD and passes when it ends within LIMIT seconds with a non-zero exit
 # status and output matching EXPECT: a failing rank must end the whole job

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // distributed/ across processes: run by ctest as
 //   mpirun -np 2 test_distributed_mpi
 // (tests/CMakeLists.txt; any world size >= 2 works). Every rank runs every
@@ -12,15 +13,15 @@
 #include <filesystem>
 #include <thread>
 
-#include "distributed/data_parallel.h"
-#include "distributed/mpi.h"
-#include "nn/accumulate.h"
-#include "nn/amp/grad_scaler.h"
-#include "autograd/checkpoint.h"
-#include "nn/checkpoint.h"
-#include "nn/functional.h"
-#include "nn/layers.h"
-#include "nn/optim/optimizer.h"
+#include <snug/distributed/data_parallel.h>
+#include <snug/distributed/mpi.h>
+#include <snug/nn/accumulate.h>
+#include <snug/nn/amp/grad_scaler.h>
+#include <snug/autograd/checkpoint.h>
+#include <snug/nn/checkpoint.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/layers.h>
+#include <snug/nn/optim/optimizer.h>
 #include "test_util.h"
 
 using namespace snug;
