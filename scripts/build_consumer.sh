@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds and runs tests/consumer, a program that uses snug as an outside
-# project would, both ways snug can be consumed:
+# project would, every way snug can be consumed:
 #   (a) installed:  cmake --install <snug build> --prefix P; find_package(snug) with CMAKE_PREFIX_PATH=P
 #   (b) in-tree:    add_subdirectory(<snug source>) via -DSNUG_SOURCE_DIR
+#   (c) pkg-config: a plain Makefile against P's lib/pkgconfig/snug.pc
+# The consumer sets no C++ standard, and its sources fail to compile if Eigen
+# is reachable; its CMakeLists fails if snug::snug's interface carries build
+# flags or private dependencies. The installed tree is checked the same way.
 #
 #   scripts/build_consumer.sh [SNUG_BUILD_DIR]
 # With SNUG_BUILD_DIR (an already configured snug build, e.g. build/release),
@@ -34,7 +38,21 @@ rm -rf "$out/prefix"
 cmake --install "$lib_build" --prefix "$out/prefix" >/dev/null
 echo "build_consumer: installed $(find "$out/prefix" -type f | wc -l) files from $lib_build into $out/prefix"
 test -f "$out/prefix/include/snug/snug.h"
+test -f "$out/prefix/include/snug/version.h"
 test -f "$out/prefix/include/snug/core/tensor.h"
+fail() { echo "build_consumer: $*" >&2; exit 1; }
+# Internal headers stay out of the prefix; the exported files carry no build flags.
+if find "$out/prefix/include" -name 'cpu_*.h' | grep -q .; then fail "internal cpu_*.h headers were installed"; fi
+exported="$(cat "$out"/prefix/lib*/cmake/snug/snugTargets*.cmake "$out"/prefix/lib*/pkgconfig/snug.pc)"
+for bad in -march -fsanitize -Wall Eigen eigen3; do
+  if grep -q -- "$bad" <<<"$exported"; then fail "the installed package mentions '$bad'"; fi
+done
+lib="$(find "$out/prefix" -name 'libsnug.so.*' -type f | head -n1)"
+if [ -n "$lib" ]; then
+  soname="$(objdump -p "$lib" | awk '/SONAME/ {print $2}')"
+  [[ "$soname" =~ ^libsnug\.so\.[0-9]+ ]] || fail "libsnug has no versioned SONAME ($soname)"
+  echo "build_consumer: $lib, SONAME $soname"
+fi
 
 rm -rf "$out/find"
 cmake -S tests/consumer -B "$out/find" -G "$(gen_for "$out/find")" -DCMAKE_BUILD_TYPE=Release \
@@ -48,4 +66,9 @@ cmake -S tests/consumer -B "$out/subdir" -G "$(gen_for "$out/subdir")" -DCMAKE_B
 cmake --build "$out/subdir" -j"$jobs"
 "$out/subdir/consumer"
 
-echo "build_consumer: both consumers built and ran"
+# ---- (c) pkg-config and a plain Makefile ------------------------------------------
+mkdir -p "$out/pc"
+PKG_CONFIG_PATH="$(dirname "$(find "$out/prefix" -name snug.pc | head -n1)")" \
+  make -s -C tests/consumer OUT="$out/pc" run
+
+echo "build_consumer: the three consumers built and ran"

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 #   scripts/install_deps.sh [--mpi] [--fuzz|--tsan]
-required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev python3)
+required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev pkgconf python3)
 for arg in "$@"; do
   case "$arg" in
     # Open MPI, only when asked: the MPI process group of distributed/ and its
