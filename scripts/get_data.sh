@@ -79,7 +79,7 @@ done
 if [ -n "${SNUG_GET_DATA_SHA256_FILE:-}" ]; then
   [ -r "$SNUG_GET_DATA_SHA256_FILE" ] || die_usage "SNUG_GET_DATA_SHA256_FILE=$SNUG_GET_DATA_SHA256_FILE: cannot read it"
   while read -r sum name; do
-    [ -n "${sum:-}" ] && [ "${sum:0:1}" != "#" ] || continue
+    if [ -z "${sum:-}" ] || [ "${sum:0:1}" = "#" ]; then continue; fi
     name="${name#\*}"  # sha256sum's binary-mode marker
     [ -n "${SHA256[$name]+x}" ] || die_usage "SNUG_GET_DATA_SHA256_FILE lists $name, which is not a file this script fetches"
     SHA256[$name]="$sum"
