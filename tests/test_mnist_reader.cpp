@@ -18,10 +18,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The real files, where examples/mnist looks: datasets/mnist (scripts/get_data.sh),
+// else ../shared/data/mnist beside the repository. Empty when neither exists.
 std::string mnist_dir() {
   const char* src = std::getenv("SNUG_SOURCE_DIR");
-  fs::path p = fs::path(src ? src : ".") / ".." / "shared" / "data" / "mnist";
-  return fs::exists(p) ? p.string() : std::string();
+  const fs::path root = src ? src : ".";
+  for (const fs::path& p : {root / "datasets" / "mnist", root / ".." / "shared" / "data" / "mnist"})
+    if (fs::exists(p)) return p.string();
+  return std::string();
 }
 
 // A fresh temporary directory, removed at scope exit.
@@ -75,7 +79,8 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
 TEST_CASE("the real MNIST files: sizes, label histogram, pixel range") {
   const std::string dir = mnist_dir();
   if (dir.empty()) {
-    MESSAGE("skipped: no MNIST at $SNUG_SOURCE_DIR/../shared/data/mnist");
+    MESSAGE("skipped: no MNIST in $SNUG_SOURCE_DIR/datasets/mnist or $SNUG_SOURCE_DIR/../shared/data/mnist "
+            "(scripts/get_data.sh mnist fetches it); the hand-made files below still run");
     return;
   }
   data::MnistSplit train = data::load_mnist(dir, true);

@@ -49,7 +49,12 @@ def wcnn():
 def main():
     p = argparse.ArgumentParser()
     here = os.path.dirname(os.path.abspath(__file__))
-    p.add_argument("--data", default=os.path.join(here, "..", "..", "..", "shared", "data", "mnist"))
+    # Where examples/mnist looks: datasets/mnist (scripts/get_data.sh), else ../shared/data/mnist.
+    repo = os.path.join(here, "..", "..")
+    default_data = os.path.join(repo, "datasets", "mnist")
+    if not os.path.isdir(default_data):
+        default_data = os.path.join(repo, "..", "shared", "data", "mnist")
+    p.add_argument("--data", default=default_data)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)

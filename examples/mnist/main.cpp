@@ -13,9 +13,9 @@
 // 98.8% in one epoch where a fixed lr 0.01 gives 98.2% (PyTorch, same model,
 // bench/peers/mnist_torch.py; docs/cnn.md). Batches come from a
 // data::DataLoader over the training set, shuffled from the seed every epoch,
-// made by --workers threads (default 1) ahead of the step. The data directory defaults to ../shared/data/mnist next to
-// the repository, found from the executable's location or the working
-// directory. With --json the last line is one JSON object with the results.
+// made by --workers threads (default 1) ahead of the step. The data directory defaults to datasets/mnist in the
+// repository (where scripts/get_data.sh puts it), else ../shared/data/mnist next to it, found from the executable's
+// location or the working directory. With --json the last line is one JSON object with the results.
 //
 // --amp f16|bf16 trains and evaluates under autocast (docs/mixed_precision.md);
 // f16 adds a GradScaler. --half-params also stores the parameters in that
@@ -155,8 +155,9 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// ../shared/data/mnist relative to the repository: tried above the
-// executable's directory and above the working directory.
+// datasets/mnist (scripts/get_data.sh's default) or ../shared/data/mnist, in
+// the nearest folder above the executable's directory, then above the working
+// directory, that has one; datasets/ first in the same folder.
 std::string find_data_dir(const std::string& given) {
   if (!given.empty()) {
     if (!fs::is_directory(given)) {
@@ -172,13 +173,16 @@ std::string find_data_dir(const std::string& given) {
   starts.push_back(fs::current_path());
   for (fs::path p : starts)
     for (; !p.empty(); p = p.parent_path()) {
-      fs::path cand = p / ".." / "shared" / "data" / "mnist";
-      if (fs::is_directory(cand)) return fs::weakly_canonical(cand).string();
+      for (fs::path cand : {p / "datasets" / "mnist", p / ".." / "shared" / "data" / "mnist"})
+        if (fs::is_directory(cand)) return fs::weakly_canonical(cand).string();
       if (p == p.parent_path()) break;
     }
   std::fprintf(stderr,
-               "mnist: could not find the MNIST files: looked for ../shared/data/mnist above %s and above the working "
-               "directory; pass --data DIR (a directory with train-images-idx3-ubyte.gz and the other three files)\n",
+               "mnist: could not find the MNIST files: looked for datasets/mnist and ../shared/data/mnist above %s and "
+               "above the working directory. Run scripts/get_data.sh mnist in the repository (it downloads the four "
+               "files into datasets/mnist and checks their sha256), or pass --data DIR (a directory with "
+               "train-images-idx3-ubyte.gz and the other three files, from "
+               "https://ossci-datasets.s3.amazonaws.com/mnist/)\n",
                starts.front().string().c_str());
   std::exit(1);
 }
