@@ -46,5 +46,6 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/snugConfig.cmake
 # pkg-config. A shared libsnug needs nothing more than -lsnug at link time; a
 # static one also lists what it was built against (Libs.private, pkg-config --static).
 set(SNUG_PC_LIBS_PRIVATE "-lz ${OpenMP_CXX_FLAGS} -lpthread")
+file(RELATIVE_PATH SNUG_PC_UP ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
 configure_file(cmake/snug.pc.in ${CMAKE_CURRENT_BINARY_DIR}/snug.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/snug.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -24,6 +24,30 @@ jobs="$(snug_jobs)"
 mkdir -p "$out"
 gen_for() { snug_generator "$1"; }
 
+# CMake 3.22 is snug's minimum (Ubuntu 22.04, JetPack 6): the consumers configure
+# and build with it, from PyPI's cmake 3.22.6 wheel cached in build/cmake-3.22
+# (SNUG_MIN_CMAKE=/path/to/cmake to use another). Without network and cache the
+# system's CMake is used, and the script says so.
+min_cmake() {
+  if [ -n "${SNUG_MIN_CMAKE:-}" ]; then echo "$SNUG_MIN_CMAKE"; return; fi
+  local dir="$SNUG_ROOT/build/cmake-3.22"
+  local bin="$dir/cmake/data/bin/cmake"
+  if [ ! -x "$bin" ]; then
+    rm -rf "$dir" && mkdir -p "$dir/wheel"
+    if timeout 120 python3 -m pip download -q --no-deps "cmake==3.22.6" -d "$dir/wheel" >/dev/null 2>&1 &&
+      (cd "$dir" && python3 -m zipfile -e wheel/*.whl . && chmod +x cmake/data/bin/*); then
+      :
+    else
+      echo "build_consumer: could not fetch CMake 3.22.6 from PyPI; the consumers use $(command -v cmake)" >&2
+      echo cmake
+      return
+    fi
+  fi
+  echo "$bin"
+}
+ccmake_min="$(min_cmake)"
+echo "build_consumer: consumers configure with $("$ccmake_min" --version | head -n1)"
+
 # ---- (a) find_package against an install prefix --------------------------------
 if [ $# -ge 1 ]; then
   lib_build="$(cd "$1" && pwd)"
@@ -54,16 +78,16 @@ if [ -n "$lib" ]; then
   echo "build_consumer: $lib, SONAME $soname"
 fi
 
-rm -rf "$out/find"
-cmake -S tests/consumer -B "$out/find" -G "$(gen_for "$out/find")" -DCMAKE_BUILD_TYPE=Release \
+rm -rf "$out/find" "$out/subdir"
+"$ccmake_min" -S tests/consumer -B "$out/find" -G "$(gen_for "$out/find")" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$out/prefix"
-cmake --build "$out/find" -j"$jobs"
+"$ccmake_min" --build "$out/find" -j"$jobs"
 "$out/find/consumer"
 
 # ---- (b) add_subdirectory of the source tree -------------------------------------
-cmake -S tests/consumer -B "$out/subdir" -G "$(gen_for "$out/subdir")" -DCMAKE_BUILD_TYPE=Release \
+"$ccmake_min" -S tests/consumer -B "$out/subdir" -G "$(gen_for "$out/subdir")" -DCMAKE_BUILD_TYPE=Release \
   -DSNUG_SOURCE_DIR="$SNUG_ROOT" -DSNUG_CUDA=OFF
-cmake --build "$out/subdir" -j"$jobs"
+"$ccmake_min" --build "$out/subdir" -j"$jobs"
 "$out/subdir/consumer"
 
 # ---- (c) pkg-config and a plain Makefile ------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 TAG = "SPDX-License-Identifier: MIT"
 SLASH = (".cpp", ".h", ".cu", ".cuh", ".hpp", ".h.in")
-HASH = (".py", ".sh", ".cmake", ".cmake.in", "CMakeLists.txt", ".ci/run", "tools/fuzz.sh")
+HASH = (".py", ".sh", ".cmake", ".cmake.in", ".pc.in", "Makefile", "CMakeLists.txt", ".ci/run", "tools/fuzz.sh")
 
 
 def comment_for(path: str):
