@@ -8,7 +8,9 @@
 //
 // SNUG_TEST_CUDA_PLUGIN / SNUG_TEST_MPI_PLUGIN (tests/CMakeLists.txt) say
 // whether this build has the plugins; the ctest variants with
-// SNUG_CUDA_PLUGIN=none or a missing path check the "not loaded" answers.
+// SNUG_CUDA_PLUGIN=none, a missing path, or a plugin that must be refused
+// (tests/lazy/fake_plugin.cpp; SNUG_TEST_PLUGIN_ERROR is the reason
+// expected) check the "not loaded" answers.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -114,6 +116,8 @@ TEST_CASE("lazy backends: asking for a CUDA device loads the CUDA plugin (when b
       if (env_is("SNUG_CUDA_PLUGIN", "none")) CHECK_MESSAGE(msg.find("SNUG_CUDA_PLUGIN=none") != std::string::npos, msg);
       if (disabled && !env_is("SNUG_CUDA_PLUGIN", "none"))
         CHECK_MESSAGE(msg.find(std::getenv("SNUG_CUDA_PLUGIN")) != std::string::npos, msg);
+      if (const char* want = std::getenv("SNUG_TEST_PLUGIN_ERROR"))  // a refused plugin says why
+        CHECK_MESSAGE(msg.find(want) != std::string::npos, msg);
     }
     CHECK_THROWS_AS(zeros({2}, TensorOptions(kFloat32, Device("cuda:0"))), DeviceError);
     // The TF32 switch is libsnug's own setting: no plugin needed.
