@@ -53,5 +53,8 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/snugConfig.cmake
 # pkg-config. A shared libsnug needs nothing more than -lsnug at link time; a
 # static one also lists what it was built against (Libs.private, pkg-config --static).
 set(SNUG_PC_LIBS_PRIVATE "-lz ${OpenMP_CXX_FLAGS} -lpthread")
+foreach(_lib ${CMAKE_DL_LIBS})  # dlopen, for the plugin loader (core/plugin.cpp)
+  string(APPEND SNUG_PC_LIBS_PRIVATE " -l${_lib}")
+endforeach()
 configure_file(cmake/snug.pc.in ${CMAKE_CURRENT_BINARY_DIR}/snug.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/snug.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -91,7 +91,7 @@ TEST_CASE("lazy backends: CPU work maps no CUDA and no MPI library") {
   const std::string cuda = first_mapped(kCudaLibs), mpi = first_mapped(kMpiLibs);
   CHECK_MESSAGE(cuda.empty(), "a CUDA library is mapped by a CPU-only program: ", cuda);
   CHECK_MESSAGE(mpi.empty(), "an MPI library is mapped by a CPU-only program: ", mpi);
-  CHECK(!first_mapped({"libsnug"}).empty());  // the check sees libraries at all
+  CHECK(!first_mapped({"libc.so", "libc-"}).empty());  // the check sees libraries at all
 }
 
 TEST_CASE("lazy backends: asking for a CUDA device loads the CUDA plugin (when built)") {
