@@ -33,8 +33,9 @@ Backend& backend_for(DeviceType t) {
   }
   if (b == nullptr && t == DeviceType::CUDA) {
     const std::string why = cuda::plugin_error();
-    throw DeviceError(str("no backend for device type cuda: ",
-                          why.empty() ? "the CUDA plugin is loaded, but no GPU is present" : "no GPU is present (" + why + ")"));
+    throw DeviceError(str("no backend for device type cuda: ", why.empty()
+                                                                   ? "the CUDA plugin is loaded, but no GPU is present"
+                                                                   : "no GPU is present (" + why + ")"));
   }
   SNUG_CHECK(b != nullptr, DeviceError, "no backend for device type ?");
   return *b;

@@ -113,7 +113,8 @@ TEST_CASE("lazy backends: asking for a CUDA device loads the CUDA plugin (when b
     } catch (const DeviceError& e) {
       const std::string msg = e.what();
       CHECK_MESSAGE(msg.find("libsnug-cuda") != std::string::npos, msg);
-      if (env_is("SNUG_CUDA_PLUGIN", "none")) CHECK_MESSAGE(msg.find("SNUG_CUDA_PLUGIN=none") != std::string::npos, msg);
+      if (env_is("SNUG_CUDA_PLUGIN", "none"))
+        CHECK_MESSAGE(msg.find("SNUG_CUDA_PLUGIN=none") != std::string::npos, msg);
       if (disabled && !env_is("SNUG_CUDA_PLUGIN", "none"))
         CHECK_MESSAGE(msg.find(std::getenv("SNUG_CUDA_PLUGIN")) != std::string::npos, msg);
       if (const char* want = std::getenv("SNUG_TEST_PLUGIN_ERROR"))  // a refused plugin says why
