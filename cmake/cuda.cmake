@@ -1,11 +1,19 @@
 # SPDX-License-Identifier: MIT
 # Decides SNUG_WITH_CUDA from SNUG_CUDA (AUTO|ON|OFF), and when on, enables the
-# CUDA language and defines the targets snug_cuda links: CUDA::cudart and
-# CUDA::cublas (FindCUDAToolkit) and snug::cudnn (below; CMake has no cuDNN
-# module). cmake/snugConfig.cmake.in recreates the same targets for installed
-# consumers.
+# CUDA language and defines the targets the CUDA plugin snug_cuda links
+# (cuda/CMakeLists.txt): CUDA::cudart, CUDA::cublas, CUDA::cublasLt
+# (FindCUDAToolkit) and snug::cudnn (below; CMake has no cuDNN module). They
+# are private to the plugin: neither libsnug nor its consumers link them.
 set(SNUG_WITH_CUDA OFF)
-if(NOT SNUG_CUDA STREQUAL "OFF")
+# The CUDA backend is a plugin that shares libsnug.so's state (NOTE [ The CUDA
+# plugin ] in cuda/plugin_loader.cpp); a static libsnug.a has nothing to share.
+if(NOT SNUG_SHARED AND NOT SNUG_CUDA STREQUAL "OFF")
+  if(SNUG_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "SNUG_CUDA=ON needs SNUG_SHARED=ON: the CUDA backend is a plugin (libsnug-cuda.so) "
+                        "loaded by the shared libsnug.so; a static libsnug.a is CPU-only")
+  endif()
+  message(STATUS "snug: CUDA backend OFF: SNUG_SHARED=OFF (the CUDA plugin needs the shared libsnug.so)")
+elseif(NOT SNUG_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)

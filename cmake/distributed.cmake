@@ -4,14 +4,19 @@
 #                   apt-get install openmpi-bin libopenmpi-dev) -> SNUG_WITH_MPI
 #   SNUG_NCCL (ON)  the NCCL group, in CUDA builds, when nccl.h and libnccl are
 #                   found (the CUDA toolkit's, or SNUG_NCCL_ROOT) -> SNUG_WITH_NCCL
-# Both optional: without them distributed/stubs/ answer "not built", and a
-# program still runs as one process (the "local" group).
+# Both are plugins: MPI's libsnug-mpi.so (distributed/mpi/), NCCL's inside the
+# CUDA plugin (cuda/nccl/). Both optional: without them libsnug answers "not
+# built" (distributed/mpi_loader.cpp, cuda/plugin_loader.cpp), and a program
+# still runs as one process (the "local" group).
 # Included after cmake/cuda.cmake (NCCL is looked for beside the toolkit).
 option(SNUG_MPI "Build the MPI process group when MPI is found" ON)
 option(SNUG_NCCL "Build the NCCL process group in CUDA builds when NCCL is found" ON)
 
 set(SNUG_WITH_MPI OFF)
-if(SNUG_MPI)
+if(SNUG_MPI AND NOT SNUG_SHARED)
+  # The MPI group is a plugin of the shared libsnug.so (NOTE [ The MPI plugin ]).
+  message(STATUS "snug: MPI process group OFF: SNUG_SHARED=OFF (the MPI plugin needs the shared libsnug.so)")
+elseif(SNUG_MPI)
   # Only MPI's C API is used; skip the deprecated C++ bindings.
   set(MPI_CXX_SKIP_MPICXX ON CACHE BOOL "")
   find_package(MPI COMPONENTS CXX)

@@ -7,6 +7,8 @@
 #   include/snug/{core,autograd,...}/ public headers, included as <snug/core/tensor.h>
 #   include/snug/cuda/cuda_api.h      the plain-C++ CUDA API (no CUDA headers)
 #   lib/libsnug.so.<soversion>        the library (or libsnug.a with SNUG_SHARED=OFF)
+#   lib/libsnug-cuda.so, libsnug-mpi.so  the backend plugins this build made, beside
+#                                     libsnug.so where its loader looks (NOTE [ The CUDA plugin ])
 #   lib/cmake/snug/, lib/pkgconfig/   the package config and snug.pc
 # snug::snug's one include directory is include/ (NOTE [ Include paths ]).
 # Nothing of the build machine travels: no -march, warning or sanitizer flag,
@@ -20,6 +22,11 @@ install(TARGETS snug EXPORT snugTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The plugins are loaded, never linked: installed, not exported.
+get_property(_snug_plugins GLOBAL PROPERTY SNUG_PLUGIN_TARGETS)
+if(_snug_plugins)
+  install(TARGETS ${_snug_plugins} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 # Internal headers stay out: the CPU kernels' (they use OpenMP and Eigen
 # details) and the GEMM's insides.
 foreach(dir core autograd memory nn data parallel prune quant distributed)
@@ -47,5 +54,8 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/snugConfig.cmake
 # static one also lists what it was built against (Libs.private, pkg-config --static).
 set(SNUG_PC_LIBS_PRIVATE "-lz ${OpenMP_CXX_FLAGS} -lpthread")
 file(RELATIVE_PATH SNUG_PC_UP ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+foreach(_lib ${CMAKE_DL_LIBS})  # dlopen, for the plugin loader (core/plugin.cpp)
+  string(APPEND SNUG_PC_LIBS_PRIVATE " -l${_lib}")
+endforeach()
 configure_file(cmake/snug.pc.in ${CMAKE_CURRENT_BINARY_DIR}/snug.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/snug.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -2,7 +2,7 @@
 #include <snug/core/backend.h>
 
 #include <snug/core/cpu_backend.h>
-#include <snug/cuda/cuda_api.h>  // plain C++: ensure_registered() (cuda/register.cpp or cuda/no_cuda.cpp)
+#include <snug/cuda/cuda_api.h>  // plain C++: ensure_registered(), plugin_error() (cuda/plugin_loader.cpp)
 
 namespace snug {
 
@@ -31,8 +31,13 @@ Backend& backend_for(DeviceType t) {
     cuda::ensure_registered();  // registers the CUDA backend on first use when a GPU is present
     b = slot(t);
   }
-  SNUG_CHECK(b != nullptr, DeviceError, "no backend for device type ", (t == DeviceType::CUDA ? "cuda" : "?"),
-             ": this build of snug has no CUDA support (configure with -DSNUG_CUDA=ON) or no GPU is present");
+  if (b == nullptr && t == DeviceType::CUDA) {
+    const std::string why = cuda::plugin_error();
+    throw DeviceError(str("no backend for device type cuda: ", why.empty()
+                                                                   ? "the CUDA plugin is loaded, but no GPU is present"
+                                                                   : "no GPU is present (" + why + ")"));
+  }
+  SNUG_CHECK(b != nullptr, DeviceError, "no backend for device type ?");
   return *b;
 }
 

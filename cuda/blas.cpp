@@ -36,8 +36,6 @@ namespace snug::cuda {
 
 namespace {
 
-std::atomic<bool> g_allow_tf32{false};
-
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS suggests for Hopper
 constexpr int kMaxHandles = 64;
 
@@ -90,9 +88,8 @@ GemmOperandPlan plan_operand(const Tensor& t) {
 
 }  // namespace
 
-void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
-bool allow_tf32() { return g_allow_tf32; }
-
+// set_allow_tf32 / allow_tf32 are libsnug's (cuda/plugin_loader.cpp): the
+// switch works without loading this plugin.
 namespace {
 thread_local bool t_tf32_scope = false;
 }
@@ -128,7 +125,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (out.dtype()) {
     case DType::f32:
       dt = CUDA_R_32F;
-      ct = g_allow_tf32 || t_tf32_scope ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      ct = allow_tf32() || t_tf32_scope ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
     case DType::f16:
       dt = CUDA_R_16F;

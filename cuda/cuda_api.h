@@ -2,9 +2,12 @@
 // The CUDA runtime as plain C++: device queries, raw device memory and the
 // elementwise launchers. This header includes no CUDA header, so anything
 // (tests, a future backend registration, user code) may include it in every
-// build. With CUDA compiled in, cuda/device.cu and cuda/elementwise.cu
-// implement it; without, cuda/no_cuda.cpp does (no device, and calls that
-// need one throw DeviceError). Either way there is no #ifdef for the caller.
+// build. libsnug implements it by forwarding to the CUDA backend plugin,
+// libsnug-cuda.so, loaded on the first call that needs it (cuda/device.cu,
+// cuda/elementwise.cu, ... inside it; NOTE [ The CUDA plugin ] in
+// cuda/plugin_loader.cpp). Without the plugin (a build without CUDA, or it
+// failed to load) there is no device, and calls that need one throw
+// DeviceError saying why. Either way there is no #ifdef for the caller.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,11 +17,16 @@
 
 namespace snug::cuda {
 
-// True when this build of snug was compiled with nvcc (SNUG_CUDA found it).
+// True when the CUDA backend plugin is loaded (this build made it, SNUG_CUDA
+// found nvcc and cuDNN, and it loaded). Loads it.
 bool compiled();
+// Why there is no CUDA backend: "" once the plugin is loaded, else the
+// reason (e.g. "... libsnug-cuda.so was not loaded: dlopen(...) failed:
+// libcudart.so.13: cannot open shared object file"). Loads it.
+std::string plugin_error();
 
-// Number of usable GPUs: 0 when built without CUDA, when no driver is
-// installed, or when the driver sees no device. Never throws.
+// Number of usable GPUs: 0 without the CUDA plugin, when no driver is
+// installed, or when the driver sees no device. Never throws. Loads the plugin.
 int device_count();
 inline bool is_available() { return device_count() > 0; }
 
@@ -66,14 +74,15 @@ double elapsed_ms(EventHandle start, EventHandle end);
 void destroy_event(EventHandle e);
 
 // Registers the CUDA backend (core/backend.h) and the device-memory factory
-// (memory/allocator.h) once, if a GPU is present; a no-op otherwise and in
-// builds without CUDA. core/backend.cpp calls it on the first request for the
+// (memory/allocator.h) once, if a GPU is present; a no-op otherwise and
+// without the CUDA plugin. core/backend.cpp calls it on the first request for the
 // CUDA backend; call it yourself before using memory::allocate on cuda:N
 // directly.
 void ensure_registered();
 
 // TF32 tensor cores for f32 matmul (off by default: f32 matmul is exact f32
-// unless the user opts in, as torch.backends.cuda.matmul.allow_tf32).
+// unless the user opts in, as torch.backends.cuda.matmul.allow_tf32). A
+// setting of libsnug's own: it does not load the plugin.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 

@@ -3,8 +3,9 @@
 // cuDNN's batch norm on CUDA, as plain C++ (no CUDA header): nn/optim/fused.cpp,
 // nn/amp/grad_scaler.cpp and nn/functional*.cpp call these for tensors on a
 // cuda:N device. cuda/fused_ops.cpp implements them with the kernels of
-// cuda/fused.cu (and cuda/attention.cu), cuda/batch_norm.cpp with cuDNN;
-// cuda/no_cuda.cpp, in a build without CUDA, throws DeviceError. The per-element math is core/update_math.h, the same the CPU
+// cuda/fused.cu (and cuda/attention.cu), cuda/batch_norm.cpp with cuDNN,
+// all inside the CUDA plugin; without it (cuda/plugin_loader.cpp) they throw
+// DeviceError. The per-element math is core/update_math.h, the same the CPU
 // loops use. Each call queues one kernel on the device's current stream
 // (memory/stream.h) and does not wait for it.
 #pragma once

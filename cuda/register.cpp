@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 // The one place where the CUDA build meets core/ and memory/.
 //
-// core/backend.cpp calls ensure_registered() the first time anything asks for
-// the CUDA backend (backend_for / has_backend). That call is also what keeps
-// this object file in every link: a static registrar in a static library is
-// dropped unless something references it, and this way no static initializer
-// touches the CUDA driver at program start.
+// core/backend.cpp calls ensure_registered() (through libsnug's forwarder,
+// cuda/plugin_loader.cpp, which loads this plugin) the first time anything
+// asks for the CUDA backend (backend_for / has_backend). No static
+// initializer registers anything: loading the plugin must not touch the CUDA
+// driver, and nothing may call back into libsnug's loader while dlopen runs
+// (NOTE [ The CUDA plugin ]).
 //
 // With at least one GPU it registers CudaBackend for DeviceType::CUDA and the
 // device-memory factory for the caching allocator. Without one it registers
@@ -23,8 +24,6 @@
 namespace snug::cuda {
 
 std::unique_ptr<memory::RawBackend> make_device_memory_backend(Device d);  // memory.cpp
-
-bool compiled() { return true; }
 
 void ensure_registered() {
   static std::once_flag once;

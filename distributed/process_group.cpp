@@ -152,9 +152,14 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opt) {
                " says this is rank ", w.rank, " of ", w.size);
     g_default = make_local_group();
   } else if (backend == "mpi") {
-    SNUG_CHECK(mpi_available(), DistributedError, "init_process_group: ", w.source, " says this is rank ", w.rank,
-               " of ", w.size, ", but this snug was built without MPI (configure with SNUG_MPI=ON and Open MPI "
-               "installed: apt-get install libopenmpi-dev)");
+    if (!mpi_available()) {  // make_mpi_group says why (no MPI plugin: not built, or it did not load)
+      try {
+        (void)make_mpi_group(timeout);
+      } catch (const DistributedError& e) {
+        throw DistributedError(
+            str("init_process_group: ", w.source, " says this is rank ", w.rank, " of ", w.size, ", but ", e.what()));
+      }
+    }
     g_default = make_mpi_group(timeout);
   } else {
     throw ValueError(str("init_process_group: unknown backend \"", backend,

@@ -57,7 +57,8 @@ else
   cmake -S "$SNUG_ROOT" -B "$lib_build" -G "$(gen_for "$lib_build")" -DCMAKE_BUILD_TYPE=Release \
     -DSNUG_CUDA=OFF -DSNUG_TESTS=OFF -DSNUG_EXAMPLES=OFF -DSNUG_BENCH=OFF
 fi
-cmake --build "$lib_build" --target snug -j"$jobs"
+# snug_plugins: libsnug-cuda.so / libsnug-mpi.so, when that build has them (installed beside libsnug.so).
+cmake --build "$lib_build" --target snug snug_plugins -j"$jobs"
 rm -rf "$out/prefix"
 cmake --install "$lib_build" --prefix "$out/prefix" >/dev/null
 echo "build_consumer: installed $(find "$out/prefix" -type f | wc -l) files from $lib_build into $out/prefix"
@@ -83,6 +84,15 @@ rm -rf "$out/find" "$out/subdir"
   -DCMAKE_PREFIX_PATH="$out/prefix"
 "$ccmake_min" --build "$out/find" -j"$jobs"
 "$out/find/consumer"
+# The consumer asks for cuda::device_count(): an installed CUDA plugin must be
+# what the installed libsnug loads for it (glibc's LD_DEBUG lists the files opened).
+plugin="$(find "$out/prefix" -name 'libsnug-cuda.so' | head -n1)"
+if [ -n "$plugin" ]; then
+  opened="$(LD_DEBUG=files "$out/find/consumer" 2>&1 >/dev/null)"
+  grep -q "file=$plugin " <<<"$opened" ||
+    { echo "build_consumer: the installed libsnug did not load $plugin" >&2; exit 1; }
+  echo "build_consumer: the installed consumer loaded $plugin"
+fi
 
 # ---- (b) add_subdirectory of the source tree -------------------------------------
 "$ccmake_min" -S tests/consumer -B "$out/subdir" -G "$(gen_for "$out/subdir")" -DCMAKE_BUILD_TYPE=Release \

@@ -3,7 +3,8 @@
 // (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather, MPI_Ibarrier) on the group's
 // own communicator; Work::wait polls it with MPI_Test until it completes or
 // the group's timeout passes (NOTE [ Collective timeouts ]). The only file
-// that includes mpi.h.
+// that includes mpi.h; built into the MPI plugin, libsnug-mpi.so (NOTE [ The
+// MPI plugin ] in distributed/mpi_loader.cpp).
 //
 // Threads: MPI is initialized with MPI_THREAD_SERIALIZED and one mutex
 // serializes every MPI call snug makes, so a group may be used from any
@@ -22,8 +23,6 @@
 #include <snug/distributed/mpi.h>
 
 namespace snug::distributed {
-
-bool mpi_available() { return true; }
 
 namespace {
 
