@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   cli::init(app);
   app.add_option("--steps", args.steps, "full-batch gradient-descent steps")->transform(cli::integer(1));
   app.add_option("--lr", args.lr, "learning rate")->transform(cli::number({.lo = 0, .lo_open = true}));
-  app.add_option("--hidden", args.hidden, "hidden units")->transform(cli::integer(1, 1 << 20));
+  app.add_option("--hidden", args.hidden, "hidden units")->transform(cli::integer(1));
   app.add_option("--seed", args.seed, "seed of the initial weights")->transform(cli::integer(0));
   app.add_option("--every", args.every, "print the loss every K steps")->transform(cli::integer(1));
   app.add_flag("--json", args.json, "human text to stderr; stdout holds one JSON line with the result");
