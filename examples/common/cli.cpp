@@ -111,7 +111,11 @@ int parse(CLI::App& app, int argc, char** argv) {
       cmd = subs.front();
       name += " " + cmd->get_name();
     }
-    const std::string what = dynamic_cast<const CLI::ExtrasError*>(&e) ? extras_message(*cmd, app.remaining(true)) : e.what();
+    std::string what = dynamic_cast<const CLI::ExtrasError*>(&e) ? extras_message(*cmd, app.remaining(true)) : e.what();
+    // A program of subcommands given a word it does not know.
+    const std::vector<std::string> left = app.remaining();
+    if (cmd == &app && !app.get_subcommands({}).empty() && !left.empty() && !left.front().starts_with("-"))
+      what = "unknown subcommand " + in_quotes(left.front()) + " (the subcommands are listed by --help)";
     std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for the flags.\n", name.c_str(), what.c_str(), name.c_str());
     return 2;
   }
