@@ -37,9 +37,12 @@ if(NOT TARGET snug_cli)
   target_compile_options(snug_cli PRIVATE -Wall -Wextra -Wno-unused-parameter)
 endif()
 
-if(SNUG_TESTS AND NOT COMMAND snug_cli_tests)
+if(SNUG_TESTS)
+  # Per directory: find_package's results are directory-scoped.
   find_package(Python3 COMPONENTS Interpreter)
   set(SNUG_CLI_CHECK ${PROJECT_SOURCE_DIR}/tests/cli_check.py)
+endif()
+if(SNUG_TESTS AND NOT COMMAND snug_cli_tests)
   # snug_cli_tests(<name> <target> [SUB <subcommand>] HELP_SHOWS <flag> BAD_VALUE <flag> <value>)
   # adds cli_<name>_help (--help exits 0 and lists <flag>, and runs nothing:
   # with --json no JSON line appears), cli_<name>_unknown_flag (--stpes 3 exits
