@@ -8,12 +8,14 @@
 # Also snug_cli_tests(): the ctest cases every program gets (--help, a
 # misspelt flag, a malformed value), and the JSON-lines check for --json.
 if(NOT TARGET snug_cli)
-  # CLI11 (header-only): Debian's libcli11-dev ships a CMake package; other
-  # installs may only have the header. With SNUG_THIRD_PARTY_DIR (a machine
-  # without packages, cmake/third_party.cmake) it comes from <dir>/cli11/CLI/CLI.hpp.
+  # CLI11 (header-only): from SNUG_THIRD_PARTY_DIR/cli11/CLI/CLI.hpp when that
+  # folder has it (a machine without packages, cmake/third_party.cmake;
+  # tools/gpu_check.sh --pack copies it), else Debian's libcli11-dev (a CMake
+  # package), else any CLI/CLI.hpp on the include path.
   if(SNUG_THIRD_PARTY_DIR)
     find_path(SNUG_CLI11_INCLUDE CLI/CLI.hpp PATHS "${SNUG_THIRD_PARTY_DIR}" PATH_SUFFIXES cli11 include NO_DEFAULT_PATH)
-  else()
+  endif()
+  if(NOT SNUG_CLI11_INCLUDE)
     find_package(CLI11 CONFIG QUIET)
     if(NOT TARGET CLI11::CLI11)
       find_path(SNUG_CLI11_INCLUDE CLI/CLI.hpp)
