@@ -15,9 +15,11 @@
 // data::DataLoader over the training set, shuffled from the seed every epoch,
 // made by --workers threads (default 1) ahead of the step. The data directory defaults to ../shared/data/mnist next to
 // the repository, found from the executable's location or the working
-// directory. With --json stdout holds one JSON line with the results and the
-// text goes to stderr. `mnist --help` lists every flag with its default; a bad
-// flag or value exits 2 naming it (docs/programs.md).
+// directory. With --json the last line is one JSON object with the results.
+//
+// The command line (docs/programs.md): `mnist --help` lists every flag with
+// its default; a bad flag or value exits 2 naming it. With --json stdout
+// holds only the JSON line and the text goes to stderr.
 //
 // --amp f16|bf16 trains and evaluates under autocast (docs/mixed_precision.md);
 // f16 adds a GradScaler. --half-params also stores the parameters in that
@@ -131,8 +133,8 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--workers", a.workers, "DataLoader worker threads (0: batches made on the training thread)")
       ->transform(integer(0, 1024));
   app.add_option("--data", a.data,
-                 "directory with the four MNIST files [default: ../shared/data/mnist above the executable or the "
-                 "working directory]")
+                 "directory with the four MNIST files [default: found above the executable or the working "
+                 "directory, see examples/mnist/main.cpp]")
       ->type_name("DIR");
   app.add_option("--seed", a.seed, "seed of the weights and the shuffling")->transform(integer(0));
   app.add_option("--limit", a.limit, "train on the first N images (0: all)")->transform(integer(0));
