@@ -91,10 +91,18 @@ int main(int argc, char** argv) {
                "snug-bench"};
   snug::cli::init(app);
   app.require_subcommand(1);
-  // Each subcommand binds its flags to the strings of its own Args.
-  std::map<std::string, std::pair<CLI::App*, Args>> subs;
+  // Each subcommand binds its flags to the strings of its own Args, and its
+  // switches to bools (so that --json=false is off).
+  struct Sub {
+    CLI::App* cmd = nullptr;
+    Args args;
+    std::map<std::string, bool> switches;
+  };
+  std::map<std::string, Sub> subs;
   for (auto& [name, bench] : Registry::all()) {
-    auto& [cmd, args] = subs[name];
+    Sub& sub = subs[name];
+    CLI::App*& cmd = sub.cmd;
+    Args& args = sub.args;
     cmd = app.add_subcommand(name, bench.help);
     std::vector<Flag> flags = bench.flags;
     flags.push_back(switch_flag("json", "print one JSON line on stdout with the results (other text goes to stderr)"));
@@ -103,7 +111,7 @@ int main(int argc, char** argv) {
       slot = f.default_value;
       CLI::Option* o = nullptr;
       if (f.kind == Flag::Kind::switch_) {
-        o = cmd->add_flag("--" + f.name, f.help);
+        o = cmd->add_flag("--" + f.name, sub.switches[f.name], f.help);
       } else if (f.kind == Flag::Kind::positional) {
         o = cmd->add_option(f.name, slot, f.help)->required();
       } else {
@@ -115,11 +123,15 @@ int main(int argc, char** argv) {
     }
   }
   if (const int rc = snug::cli::parse(app, argc, argv); rc >= 0) return rc;
-  for (auto& [name, entry] : subs) {
-    auto& [cmd, args] = entry;
-    if (!cmd->parsed()) continue;
-    for (const CLI::Option* o : cmd->get_options())
-      if (o->count() > 0) args.given.insert(o->get_lnames().empty() ? o->get_name() : o->get_lnames().front());
+  for (auto& [name, sub] : subs) {
+    Args& args = sub.args;
+    if (!sub.cmd->parsed()) continue;
+    for (const CLI::Option* o : sub.cmd->get_options()) {
+      const std::string flag = o->get_lnames().empty() ? o->get_name() : o->get_lnames().front();
+      if (o->count() > 0 && sub.switches.count(flag) == 0) args.given.insert(flag);
+    }
+    for (const auto& [flag, on] : sub.switches)
+      if (on) args.given.insert(flag);
     try {
       return Registry::all()[name].fn(args);
     } catch (const std::exception& e) {
