@@ -64,10 +64,13 @@ Medians medians(const std::vector<Timing>& ts) {
 
 }  // namespace
 
-SNUG_BENCH(alloc, "caching allocator: cached allocate+free vs malloc+free (1-64 MiB), history overhead") {
-  const int repeats = static_cast<int>(args.get_int("repeats", 9));
-  const int pairs = static_cast<int>(args.get_int("pairs", 200000));
-  const int malloc_pairs = static_cast<int>(args.get_int("malloc-pairs", 2000));
+SNUG_BENCH(alloc, "caching allocator: cached allocate+free vs malloc+free (1-64 MiB), history overhead",
+           bench::int_flag("repeats", 9, "timed repeats (the median is reported)"),
+           bench::int_flag("pairs", 200000, "allocate+free pairs per repeat on the caching allocator", 10),
+           bench::int_flag("malloc-pairs", 2000, "malloc+free pairs per repeat", 10)) {
+  const int repeats = static_cast<int>(args.get_int("repeats"));
+  const int pairs = static_cast<int>(args.get_int("pairs"));
+  const int malloc_pairs = static_cast<int>(args.get_int("malloc-pairs"));
   const Device d(DeviceType::CPU, 100);  // a virtual device of its own: nothing else in its pool
 
   // Warm the cache: every size once, so the timed loop never reaches the backend.

@@ -52,10 +52,15 @@ Timing time_path(const Tensor& qkv, const Tensor& w, int64_t heads, bool fused, 
 
 }  // namespace
 
-SNUG_BENCH(attention, "causal self-attention forward+backward: fused CPU op vs unfused (--batch --block --embd --heads)") {
-  const int64_t B = args.get_int("batch", 16), T = args.get_int("block", 128), C = args.get_int("embd", 128),
-                H = args.get_int("heads", 4);
-  const int threads = int(args.get_int("threads", 2)), samples = int(args.get_int("samples", 15));
+SNUG_BENCH(attention, "causal self-attention forward+backward: fused CPU op vs unfused (--batch --block --embd --heads)",
+           bench::int_flag("batch", 16, "batch size"), bench::int_flag("block", 128, "sequence length"),
+           bench::int_flag("embd", 128, "channels (a multiple of --heads)"), bench::int_flag("heads", 4, "heads"),
+           bench::int_flag("threads", 2, "compute threads"),
+           bench::int_flag("samples", 15, "timed samples per path and round")) {
+  const int64_t B = args.get_int("batch"), T = args.get_int("block"), C = args.get_int("embd"),
+                H = args.get_int("heads");
+  const int threads = int(args.get_int("threads")), samples = int(args.get_int("samples"));
+  SNUG_FLAG_CHECK(C % H == 0, "--embd ", C, " must be a multiple of --heads ", H);
   kernels::set_num_threads(threads);
   Generator g(1337);
   Tensor qkv = randn({B, T, 3 * C}, TensorOptions(DType::f32), &g);

@@ -49,19 +49,23 @@ std::string mib(int64_t b) { return memory::format_bytes(static_cast<std::size_t
 
 }  // namespace
 
-SNUG_BENCH(checkpoint, "planner budget sweep: measured peak vs budget, extra step time vs predicted, one process") {
-  const int64_t layers = args.get_int("layers", 16), embd = args.get_int("embd", 128),
-                block = args.get_int("block", 128), B = args.get_int("batch", 16), points = args.get_int("points", 9),
-                rounds = args.get_int("rounds", 5), repeats = args.get_int("profile-repeats", 3),
-                threads = args.get_int("threads", 1), seed = args.get_int("seed", 1337);
-  const std::string clock_name = args.get("clock", "cpu");
-  SNUG_CHECK(clock_name == "cpu" || clock_name == "wall", ValueError,
-             "snug-bench checkpoint: --clock is cpu or wall, got \"", clock_name, "\"");
+SNUG_BENCH(checkpoint, "planner budget sweep: measured peak vs budget, extra step time vs predicted, one process",
+           int_flag("layers", 16, "GPT layers"), int_flag("embd", 128, "GPT channels (a multiple of its 4 heads)"),
+           int_flag("block", 128, "sequence length"), int_flag("batch", 16, "batch size"),
+           int_flag("points", 9, "budgets, spread from the planner's minimum to the unconstrained peak", 2),
+           int_flag("rounds", 5, "rounds over every budget"),
+           int_flag("profile-repeats", 3, "repeats of the planner's measuring pass"),
+           choice_flag("clock", "cpu", {"cpu", "wall"}, "time steps in this process's CPU time or wall-clock time"),
+           int_flag("threads", 1, "compute threads (--clock cpu needs 1)"),
+           int_flag("seed", 1337, "seed of the weights and the batch", 0)) {
+  const int64_t layers = args.get_int("layers"), embd = args.get_int("embd"), block = args.get_int("block"),
+                B = args.get_int("batch"), points = args.get_int("points"), rounds = args.get_int("rounds"),
+                repeats = args.get_int("profile-repeats"), threads = args.get_int("threads"),
+                seed = args.get_int("seed");
+  const std::string clock_name = args.get("clock");
   const bool cpu = clock_name == "cpu";
-  SNUG_CHECK(!cpu || threads == 1, ValueError,
-             "snug-bench checkpoint: --clock cpu sums every thread's time; use it with --threads 1 (or --clock wall)");
-  SNUG_CHECK(layers > 0 && points >= 2 && rounds >= 1 && repeats >= 1, ValueError,
-             "snug-bench checkpoint: need --layers > 0, --points >= 2, --rounds >= 1, --profile-repeats >= 1");
+  SNUG_FLAG_CHECK(!cpu || threads == 1,
+                  "--clock cpu sums every thread's time; use it with --threads 1 (or --clock wall)");
   set_num_threads(static_cast<int>(threads));
   manual_seed(static_cast<uint64_t>(seed));
   auto now_ms = [&] { return cpu ? nn::cpu_ms_now() : now_seconds() * 1e3; };
@@ -70,6 +74,7 @@ SNUG_BENCH(checkpoint, "planner budget sweep: measured peak vs budget, extra ste
   cfg.layers = layers;
   cfg.embd = embd;
   cfg.block = block;
+  check_gpt_flags(cfg);
   Tensor x, y;  // (B, T) tokens and targets
   std::unique_ptr<nn::models::GPT> net;
   {

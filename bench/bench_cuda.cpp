@@ -47,10 +47,13 @@ void sync() { backend_for(kGpu).synchronize(kGpu); }
 
 }  // namespace
 
-SNUG_BENCH(cuda_gemm, "CUDA GEMM TFLOP/s through cuBLAS (--n 8192 --dtype f32|bf16|f16 [--tf32] --reps 10)") {
+SNUG_BENCH(cuda_gemm, "CUDA GEMM TFLOP/s through cuBLAS (--n 8192 --dtype f32|bf16|f16 [--tf32] --reps 10)",
+           int_flag("n", 8192, "n x n x n"), choice_flag("dtype", "f32", {"f32", "bf16", "f16"}, "element type"),
+           switch_flag("tf32", "let f32 products use TF32 tensor cores"),
+           int_flag("reps", 10, "timed products (the median is reported)")) {
   if (no_gpu(args, "cuda_gemm")) return 0;
-  const int64_t n = args.get_int("n", 8192), reps = args.get_int("reps", 10);
-  const DType dt = parse_dtype(args.get("dtype", "f32"));
+  const int64_t n = args.get_int("n"), reps = args.get_int("reps");
+  const DType dt = parse_dtype(args.get("dtype"));
   cuda::set_allow_tf32(args.has("tf32"));
   manual_seed(1);
   const Tensor a = randn({n, n}, TensorOptions(dt, kGpu)), b = randn({n, n}, TensorOptions(dt, kGpu));
@@ -75,11 +78,13 @@ SNUG_BENCH(cuda_gemm, "CUDA GEMM TFLOP/s through cuBLAS (--n 8192 --dtype f32|bf
   return 0;
 }
 
-SNUG_BENCH(cuda_alloc, "cached allocate+free on cuda:0 vs cudaMalloc+cudaFree (--bytes 1048576 --reps 2000)") {
+SNUG_BENCH(cuda_alloc, "cached allocate+free on cuda:0 vs cudaMalloc+cudaFree (--bytes 1048576 --reps 2000)",
+           bytes_flag("bytes", "1048576", "size of each allocation (e.g. 1048576, 4MiB)"),
+           int_flag("reps", 2000, "cached pairs timed (cudaMalloc gets a tenth, at least 10)")) {
   if (no_gpu(args, "cuda_alloc")) return 0;
   cuda::ensure_registered();
-  const std::size_t bytes = std::size_t(args.get_int("bytes", 1 << 20));
-  const int64_t reps = args.get_int("reps", 2000);
+  const std::size_t bytes = std::size_t(args.get_int("bytes"));
+  const int64_t reps = args.get_int("reps");
   memory::deallocate(kGpu, memory::allocate(kGpu, bytes));  // the segment is now cached
   double t0 = now_seconds();
   for (int64_t i = 0; i < reps; ++i) memory::deallocate(kGpu, memory::allocate(kGpu, bytes));
@@ -102,21 +107,27 @@ SNUG_BENCH(cuda_alloc, "cached allocate+free on cuda:0 vs cudaMalloc+cudaFree (-
 // runs the forward pass and the loss under autocast, as bench/peers/gpu_torch.py
 // does with torch.autocast; parameters, gradients and AdamW stay f32. f16 adds
 // a GradScaler (bf16 has f32's exponent range and needs none).
-SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--layers --embd --heads --block --batch [--amp bf16|f16])") {
-  if (no_gpu(args, "cuda_gpt")) return 0;
-  const std::string amp = args.get("amp", "none");
-  SNUG_CHECK(amp == "none" || amp == "bf16" || amp == "f16", ValueError,
-             "cuda_gpt: --amp expects bf16 or f16, got \"", amp, "\"");
+SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--layers --embd --heads --block --batch [--amp bf16|f16])",
+           int_flag("layers", 4, "GPT layers"), int_flag("embd", 128, "channels (a multiple of --heads)"),
+           int_flag("heads", 4, "attention heads"), int_flag("block", 128, "sequence length"),
+           int_flag("vocab", 65, "vocabulary size"), int_flag("batch", 16, "batch size"),
+           int_flag("steps", 10, "timed steps (the median is reported)"), int_flag("warmup", 3, "untimed steps first", 0),
+           choice_flag("amp", "none", {"none", "bf16", "f16"}, "autocast the forward pass and loss (f16 with loss scaling)"),
+           text_flag("profile", "", "profile two more steps: the op table to stderr, a Chrome trace to FILE", "FILE"),
+           switch_flag("tf32", "let f32 products use TF32 tensor cores")) {
+  const std::string amp = args.get("amp");
   const bool autocast = amp != "none";
   const DType amp_dtype = amp == "f16" ? DType::f16 : DType::bf16;
   nn::models::GPTConfig cfg;
-  cfg.layers = args.get_int("layers", 4);
-  cfg.embd = args.get_int("embd", 128);
-  cfg.heads = args.get_int("heads", 4);
-  cfg.block = args.get_int("block", 128);
-  cfg.vocab = args.get_int("vocab", 65);
-  const int64_t B = args.get_int("batch", 16), T = cfg.block, steps = args.get_int("steps", 10),
-                warmup = args.get_int("warmup", 3);
+  cfg.layers = args.get_int("layers");
+  cfg.embd = args.get_int("embd");
+  cfg.heads = args.get_int("heads");
+  cfg.block = args.get_int("block");
+  cfg.vocab = args.get_int("vocab");
+  check_gpt_flags(cfg);  // before the GPU check: a bad command line is an error anywhere
+  if (no_gpu(args, "cuda_gpt")) return 0;
+  const int64_t B = args.get_int("batch"), T = cfg.block, steps = args.get_int("steps"),
+                warmup = args.get_int("warmup");
   cuda::set_allow_tf32(args.has("tf32"));
   manual_seed(1337);
   nn::models::GPT net(cfg);
@@ -126,7 +137,7 @@ SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--l
   memory::reset_peak(kGpu);
   std::vector<double> ms;
   double loss_first = 0, loss_last = 0;
-  const std::string prof_path = args.get("profile", "");
+  const std::string prof_path = args.get("profile");
   std::unique_ptr<profiler::Profile> prof;
   const int64_t prof_steps = prof_path.empty() ? 0 : 2;
   for (int64_t s = 0; s < warmup + steps + prof_steps; ++s) {

@@ -83,9 +83,11 @@ double measure(int threads, long long iters) {
 
 double snug::bench::fma_peak_gflops(int threads, long long iters) { return measure(threads, iters); }
 
-SNUG_BENCH(fma, "measured float32 FMA peak, 1 thread and 2 threads (--runs R)") {
-  const int runs = int(args.get_int("runs", 7));
-  const long long iters = args.get_int("iters", 20000000);  // ~0.1 s per run at ~3 GHz
+SNUG_BENCH(fma, "measured float32 FMA peak, 1 thread and 2 threads (--runs R)",
+           snug::bench::int_flag("runs", 7, "runs (the median is reported)"),
+           snug::bench::int_flag("iters", 20000000, "FMA steps per chain and run (~0.1 s at ~3 GHz)", 10)) {
+  const int runs = int(args.get_int("runs"));
+  const long long iters = args.get_int("iters");
   measure(1, iters / 10);  // warm up (clocks, thread pool)
   measure(2, iters / 10);
   std::vector<double> g1, g2;

@@ -108,20 +108,27 @@ int bench_int8(const snug::bench::Args& args, int64_t M, int64_t N, int64_t K, i
 
 }  // namespace
 
-SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0|1 --tb 0|1] --threads T); --dtype int8: u8 x s8 vs f32") {
-  const int64_t N = args.get_int("n", 1024);
-  const int64_t M = args.get_int("m", N), K = args.get_int("k", N);
-  const bool ta = args.get_int("ta", 0) != 0, tb = args.get_int("tb", 0) != 0;
-  const int threads = int(args.get_int("threads", 2));
-  const int samples = int(args.get_int("samples", 15));
-  const bool eigen = args.get_int("eigen", 1) != 0;
-  const int64_t batch = args.get_int("batch", 1);
-  const std::string dtype = args.get("dtype", "f32");
+SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0|1 --tb 0|1] --threads T); --dtype int8: u8 x s8 vs f32",
+           snug::bench::int_flag("n", 1024, "columns of C (and M, K unless given)"),
+           snug::bench::int_flag_unset("m", "rows of C [default: --n]"),
+           snug::bench::int_flag_unset("k", "inner dimension [default: --n]"),
+           snug::bench::choice_flag("ta", "0", {"0", "1"}, "1: A is transposed"),
+           snug::bench::choice_flag("tb", "0", {"0", "1"}, "1: B is transposed"),
+           snug::bench::int_flag("threads", 2, "compute threads"),
+           snug::bench::int_flag("samples", 15, "timed samples (the median is reported)"),
+           snug::bench::choice_flag("eigen", "1", {"0", "1"}, "1: time Eigen's product on the same shape too"),
+           snug::bench::int_flag("batch", 1, "products per call (gemm_f32_batched when > 1)"),
+           snug::bench::choice_flag("dtype", "f32", {"f32", "int8"}, "f32, or int8: u8 x s8 -> i32 against f32"),
+           snug::bench::choice_flag("peak", "1", {"0", "1"}, "1: measure the FMA peak between samples")) {
+  const int64_t N = args.get_int("n");
+  const int64_t M = args.has("m") ? args.get_int("m") : N, K = args.has("k") ? args.get_int("k") : N;
+  const bool ta = args.get_int("ta") != 0, tb = args.get_int("tb") != 0;
+  const int threads = int(args.get_int("threads"));
+  const int samples = int(args.get_int("samples"));
+  const bool eigen = args.get_int("eigen") != 0;
+  const int64_t batch = args.get_int("batch");
+  const std::string dtype = args.get("dtype");
   if (dtype == "int8") return bench_int8(args, M, N, K, threads, samples);
-  if (dtype != "f32") {
-    std::fprintf(stderr, "snug-bench gemm: --dtype takes f32 or int8, got %s\n", dtype.c_str());
-    return 2;
-  }
 
   snug::kernels::set_num_threads(threads);
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
@@ -138,7 +145,7 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
   // count, so the fraction of peak compares the two under the same load (on a
   // shared machine the peak itself moves by tens of percent over minutes).
   std::vector<double> peak;
-  const bool with_peak = args.get_int("peak", 1) != 0;
+  const bool with_peak = args.get_int("peak") != 0;
   Rate g_snug = time_gflops(
       [&] {
         if (batch == 1)

@@ -14,9 +14,12 @@
 
 using namespace snug;
 
-SNUG_BENCH(gpt_dump, "run a charlm GPT checkpoint on a seeded batch and dump logits, loss, grads (--ckpt --out)") {
-  const std::string ck = args.get("ckpt", ""), out = args.get("out", "");
-  SNUG_CHECK(!ck.empty() && !out.empty(), ValueError, "usage: snug-bench gpt_dump --ckpt PATH --out OUT.safetensors");
+SNUG_BENCH(gpt_dump, "run a charlm GPT checkpoint on a seeded batch and dump logits, loss, grads (--ckpt --out)",
+           bench::text_flag("ckpt", "", "a checkpoint written by charlm --save (required)", "PATH"),
+           bench::text_flag("out", "", "the safetensors file to write (required)", "PATH"),
+           bench::int_flag("batch", 4, "batch size"), bench::int_flag("seed", 7, "seed of the batch", 0)) {
+  const std::string ck = args.get("ckpt"), out = args.get("out");
+  SNUG_FLAG_CHECK(!ck.empty() && !out.empty(), "--ckpt PATH and --out OUT.safetensors are both needed");
   SafetensorsFile f = load_safetensors(ck);
   auto md = [&](const char* k) -> int64_t {
     auto it = f.metadata.find(k);
@@ -26,8 +29,8 @@ SNUG_BENCH(gpt_dump, "run a charlm GPT checkpoint on a seeded batch and dump log
   nn::models::GPTConfig cfg{md("gpt.vocab"), md("gpt.block"), md("gpt.layers"), md("gpt.heads"), md("gpt.embd"), 0.0};
   nn::models::GPT model(cfg);
   nn::load_checkpoint(ck, nn::CheckpointParts{&model, nullptr, nullptr, {}});
-  const int64_t B = args.get_int("batch", 4);
-  Generator gen(static_cast<uint64_t>(args.get_int("seed", 7)));
+  const int64_t B = args.get_int("batch");
+  Generator gen(static_cast<uint64_t>(args.get_int("seed")));
   Tensor x = randint(0, cfg.vocab, {B, cfg.block}, DType::i64, &gen);
   Tensor y = randint(0, cfg.vocab, {B, cfg.block}, DType::i64, &gen);
   Tensor logits = model.forward(x);

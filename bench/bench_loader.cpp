@@ -119,11 +119,18 @@ ChunkedRun chunked_pass(const std::string& path, const ChunkedOptions& opt) {
 
 }  // namespace
 
-SNUG_BENCH(loader, "data: DataLoader 0 vs 2 workers (2 ms/sample), TokenFile random windows, ChunkedDataset RSS") {
-  const int repeats = static_cast<int>(args.get_int("repeats", 5));
-  const int64_t samples = args.get_int("samples", 128), batch = args.get_int("batch", 8);
-  const int cost_us = static_cast<int>(args.get_int("sample-us", 2000));
-  const std::string dir = args.get("dir", std::filesystem::temp_directory_path().string());
+SNUG_BENCH(loader, "data: DataLoader 0 vs 2 workers (2 ms/sample), TokenFile random windows, ChunkedDataset RSS",
+           bench::int_flag("repeats", 5, "repeats of each measurement (the median is reported)"),
+           bench::int_flag("samples", 128, "samples of the synthetic dataset"),
+           bench::int_flag("batch", 8, "DataLoader batch size"),
+           bench::int_flag("sample-us", 2000, "microseconds each synthetic sample costs (a sleep)", 0),
+           bench::text_flag("dir", "", "where the token and chunked files are written [default: the temporary directory]", "DIR"),
+           bench::int_flag("tokens", 32 << 20, "uint16 tokens in the token file", 2048),
+           bench::int_flag("chunked-cap", 32 << 20, "ChunkedDataset memory cap in bytes (the file is 4x it)", 1 << 20)) {
+  const int repeats = static_cast<int>(args.get_int("repeats"));
+  const int64_t samples = args.get_int("samples"), batch = args.get_int("batch");
+  const int cost_us = static_cast<int>(args.get_int("sample-us"));
+  const std::string dir = args.has("dir") ? args.get("dir") : std::filesystem::temp_directory_path().string();
 
   // 1. workers
   auto slow = std::make_shared<SlowDataset>(samples, cost_us);
@@ -135,7 +142,7 @@ SNUG_BENCH(loader, "data: DataLoader 0 vs 2 workers (2 ms/sample), TokenFile ran
   const double b0 = bench::median(w0), b2 = bench::median(w2);
 
   // 2. token file: 32M uint16 tokens (64 MiB), read once so it is page-cached.
-  const int64_t ntok = args.get_int("tokens", 32 << 20);
+  const int64_t ntok = args.get_int("tokens");
   const std::string tpath = dir + "/snug_bench_tokens_" + std::to_string(::getpid()) + ".bin";
   {
     std::vector<int64_t> toks(static_cast<size_t>(ntok));
@@ -163,7 +170,7 @@ SNUG_BENCH(loader, "data: DataLoader 0 vs 2 workers (2 ms/sample), TokenFile ran
   // 3. chunked: a cap of 32 MiB and a 128 MiB file. The dataset's own
   // buffers take 3/4 of the cap (two resident 12 MiB chunks); the rest is
   // headroom for the batches, their tensors and the allocator cache.
-  const int64_t cap = args.get_int("chunked-cap", 32 << 20);
+  const int64_t cap = args.get_int("chunked-cap");
   const int64_t record = 1024;
   const ChunkedOptions copt{.record_bytes = record, .chunk_bytes = cap * 3 / 8, .max_resident_chunks = 2};
   const std::string cpath = dir + "/snug_bench_chunked_" + std::to_string(::getpid()) + ".bin";

@@ -31,18 +31,27 @@
 
 namespace snug::bench {
 
-SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle fraction vs (K-1)/(M+K-1), speedup") {
-  const int64_t K = args.get_int("stages", 2), M = args.get_int("micro-batches", 4), L = args.get_int("layers", 8),
-                C = args.get_int("embd", 128), T = args.get_int("block", 128), B = args.get_int("batch", 16),
-                steps = args.get_int("steps", 5), warmup = args.get_int("warmup", 1),
-                tps = args.get_int("threads-per-stage", 1);
-  const parallel::Schedule sched = parallel::parse_schedule(args.get("schedule", "gpipe"));
-  SNUG_CHECK(K >= 1 && M >= 1 && steps >= 1 && warmup >= 0 && tps >= 1 && B >= M, ValueError,
-             "snug-bench pipeline: need --stages >= 1, --micro-batches in [1, batch], --steps >= 1, --threads-per-stage >= 1");
+SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle fraction vs (K-1)/(M+K-1), speedup",
+           int_flag("stages", 2, "pipeline stages (virtual devices cpu:1..K)"),
+           int_flag("micro-batches", 4, "micro-batches per step (at most --batch)"),
+           choice_flag("schedule", "gpipe", {"gpipe", "1f1b"}, "pipeline schedule"),
+           int_flag("layers", 8, "GPT layers"), int_flag("embd", 128, "GPT channels (a multiple of its 4 heads)"),
+           int_flag("block", 128, "sequence length"), int_flag("batch", 16, "batch size"),
+           int_flag("steps", 5, "timed steps of each kind (medians are reported)"),
+           int_flag("warmup", 1, "untimed steps first", 0),
+           int_flag("threads-per-stage", 1, "compute threads of each stage (the one-device run gets K times as many)"),
+           text_flag("timeline", "", "write the last step's timeline (tools/pipeline_timeline.py) to FILE", "FILE")) {
+  const int64_t K = args.get_int("stages"), M = args.get_int("micro-batches"), L = args.get_int("layers"),
+                C = args.get_int("embd"), T = args.get_int("block"), B = args.get_int("batch"),
+                steps = args.get_int("steps"), warmup = args.get_int("warmup"),
+                tps = args.get_int("threads-per-stage");
+  const parallel::Schedule sched = parallel::parse_schedule(args.get("schedule"));
+  SNUG_FLAG_CHECK(B >= M, "--micro-batches ", M, " must be at most --batch ", B);
   nn::models::GPTConfig cfg;
   cfg.layers = L;
   cfg.embd = C;
   cfg.block = T;
+  check_gpt_flags(cfg);
   manual_seed(1337);
   Tensor seq = randint(0, cfg.vocab, Shape{B, T + 1});
   const Tensor x = seq.narrow(1, 0, T).contiguous(), y = seq.narrow(1, 1, T).contiguous();
@@ -79,7 +88,7 @@ SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle frac
       idle.push_back(pipe.idle_fraction());
     }
   }
-  const std::string tl = args.get("timeline", "");
+  const std::string tl = args.get("timeline");
   if (!tl.empty()) pipe.write_timeline(tl);
   const double ideal = static_cast<double>(K - 1) / static_cast<double>(M + K - 1);
   const double med = median(ms), one = median(one_ms), tok = static_cast<double>(B * T);

@@ -80,21 +80,29 @@ struct Row {
 
 }  // namespace
 
-SNUG_BENCH(quant, "int8 quantization (dynamic, static, QAT) of a GPT trained on tiny shakespeare: loss and bytes") {
+SNUG_BENCH(quant, "int8 quantization (dynamic, static, QAT) of a GPT trained on tiny shakespeare: loss and bytes",
+           text_flag("data", "", "text corpus [default: $SNUG_SOURCE_DIR (else .)/examples/charlm/data/tinyshakespeare.txt]",
+                     "FILE"),
+           int_flag("steps", 300, "AdamW training steps of the float model", 0),
+           int_flag("qat-steps", 50, "quantization-aware training steps", 0), int_flag("batch", 16, "batch size"),
+           int_flag("calib", 8, "static: calibration batches"),
+           int_flag("eval-batches", 20, "validation batches (the same for every model)"),
+           int_flag("block", 64, "sequence length"), int_flag("layers", 4, "GPT layers"),
+           int_flag("heads", 4, "attention heads"), int_flag("embd", 128, "channels (a multiple of --heads)"),
+           int_flag("seed", 1337, "seed of the weights and batches", 0), int_flag("threads", 2, "compute threads")) {
   const std::string src = std::getenv("SNUG_SOURCE_DIR") ? std::getenv("SNUG_SOURCE_DIR") : ".";
-  const std::string path = args.get("data", src + "/examples/charlm/data/tinyshakespeare.txt");
-  const int64_t steps = args.get_int("steps", 300), qat_steps = args.get_int("qat-steps", 50);
-  const int64_t B = args.get_int("batch", 16), calib = args.get_int("calib", 8);
-  const int64_t neval = args.get_int("eval-batches", 20);
+  const std::string path = args.has("data") ? args.get("data") : src + "/examples/charlm/data/tinyshakespeare.txt";
+  const int64_t steps = args.get_int("steps"), qat_steps = args.get_int("qat-steps");
+  const int64_t B = args.get_int("batch"), calib = args.get_int("calib");
+  const int64_t neval = args.get_int("eval-batches");
   nn::models::GPTConfig cfg;
-  cfg.block = args.get_int("block", 64);
-  cfg.layers = args.get_int("layers", 4);
-  cfg.heads = args.get_int("heads", 4);
-  cfg.embd = args.get_int("embd", 128);
-  const auto seed = uint64_t(args.get_int("seed", 1337));
-  set_num_threads(int(args.get_int("threads", 2)));
-  SNUG_CHECK(steps >= 0 && qat_steps >= 0 && B > 0 && calib > 0 && neval > 0, ValueError,
-             "snug-bench quant: --steps and --qat-steps must be >= 0; --batch, --calib, --eval-batches > 0");
+  cfg.block = args.get_int("block");
+  cfg.layers = args.get_int("layers");
+  cfg.heads = args.get_int("heads");
+  cfg.embd = args.get_int("embd");
+  check_gpt_flags(cfg);
+  const auto seed = uint64_t(args.get_int("seed"));
+  set_num_threads(int(args.get_int("threads")));
 
   const std::string text = data::read_text_file(path);
   const data::CharTokenizer tok = data::CharTokenizer::fit(text);

@@ -70,27 +70,48 @@ void print_layout(const DeviceSnapshot& d, const AllocatorSettings& s) {
 
 }  // namespace
 
-SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocator settings") {
-  SNUG_CHECK(args.positional.size() == 1, ValueError, "usage: snug-bench replay TRACE.json [--round N ...] [--json]");
-  const std::string path = args.positional[0];
+namespace {
+// The allocator-settings flags; each replaces the trace's own value.
+bench::Flag size_setting(const char* name, const char* help) {
+  return bench::int_flag_unset(name, str(help, " in bytes [default: the trace's]"));
+}
+}  // namespace
+
+SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocator settings",
+           bench::positional("trace", "the snapshot JSON (memory::dump_snapshot, snug-bench trace_gpt)"),
+           size_setting("round", "request rounding"), size_setting("small-threshold", "largest small-pool request"),
+           size_setting("small-segment", "small-pool segment size"),
+           size_setting("large-segment", "large-pool segment size"),
+           size_setting("large-threshold", "requests above this get a segment of their own"),
+           size_setting("large-round", "rounding of large segments"),
+           size_setting("max-split", "blocks above this are not split"),
+           bench::choice_flag("fit", "", {"best", "first"}, "block choice [default: the trace's]"),
+           bench::text_flag("conf", "", "settings as SNUG_ALLOC_CONF writes them (\"k=v,...\"), before the flags above",
+                            "CONF"),
+           bench::bytes_flag("capacity", "", "device capacity, e.g. 2GiB [default: no limit]"),
+           bench::text_flag("device", "", "the trace's device to replay [default: the first with events]", "DEVICE"),
+           bench::switch_flag("layout", "print the segments at peak allocated and where the slack is (stderr)")) {
+  const std::string path = args.get("trace");
   Snapshot snap = load_snapshot(path);
   SNUG_CHECK(!snap.devices.empty(), ValueError, path, ": the snapshot has no devices");
 
   // The device whose events to replay: --device, else the first with events.
   const DeviceSnapshot* dev = nullptr;
-  std::string want = args.get("device", "");
+  std::string want = args.get("device");
   for (const DeviceSnapshot& d : snap.devices)
     if (want.empty() ? (!d.events.empty() && !dev) : d.device == want) dev = &d;
   SNUG_CHECK(dev != nullptr, ValueError, path, ": no device ", want.empty() ? "with events" : "named " + want);
 
   AllocatorSettings s = dev->settings;
-  if (args.has("conf")) s = parse_settings(args.get("conf", ""), s);
-  auto size_flag = [&](const char* flag, std::size_t& field) {
-    if (args.has(flag)) {
-      long long v = args.get_int(flag, 0);
-      SNUG_CHECK(v > 0, ValueError, "snug-bench replay: --", flag, " must be positive, got ", v);
-      field = static_cast<std::size_t>(v);
+  if (args.has("conf")) {
+    try {
+      s = parse_settings(args.get("conf"), s);
+    } catch (const ValueError& e) {
+      cli::fail("--conf: ", e.what());
     }
+  }
+  auto size_flag = [&](const char* flag, std::size_t& field) {
+    if (args.has(flag)) field = static_cast<std::size_t>(args.get_int(flag));
   };
   size_flag("round", s.round);
   size_flag("small-threshold", s.small_threshold);
@@ -99,10 +120,14 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
   size_flag("large-threshold", s.large_threshold);
   size_flag("large-round", s.large_round);
   size_flag("max-split", s.max_split_size);
-  if (args.has("fit")) s = parse_settings("fit=" + args.get("fit", ""), s);
-  s.validate();
+  if (args.has("fit")) s = parse_settings("fit=" + args.get("fit"), s);
+  try {
+    s.validate();
+  } catch (const ValueError& e) {
+    cli::fail("the allocator settings flags: ", e.what());
+  }
   std::size_t capacity = kNoLimit;
-  if (args.has("capacity")) capacity = static_cast<std::size_t>(args.get_int("capacity", 0));
+  if (args.has("capacity")) capacity = static_cast<std::size_t>(args.get_int("capacity"));
 
   const bool layout = args.has("layout");
   ReplayResult r = replay(dev->events, s, capacity, layout);

@@ -15,10 +15,11 @@
 
 using namespace snug;
 
-SNUG_BENCH(trace_gpt, "record the allocator trace of W-GPT training steps (--out PATH --steps N)") {
-  const std::string out = args.get("out", "wgpt_trace.json");
-  const int64_t steps = args.get_int("steps", 2);
-  SNUG_CHECK(steps > 0, ValueError, "trace-gpt: --steps must be positive");
+SNUG_BENCH(trace_gpt, "record the allocator trace of W-GPT training steps (--out PATH --steps N)",
+           bench::text_flag("out", "wgpt_trace.json", "the snapshot file to write", "PATH"),
+           bench::int_flag("steps", 2, "training steps to record")) {
+  const std::string out = args.get("out");
+  const int64_t steps = args.get_int("steps");
   memory::record_history(true, 1000000);
   manual_seed(1337);
   std::unique_ptr<nn::models::GPT> model;

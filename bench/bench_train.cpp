@@ -37,10 +37,14 @@ struct Common {
   int64_t steps, warmup, threads, seed;
 };
 
+// The flags of gpt, cnn and mlp (bench/ratios.py and the PyTorch peers take the same).
+#define SNUG_TRAIN_FLAGS                                                                              \
+  int_flag("steps", 20, "timed steps (the median is reported)"),                                     \
+      int_flag("warmup", 3, "untimed steps first", 0), int_flag("threads", 2, "compute threads"),   \
+      int_flag("seed", 1337, "seed of the weights and the random batches", 0)
+
 Common common(const Args& a) {
-  Common c{a.get_int("steps", 20), a.get_int("warmup", 3), a.get_int("threads", 2), a.get_int("seed", 1337)};
-  SNUG_CHECK(c.steps > 0 && c.warmup >= 0 && c.threads > 0, ValueError,
-             "snug-bench: need --steps > 0, --warmup >= 0 and --threads > 0");
+  Common c{a.get_int("steps"), a.get_int("warmup"), a.get_int("threads"), a.get_int("seed")};
   set_num_threads(static_cast<int>(c.threads));
   manual_seed(static_cast<uint64_t>(c.seed));
   return c;
@@ -101,7 +105,7 @@ Tensor random_labels(int64_t n, int64_t classes) {
 
 // W-GPT: vocab 65, block 128, 4 layers, 4 heads, width 128; batch 16;
 // AdamW lr 3e-4, betas (0.9, 0.999), weight decay 0.01 on every parameter.
-SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens/s, peak memory") {
+SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens/s, peak memory", SNUG_TRAIN_FLAGS) {
   const Common c = common(args);
   const int64_t B = 16, T = 128, V = 65;
   nn::models::GPT net(nn::models::GPTConfig{});
@@ -133,12 +137,12 @@ int classifier_bench(const Args& args, const char* name, std::shared_ptr<nn::Mod
 }  // namespace
 
 // W-CNN: 1x28x28 inputs, batch 64.
-SNUG_BENCH(cnn, "W-CNN training step (docs/workloads.md): median ms/step, samples/s, peak memory") {
+SNUG_BENCH(cnn, "W-CNN training step (docs/workloads.md): median ms/step, samples/s, peak memory", SNUG_TRAIN_FLAGS) {
   return classifier_bench(args, "cnn", nn::models::make_wcnn(), Shape{64, 1, 28, 28});
 }
 
 // W-MLP: 784-1024-1024-10, batch 128.
-SNUG_BENCH(mlp, "W-MLP training step (docs/workloads.md): median ms/step, samples/s, peak memory") {
+SNUG_BENCH(mlp, "W-MLP training step (docs/workloads.md): median ms/step, samples/s, peak memory", SNUG_TRAIN_FLAGS) {
   return classifier_bench(args, "mlp", nn::models::make_wmlp(), Shape{128, 784});
 }
 

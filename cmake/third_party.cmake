@@ -6,6 +6,7 @@
 # laid out as tools/gpu_check.sh --pack writes it:
 #   <dir>/eigen3/Eigen/Core   <dir>/doctest/doctest/doctest.h
 #   <dir>/zlib/include/zlib.h <dir>/zlib/lib/libz.so (optional: a system zlib is used when absent)
+#   <dir>/cli11/CLI/CLI.hpp   (the programs' CLI11, looked up by cmake/cli.cmake)
 # When the hint is set, Eigen and doctest come from it and nowhere else.
 set(SNUG_THIRD_PARTY_DIR "" CACHE PATH "Folder with eigen3/ and doctest/ headers (and optionally zlib/) to use instead of system packages")
 

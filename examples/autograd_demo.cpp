@@ -6,7 +6,8 @@
 //
 //   demo [--steps N] [--lr X] [--hidden H] [--seed S] [--every K] [--json]
 //
-// Prints the loss every K steps; with --json, a final JSON line as well.
+// Prints the loss every K steps; with --json that text goes to stderr and
+// stdout holds one JSON line with the result. `demo --help` lists the flags.
 // Exits 1 unless the fit explains 90% of the target's variance (loss below
 // var(y) / 10), so a short run doubles as a smoke test of autograd.
 #include <chrono>
@@ -20,6 +21,8 @@
 
 #include <snug/snug.h>
 
+#include "common/cli.h"
+
 using namespace snug;
 
 namespace {
@@ -28,40 +31,26 @@ struct Args {
   int steps = 2000;
   double lr = 0.05;  // full batch; the output layer's curvature is about 2*H*E[tanh^2], keep lr*that < 2
   int hidden = 32;
-  uint64_t seed = 0;
+  int64_t seed = 0;
   int every = 200;
   bool json = false;
 };
 
-[[noreturn]] void usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--steps N] [--lr X] [--hidden H] [--seed S] [--every K] [--json]\n", argv0);
-  std::exit(2);
-}
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage(argv[0]);
-      return argv[++i];
-    };
-    if (k == "--steps") a.steps = std::atoi(value());
-    else if (k == "--lr") a.lr = std::atof(value());
-    else if (k == "--hidden") a.hidden = std::atoi(value());
-    else if (k == "--seed") a.seed = std::strtoull(value(), nullptr, 10);
-    else if (k == "--every") a.every = std::atoi(value());
-    else if (k == "--json") a.json = true;
-    else usage(argv[0]);
-  }
-  if (a.steps < 1 || a.hidden < 1 || a.every < 1 || !(a.lr > 0)) usage(argv[0]);
-  return a;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+  Args args;
+  CLI::App app{"Fits y = sin(x) with a two-layer MLP using snug's autograd and hand-written gradient descent.", "demo"};
+  cli::init(app);
+  app.add_option("--steps", args.steps, "full-batch gradient-descent steps")->transform(cli::integer(1));
+  app.add_option("--lr", args.lr, "learning rate")->transform(cli::number({.lo = 0, .lo_open = true}));
+  app.add_option("--hidden", args.hidden, "hidden units")->transform(cli::integer(1));
+  app.add_option("--seed", args.seed, "seed of the initial weights")->transform(cli::integer(0));
+  app.add_option("--every", args.every, "print the loss every K steps")->transform(cli::integer(1));
+  app.add_flag("--json", args.json, "human text to stderr; stdout holds one JSON line with the result");
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  // With --json, stdout is for the JSON line alone.
+  FILE* text = args.json ? stderr : stdout;
   const auto t0 = std::chrono::steady_clock::now();
 
   // Data: n points on [-pi, pi]. x is (n,1), y is (n,1).
@@ -75,7 +64,7 @@ int main(int argc, char** argv) {
   const Tensor y = from_vector(ys, {n, 1});
 
   // Parameters: w1 (1,H), b1 (H), w2 (H,1), b2 (1). Leaves that require grad.
-  Generator gen(args.seed);
+  Generator gen(static_cast<uint64_t>(args.seed));
   const int h = args.hidden;
   Tensor w1 = (randn({1, h}, {}, &gen) * 1.5).requires_grad_();
   Tensor b1 = (randn({h}, {}, &gen) * 0.5).requires_grad_();
@@ -84,7 +73,7 @@ int main(int argc, char** argv) {
   std::vector<Tensor> params = {w1, b1, w2, b2};
 
   const double target_var = mean(square(y - mean(y))).item();
-  std::printf("fitting sin(x) at %d points with a 1-%d-1 tanh MLP (predicting the mean would score %.4f)\n", n, h,
+  std::fprintf(text, "fitting sin(x) at %d points with a 1-%d-1 tanh MLP (predicting the mean would score %.4f)\n", n, h,
               target_var);
   double first = 0, last = 0;
   for (int step = 0; step < args.steps; ++step) {
@@ -102,12 +91,12 @@ int main(int argc, char** argv) {
       }
     }
     if (step % args.every == 0 || step == args.steps - 1)
-      std::printf("step %5d  loss %.6f\n", step, last);
+      std::fprintf(text, "step %5d  loss %.6f\n", step, last);
   }
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool learned = last < target_var / 10;
-  std::printf("loss %.6f -> %.6f in %d steps (%.2f s)%s\n", first, last, args.steps, seconds,
+  std::fprintf(text, "loss %.6f -> %.6f in %d steps (%.2f s)%s\n", first, last, args.steps, seconds,
               learned ? "" : "  [did not reach var(y)/10]");
   if (args.json)
     std::printf("{\"example\":\"autograd_demo\",\"steps\":%d,\"hidden\":%d,\"lr\":%g,\"seed\":%llu,"

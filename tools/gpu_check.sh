@@ -8,7 +8,7 @@
 #   tools/gpu_check.sh [--out DIR] [--third-party DIR] [--build-dir DIR] [--budget SECONDS]
 #                      [--jobs N] [--skip-build] [--tests-cap SECONDS] [--no-bench] [--no-torch] [--quick]
 #                      [--no-memcheck]
-#   tools/gpu_check.sh --pack DIR    (here: copy Eigen, doctest and zlib headers into DIR,
+#   tools/gpu_check.sh --pack DIR    (here: copy Eigen, doctest, CLI11 and zlib headers into DIR,
 #                                     the folder to put beside the tree on the GPU machine)
 #
 # --out defaults to $OUT; the JSON is $OUT/gpu_check.json, logs beside it.
@@ -60,9 +60,13 @@ if [ -n "$pack" ]; then
   mkdir -p "$pack/eigen3" "$pack/doctest/doctest" "$pack/zlib/include" "$pack/zlib/lib"
   cp -r "$eigen_src" "$pack/eigen3/" && cp -r "$(dirname "$eigen_src")/unsupported" "$pack/eigen3/" 2>/dev/null
   cp "$(dirname "$doctest_src")"/*.h "$pack/doctest/doctest/"
+  # CLI11: the programs' command lines (cmake/cli.cmake); header-only.
+  cli11_src="$(find /usr/include /usr/local/include -maxdepth 2 -name CLI.hpp -path '*CLI/CLI.hpp' 2>/dev/null | head -1)"
+  [ -n "$cli11_src" ] || die "--pack: CLI/CLI.hpp not found under /usr/include (apt-get install libcli11-dev)"
+  mkdir -p "$pack/cli11" && cp -r "$(dirname "$cli11_src")" "$pack/cli11/"
   for h in zlib.h zconf.h; do [ -f "/usr/include/$h" ] && cp "/usr/include/$h" "$pack/zlib/include/"; done
   cp -P /usr/lib/x86_64-linux-gnu/libz.so* "$pack/zlib/lib/" 2>/dev/null
-  echo "gpu_check: packed $(du -sh "$pack" | cut -f1) into $pack (eigen3/, doctest/, zlib/)"
+  echo "gpu_check: packed $(du -sh "$pack" | cut -f1) into $pack (eigen3/, doctest/, cli11/, zlib/)"
   exit 0
 fi
 

@@ -15,8 +15,12 @@
 // weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
 // then cosine to lr/10, first 90% of characters for training and the last
 // 10% for validation, validation loss averaged over 50 batches. Model: 4
-// layers, 4 heads, 128 channels, block 128, dropout 0. A bad value stops with
-// an error naming the flag and the value.
+// layers, 4 heads, 128 channels, block 128, dropout 0. `charlm --help` lists
+// every flag with its default. A bad flag or value, or flags that do not go
+// together, stop with an error naming the flag and exit status 2
+// (docs/programs.md). Progress (loss, tokens/s, memory now and at peak) goes
+// to stderr; stdout gets the sample and a final JSON line, or with --json the
+// JSON line alone.
 //
 // --save PATH writes the training state (model, optimizer, schedule, RNG) at
 // the end and every --save-every steps, with the model's shape (layers,
@@ -57,7 +61,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -95,71 +98,29 @@
 #include <snug/parallel/pipeline.h>
 #include <snug/parallel/placement.h>
 
+#include "common/cli.h"
+
 using namespace snug;
 
 namespace {
 
+// The parsed command line (docs/programs.md): the values, and which flags were
+// given (a --resume run takes the shape from the file unless a flag says
+// otherwise, and then they must agree).
 struct Flags {
-  std::map<std::string, std::string> kv;
-  std::string get(const std::string& k, const std::string& d) const {
-    auto it = kv.find(k);
-    return it == kv.end() ? d : it->second;
-  }
-  // errno catches values strtoll / strtod would clamp (--steps 1e30 as an integer, 1e999).
-  int64_t i(const std::string& k, int64_t d) const {
-    std::string s = get(k, "");
-    if (s.empty()) return d;
-    char* end = nullptr;
-    errno = 0;
-    long long v = std::strtoll(s.c_str(), &end, 10);
-    SNUG_CHECK(end && *end == 0 && errno == 0, ValueError, "charlm: --", k, " expects an integer, got \"", s, "\"");
-    return v;
-  }
-  double f(const std::string& k, double d) const {
-    std::string s = get(k, "");
-    if (s.empty()) return d;
-    char* end = nullptr;
-    errno = 0;
-    double v = std::strtod(s.c_str(), &end);
-    SNUG_CHECK(end && *end == 0 && errno == 0 && std::isfinite(v), ValueError, "charlm: --", k,
-               " expects a finite number, got \"", s, "\"");
-    return v;
-  }
-  // An integer flag that must be >= lo; the error names the flag and the value.
-  int64_t at_least(const std::string& k, int64_t d, int64_t lo) const {
-    const int64_t v = i(k, d);
-    SNUG_CHECK(v >= lo, ValueError, "charlm: --", k, " must be ", lo == 1 ? "a positive integer" : str("an integer >= ", lo),
-               ", got ", v);
-    return v;
-  }
-  bool has(const std::string& k) const { return kv.count(k) != 0; }
+  std::string data;
+  int64_t steps = 3000, layers = 4, heads = 4, embd = 128, block = 128, batch = 16, seed = 1337;
+  int64_t eval_every = 250, eval_batches = 50, save_every = 0, threads = 0, generate = 300, profile_steps = 5;
+  int64_t accum = 1, micro_batches = 1, memory_budget = -1, capacity = -1;
+  double lr = 1e-3, dropout = 0.0, bucket_mb = 25.0;
+  std::string save, resume, profile, checkpoint = "none", devices, schedule = "gpipe", placement = "memory";
+  std::string optim = "adamw", amp;
+  bool json = false;
+  std::set<std::string> given;  // long names without "--"
+  bool has(const std::string& k) const { return given.count(k) != 0; }
 };
 
-Flags parse(int argc, char** argv) {
-  static const std::set<std::string> known = {"data", "steps", "lr", "layers", "heads", "embd", "block", "batch",
-                                              "seed", "eval-every", "eval-batches", "save", "save-every", "resume",
-                                              "threads", "generate", "profile", "profile-steps", "json", "help",
-                                              "checkpoint", "memory-budget", "accum", "devices", "micro-batches",
-                                              "schedule", "placement", "capacity", "optim", "amp", "bucket-mb",
-                                              "dropout"};
-  static const std::set<std::string> boolean = {"json", "help"};
-  Flags f;
-  for (int a = 1; a < argc; ++a) {
-    std::string s = argv[a];
-    SNUG_CHECK(s.rfind("--", 0) == 0, ValueError, "charlm: unexpected argument \"", s, "\" (flags look like --steps 100)");
-    std::string key = s.substr(2);
-    SNUG_CHECK(known.count(key), ValueError, "charlm: unknown flag --", key, " (see the top of examples/charlm/main.cpp)");
-    if (boolean.count(key)) {
-      f.kv[key] = "1";
-    } else {
-      SNUG_CHECK(a + 1 < argc, ValueError, "charlm: --", key, " needs a value");
-      f.kv[key] = argv[++a];
-    }
-  }
-  return f;
-}
-
-std::string default_data_path(const char* argv0) {
+std::string default_data_path() {
   // The repository ships the corpus beside this example; find it from the
   // source tree recorded at build time, then relative to the working dir.
   std::vector<std::string> candidates = {std::string(SNUG_EXAMPLES_DIR) + "/charlm/data/tinyshakespeare.txt",
@@ -167,6 +128,73 @@ std::string default_data_path(const char* argv0) {
   for (auto& c : candidates)
     if (std::ifstream(c).good()) return c;
   return candidates[0];
+}
+
+// The flags, their defaults and meanings (`charlm --help`). Values are checked
+// here (exit 2 naming the flag); combinations after parsing (SNUG_FLAG_CHECK).
+void add_flags(CLI::App& app, Flags& f) {
+  using cli::integer;
+  using cli::number;
+  f.data = default_data_path();
+  f.threads = get_num_threads();
+  app.add_option("--data", f.data, "text corpus to train on (first 90% train, last 10% validation)");
+  app.add_option("--steps", f.steps, "training steps in total, counted from step 0 (also with --resume)")
+      ->transform(integer(1));
+  app.add_option("--lr", f.lr, "peak AdamW learning rate (100 warmup steps, then cosine to lr/10)")
+      ->transform(number({.lo = 0}));
+  app.add_option("--layers", f.layers, "transformer blocks")->transform(integer(1));
+  app.add_option("--heads", f.heads, "attention heads (must divide --embd)")->transform(integer(1));
+  app.add_option("--embd", f.embd, "channels")->transform(integer(1));
+  app.add_option("--block", f.block, "context length in characters")->transform(integer(1));
+  app.add_option("--dropout", f.dropout, "dropout probability")->transform(number({.lo = 0, .hi = 1, .hi_open = true}));
+  app.add_option("--batch", f.batch, "windows per step (per rank under mpirun)")->transform(integer(1));
+  app.add_option("--seed", f.seed, "seed of the weights, batches, evaluation and sampling")->transform(integer(0));
+  app.add_option("--eval-every", f.eval_every, "validation loss every N steps (0: only at the end)")
+      ->transform(integer(0));
+  app.add_option("--eval-batches", f.eval_batches, "batches the validation loss averages")->transform(integer(1));
+  app.add_option("--save", f.save, "write the training state to PATH at the end (and every --save-every steps)")
+      ->type_name("PATH");
+  app.add_option("--save-every", f.save_every, "with --save, also save every N steps (0: only at the end)")
+      ->transform(integer(0));
+  app.add_option("--resume", f.resume, "continue from a --save file (its model shape and --optim are used)")
+      ->type_name("PATH");
+  app.add_option("--threads", f.threads, "compute threads")->transform(integer(1, 65536));
+  app.add_option("--generate", f.generate, "characters to sample at the end (0: none)")->transform(integer(0));
+  app.add_option("--profile", f.profile, "write a Chrome trace of --profile-steps steps to FILE")->type_name("FILE");
+  app.add_option("--profile-steps", f.profile_steps, "steps --profile records (after two warm-up steps)")
+      ->transform(integer(1));
+  app.add_flag("--json", f.json, "stdout holds only the final JSON line; progress and text go to stderr");
+  app.add_option("--checkpoint", f.checkpoint,
+                 "activation checkpointing: none, sqrt (sqrt(layers) segments), auto (the planner, needs "
+                 "--memory-budget) or stage (pipeline stages, needs --devices)")
+      ->check(CLI::IsMember({"none", "sqrt", "auto", "stage"}));
+  app.add_option("--memory-budget", f.memory_budget,
+                 "bytes a step may use (e.g. 150MiB): checked before training; --checkpoint auto plans for it "
+                 "[default: none]")
+      ->transform(cli::bytes())
+      ->default_str("");
+  app.add_option("--accum", f.accum, "micro-batches per step (gradient accumulation; must divide --batch)")
+      ->transform(integer(1));
+  app.add_option("--devices", f.devices, "pipeline the model over these devices, e.g. cpu:1,cpu:2")
+      ->transform(cli::accepted_by([](const std::string& s) { parallel::parse_devices(s); }, "LIST"));
+  app.add_option("--micro-batches", f.micro_batches, "with --devices: micro-batches per step (at most --batch)")
+      ->transform(integer(1));
+  app.add_option("--schedule", f.schedule, "with --devices: the pipeline schedule")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--placement", f.placement, "with --devices: how layers are split (by memory, time or fill)")
+      ->check(CLI::IsMember({"memory", "time", "fill"}));
+  app.add_option("--capacity", f.capacity,
+                 "memory limit of each device (of cpu:0 without --devices), e.g. 64MiB [default: none]")
+      ->transform(cli::bytes())
+      ->default_str("");
+  app.add_option("--optim", f.optim, "optimizer (adamw8bit keeps large tensors' moments in 8 bits)")
+      ->check(CLI::IsMember({"adamw", "adamw8bit"}));
+  app.add_option("--amp", f.amp, "mixed precision: autocast forward passes to f16 (with loss scaling) or bf16 "
+                                 "[default: none, f32]")
+      ->check(CLI::IsMember({"f16", "bf16"}))
+      ->default_str("");
+  app.add_option("--bucket-mb", f.bucket_mb, "under mpirun: gradient all-reduce bucket size in MiB")
+      ->transform(number({.lo = 0, .lo_open = true}));
 }
 
 struct Corpus {
@@ -282,14 +310,22 @@ std::string generate(nn::models::GPT& model, const LogitsFn& logits_of, const Co
   return out;
 }
 
-void progress(int64_t step, int64_t total, double loss, double tok_s, size_t mem, bool tty) {
+// One progress line on stderr: a bar, the step, the loss, throughput, and the
+// memory the model's devices hold now and at most since training began
+// (memory::allocated / peak_allocated, the caching allocator's counts).
+void progress(int64_t step, int64_t total, double loss, double tok_s, const std::vector<Device>& devices, bool tty) {
   const int width = 30;
   int filled = static_cast<int>(width * step / std::max<int64_t>(total, 1));
-  char line[256];
-  std::snprintf(line, sizeof line, "[%.*s%.*s] step %lld/%lld  loss %.4f  %.0f tok/s  mem %.1f MiB",
-                filled, "##############################", width - filled, "..............................",
-                static_cast<long long>(step), static_cast<long long>(total), loss, tok_s, mem / 1048576.0);
-  if (tty) std::fprintf(stderr, "\r%s", line);
+  std::string mem;
+  for (const Device& d : devices)
+    mem += str(mem.empty() ? "" : ", ", devices.size() > 1 ? d.str() + " " : "",
+               memory::format_bytes(memory::allocated(d)), " (peak ", memory::format_bytes(memory::peak_allocated(d)), ")");
+  char line[512];
+  std::snprintf(line, sizeof line, "[%.*s%.*s] step %lld/%lld  loss %.4f  %.0f tok/s  mem %s", filled,
+                "##############################", width - filled, "..............................",
+                static_cast<long long>(step), static_cast<long long>(total), loss, tok_s, mem.c_str());
+  // \r redraws the line on a terminal; the clear-to-end erases a longer old one.
+  if (tty) std::fprintf(stderr, "\r%s\033[K", line);
   else std::fprintf(stderr, "%s\n", line);
 }
 
@@ -303,106 +339,100 @@ nn::models::GPTConfig model_config(const Flags& fl, const Corpus& corpus, const 
                                    const std::map<std::string, std::string>& resume_md) {
   nn::models::GPTConfig cfg;
   cfg.vocab = static_cast<int64_t>(corpus.itos.size());
-  cfg.layers = fl.at_least("layers", 4, 1);
-  cfg.heads = fl.at_least("heads", 4, 1);
-  cfg.embd = fl.at_least("embd", 128, 1);
-  cfg.block = fl.at_least("block", 128, 1);
-  cfg.dropout = fl.f("dropout", 0.0);
-  SNUG_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, ValueError, "charlm: --dropout must be in [0, 1), got ", cfg.dropout);
+  cfg.layers = fl.layers;
+  cfg.heads = fl.heads;
+  cfg.embd = fl.embd;
+  cfg.block = fl.block;
+  cfg.dropout = fl.dropout;
   if (fl.has("resume")) {
-    const std::string path = fl.get("resume", "");
+    const std::string& path = fl.resume;
     if (auto saved = nn::models::GPTConfig::from_metadata(resume_md, path)) {
       auto agree = [&](const char* flag, const char* field, auto given, auto in_file) {
-        SNUG_CHECK(!fl.has(flag) || given == in_file, ValueError, "charlm: --", flag, " ", given,
-                   " contradicts the checkpoint's ", field, " = ", in_file, " (", path, "); drop the flag to use the file's");
+        SNUG_FLAG_CHECK(!fl.has(flag) || given == in_file, "--", flag, " ", given, " contradicts the checkpoint's ",
+                        field, " = ", in_file, " (", path, "); drop the flag to use the file's");
       };
       agree("layers", "layers", cfg.layers, saved->layers);
       agree("heads", "heads", cfg.heads, saved->heads);
       agree("embd", "embd", cfg.embd, saved->embd);
       agree("block", "block", cfg.block, saved->block);
       agree("dropout", "dropout", cfg.dropout, saved->dropout);
-      SNUG_CHECK(saved->vocab == cfg.vocab, ValueError, "charlm: the data file \"", data_path, "\" has ", cfg.vocab,
-                 " distinct characters but the checkpoint's vocab = ", saved->vocab, " (", path,
-                 "); resume with the --data it was trained on");
+      SNUG_FLAG_CHECK(saved->vocab == cfg.vocab, "--data \"", data_path, "\" has ", cfg.vocab,
+                      " distinct characters but the checkpoint's vocab = ", saved->vocab, " (--resume ", path,
+                      "); resume with the --data it was trained on");
       return *saved;
     }
   }
-  SNUG_CHECK(cfg.embd % cfg.heads == 0, ValueError, "charlm: --embd ", cfg.embd, " must be a multiple of --heads ",
-             cfg.heads);
-  cfg.validate();
+  SNUG_FLAG_CHECK(cfg.embd % cfg.heads == 0, "--embd ", cfg.embd, " must be a multiple of --heads ", cfg.heads);
+  try {
+    cfg.validate();
+  } catch (const ValueError& e) {  // what the flags above did not catch is still a bad flag
+    cli::fail("the model flags (--layers, --heads, --embd, --block, --dropout): ", e.what());
+  }
   return cfg;
 }
 
 int run(int argc, char** argv) {
-  Flags fl = parse(argc, argv);
-  if (fl.has("help")) {
-    std::printf("see the comment at the top of examples/charlm/main.cpp for flags\n");
-    return 0;
-  }
+  Flags fl;
+  CLI::App app{"charlm: trains the W-GPT character-level transformer on a text corpus (tiny shakespeare by default), "
+               "evaluates it and samples from it. See examples/charlm/main.cpp and docs/programs.md.",
+               "charlm"};
+  cli::init(app);
+  add_flags(app, fl);
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  for (const CLI::Option* o : app.get_options())
+    if (o->count() > 0 && !o->get_lnames().empty()) fl.given.insert(o->get_lnames().front());
   // One process, or one rank of an mpirun/srun job (the launcher's environment says which).
   auto pg = distributed::init_process_group();
   const int world = pg->size(), rank = pg->rank();
   const bool lead = rank == 0;  // prints, evaluates and saves
-  const bool json = fl.has("json");
-  if (fl.has("threads")) {
-    const int64_t threads = fl.at_least("threads", 2, 1);
-    SNUG_CHECK(threads <= 65536, ValueError, "charlm: --threads must be at most 65536, got ", threads);
-    set_num_threads(static_cast<int>(threads));
-  }
-  const std::string data_path = fl.get("data", default_data_path(argv[0]));
+  const bool json = fl.json;
+  if (fl.has("threads")) set_num_threads(static_cast<int>(fl.threads));
+  const std::string& data_path = fl.data;
   Corpus corpus = load_corpus(data_path);
 
-  SNUG_CHECK(!fl.has("resume") || !fl.get("resume", "").empty(), ValueError, "charlm: --resume needs a file name");
-  SNUG_CHECK(!fl.has("save") || !fl.get("save", "").empty(), ValueError, "charlm: --save needs a file name");
+  SNUG_FLAG_CHECK(!fl.has("resume") || !fl.resume.empty(), "--resume needs a file name");
+  SNUG_FLAG_CHECK(!fl.has("save") || !fl.save.empty(), "--save needs a file name");
   // NOTE [ charlm resume ]: the file's metadata first, for the model's shape and the optimizer.
   const std::map<std::string, std::string> resume_md =
-      fl.has("resume") ? nn::read_checkpoint_metadata(fl.get("resume", "")) : std::map<std::string, std::string>{};
+      fl.has("resume") ? nn::read_checkpoint_metadata(fl.resume) : std::map<std::string, std::string>{};
   const nn::models::GPTConfig cfg = model_config(fl, corpus, data_path, resume_md);
-  const int64_t B = fl.at_least("batch", 16, 1), T = cfg.block;
-  const int64_t steps = fl.at_least("steps", 3000, 1);
-  const double lr = fl.f("lr", 1e-3);
-  SNUG_CHECK(lr >= 0, ValueError, "charlm: --lr must be >= 0, got ", lr);
-  const uint64_t seed = static_cast<uint64_t>(fl.at_least("seed", 1337, 0));
-  const int64_t eval_every = fl.at_least("eval-every", 250, 0), eval_batches = fl.at_least("eval-batches", 50, 1);
-  const int64_t save_every = fl.at_least("save-every", 0, 0);
+  const int64_t B = fl.batch, T = cfg.block;
+  const int64_t steps = fl.steps;
+  const double lr = fl.lr;
+  const uint64_t seed = static_cast<uint64_t>(fl.seed);
+  const int64_t eval_every = fl.eval_every, eval_batches = fl.eval_batches;
+  const int64_t save_every = fl.save_every;
 
-  const int64_t accum = fl.i("accum", 1);
-  SNUG_CHECK(accum >= 1 && B % accum == 0, ValueError, "charlm: --accum ", accum, " must be >= 1 and divide --batch ", B);
+  const int64_t accum = fl.accum;
+  SNUG_FLAG_CHECK(B % accum == 0, "--accum ", accum, " must divide --batch ", B);
   const int64_t micro_B = B / accum;
-  const std::string ckpt_mode = fl.get("checkpoint", "none");
-  SNUG_CHECK(ckpt_mode == "none" || ckpt_mode == "sqrt" || ckpt_mode == "auto" || ckpt_mode == "stage", ValueError,
-             "charlm: --checkpoint expects none, sqrt, auto or stage, got \"", ckpt_mode, "\"");
+  const std::string& ckpt_mode = fl.checkpoint;
   // Placement over devices (docs/placement.md).
   const bool placed = fl.has("devices");
-  const std::vector<Device> devices = placed ? parallel::parse_devices(fl.get("devices", "")) : std::vector<Device>{};
-  const int64_t micro_batches = fl.i("micro-batches", 1);
-  const parallel::Schedule schedule = parallel::parse_schedule(fl.get("schedule", "gpipe"));
-  const parallel::Policy placement_policy = parallel::parse_policy(fl.get("placement", "memory"));
-  SNUG_CHECK(placed || (!fl.has("micro-batches") && !fl.has("schedule") && !fl.has("placement")), ValueError,
-             "charlm: --micro-batches, --schedule and --placement go with --devices");
-  SNUG_CHECK(!placed || (accum == 1 && (ckpt_mode == "none" || ckpt_mode == "stage") && !fl.has("memory-budget")),
-             ValueError, "charlm: with --devices, use --micro-batches instead of --accum and --checkpoint none or stage "
-             "(no --memory-budget; --capacity limits each device)");
-  SNUG_CHECK(ckpt_mode != "stage" || placed, ValueError, "charlm: --checkpoint stage needs --devices");
-  SNUG_CHECK(!placed || world == 1, ValueError, "charlm: --devices is not supported with several processes (", world,
-             " ranks) yet");
-  SNUG_CHECK(micro_batches >= 1 && micro_batches <= B, ValueError, "charlm: --micro-batches must be in [1, --batch]");
-  SNUG_CHECK(placement_policy != parallel::Policy::manual, ValueError, "charlm: --placement is memory, time or fill");
-  if (fl.has("capacity")) {
-    const int64_t cap = nn::parse_bytes(fl.get("capacity", ""));
-    for (const Device& d : placed ? devices : std::vector<Device>{kCPU}) memory::set_capacity(d, static_cast<std::size_t>(cap));
-  }
-  const int64_t budget = fl.has("memory-budget") ? nn::parse_bytes(fl.get("memory-budget", "")) : -1;
+  const std::vector<Device> devices = placed ? parallel::parse_devices(fl.devices) : std::vector<Device>{};
+  const int64_t micro_batches = fl.micro_batches;
+  const parallel::Schedule schedule = parallel::parse_schedule(fl.schedule);
+  const parallel::Policy placement_policy = parallel::parse_policy(fl.placement);
+  SNUG_FLAG_CHECK(placed || (!fl.has("micro-batches") && !fl.has("schedule") && !fl.has("placement")),
+                  "--micro-batches, --schedule and --placement go with --devices");
+  SNUG_FLAG_CHECK(!placed || (accum == 1 && (ckpt_mode == "none" || ckpt_mode == "stage") && !fl.has("memory-budget")),
+                  "with --devices, use --micro-batches instead of --accum and --checkpoint none or stage "
+                  "(no --memory-budget; --capacity limits each device)");
+  SNUG_FLAG_CHECK(ckpt_mode != "stage" || placed, "--checkpoint stage needs --devices");
+  SNUG_FLAG_CHECK(!placed || world == 1, "--devices is not supported with several processes (", world, " ranks) yet");
+  SNUG_FLAG_CHECK(micro_batches <= B, "--micro-batches ", micro_batches, " must be at most --batch ", B);
+  if (fl.has("capacity"))
+    for (const Device& d : placed ? devices : std::vector<Device>{kCPU})
+      memory::set_capacity(d, static_cast<std::size_t>(fl.capacity));
+  const int64_t budget = fl.has("memory-budget") ? fl.memory_budget : -1;
   Amp amp;
   if (fl.has("amp")) {
-    const std::string a = fl.get("amp", "");
-    SNUG_CHECK(a == "f16" || a == "bf16", ValueError, "charlm: --amp expects f16 or bf16, got \"", a, "\"");
-    SNUG_CHECK(!placed, ValueError, "charlm: --amp is not supported with --devices yet");
-    amp = a == "f16" ? DType::f16 : DType::bf16;
+    SNUG_FLAG_CHECK(!placed, "--amp is not supported with --devices yet");
+    amp = fl.amp == "f16" ? DType::f16 : DType::bf16;
   }
   // f16 needs loss scaling; bf16 has f32's range (the scaler stays disabled).
   nn::amp::GradScaler scaler({.enabled = amp == DType::f16});
-  SNUG_CHECK(ckpt_mode != "auto" || budget > 0, ValueError, "charlm: --checkpoint auto needs --memory-budget BYTES");
+  SNUG_FLAG_CHECK(ckpt_mode != "auto" || budget > 0, "--checkpoint auto needs --memory-budget BYTES");
 
   manual_seed(seed);
   std::optional<nn::models::GPT> model_holder;
@@ -428,7 +458,7 @@ int run(int argc, char** argv) {
                  parallel::PipelineOptions{.micro_batches = micro_batches, .schedule = schedule,
                                            .checkpoint_stages = ckpt_mode == "stage",
                                            .threads_per_stage = std::max(1, get_num_threads() / static_cast<int>(devices.size()))});
-    if (!json) {
+    {
       std::fprintf(stderr, "placement (%s, %lld micro-batches): %s\n", parallel::schedule_name(schedule),
                    (long long)micro_batches, pl.str().c_str());
       for (size_t k = 0; k < devices.size(); ++k)
@@ -446,12 +476,12 @@ int run(int argc, char** argv) {
   // --optim adamw8bit keeps the moments of tensors >= 4096 elements in 8 bits (nn/optim/adamw8bit.h).
   // NOTE [ charlm resume ]: a resumed run keeps the file's optimizer.
   const auto saved_optim = resume_md.find("charlm.optim");
-  const std::string optim_name = fl.get("optim", saved_optim != resume_md.end() ? saved_optim->second : "adamw");
+  const std::string optim_name = fl.has("optim") || saved_optim == resume_md.end() ? fl.optim : saved_optim->second;
   SNUG_CHECK(optim_name == "adamw" || optim_name == "adamw8bit", ValueError,
-             "charlm: --optim takes adamw or adamw8bit, got \"", optim_name, "\"");
-  SNUG_CHECK(saved_optim == resume_md.end() || saved_optim->second == optim_name, ValueError, "charlm: --optim ",
-             optim_name, " contradicts the checkpoint's optim = ", saved_optim->second, " (", fl.get("resume", ""),
-             "); drop the flag to use the file's");
+             "charlm: the checkpoint's optim = ", optim_name, " is not adamw or adamw8bit (", fl.resume, ")");
+  SNUG_FLAG_CHECK(saved_optim == resume_md.end() || saved_optim->second == optim_name, "--optim ", optim_name,
+                  " contradicts the checkpoint's optim = ", saved_optim->second, " (", fl.resume,
+                  "); drop the flag to use the file's");
   std::unique_ptr<nn::optim::Optimizer> opt_holder;
   if (optim_name == "adamw8bit")
     opt_holder = std::make_unique<nn::optim::AdamW8bit>(std::vector<nn::optim::ParamGroup>{decay, no_decay},
@@ -476,18 +506,17 @@ int run(int argc, char** argv) {
 
   int64_t start = 0;
   if (fl.has("resume")) {
-    auto ck = nn::load_checkpoint(fl.get("resume", ""), parts);
+    auto ck = nn::load_checkpoint(fl.resume, parts);
     start = ck.step;
-    if (!json && lead) std::fprintf(stderr, "resumed from %s at step %lld\n", fl.get("resume", "").c_str(), (long long)start);
+    if (lead) std::fprintf(stderr, "resumed from %s at step %lld\n", fl.resume.c_str(), (long long)start);
   }
   // Several ranks: average gradients across them during backward (rank 0's
   // parameters are copied to all first; with --resume they are the same anyway).
   std::optional<distributed::DataParallel> dp;
-  const double bucket_mb = fl.f("bucket-mb", 25.0);
-  SNUG_CHECK(bucket_mb > 0, ValueError, "charlm: --bucket-mb must be positive, got ", bucket_mb);
+  const double bucket_mb = fl.bucket_mb;
   if (world > 1)
     dp.emplace(model, pg, distributed::DataParallelOptions{.bucket_bytes = static_cast<int64_t>(bucket_mb * 1048576.0)});
-  if (!json && lead)
+  if (lead)
     std::fprintf(stderr, "charlm: %s, %lld params, vocab %lld, train %zu / val %zu chars, %d threads%s\n",
                  model.repr().c_str(), (long long)model.num_parameters(), (long long)cfg.vocab, corpus.train.size(),
                  corpus.val.size(), get_num_threads(),
@@ -510,34 +539,39 @@ int run(int argc, char** argv) {
       AutocastGuard ac(amp.value_or(DType::bf16), amp.has_value());
       prof = nn::profile_chain(model.chain(sx, sy), kCPU, opt, {.micro_batches = static_cast<int>(accum)});
     }
-    if (ckpt_mode == "auto") {
-      nn::PlanResult r = nn::plan_checkpoints(prof, budget);
-      model.checkpointing = r.plan;
-    } else {
-      nn::check_fits(prof, model.checkpointing, budget);
+    // A budget below what a step needs is an impossible request (exit 2).
+    try {
+      if (ckpt_mode == "auto") {
+        nn::PlanResult r = nn::plan_checkpoints(prof, budget);
+        model.checkpointing = r.plan;
+      } else {
+        nn::check_fits(prof, model.checkpointing, budget);
+      }
+    } catch (const OutOfMemoryError& e) {
+      cli::fail("--memory-budget ", memory::format_bytes(budget), " is too small for this model and --batch ",
+                micro_B * accum, (accum > 1 ? str(" --accum ", accum) : std::string()), ": ", e.what());
     }
     nn::PlanCost pc = nn::evaluate_plan(prof, model.checkpointing);
     predicted_peak = pc.total_peak;
     predicted_recompute_ms = pc.recompute_ms * static_cast<double>(accum);
     minimum_budget = nn::minimum_budget(prof);
-    if (!json && lead)
+    if (lead)
       std::fprintf(stderr, "measured on a batch of %lld:\n%s", (long long)micro_B, prof.table().c_str());
-    if (!json && lead)
+    if (lead)
       std::fprintf(stderr, "memory budget %s (minimum %s): plan %s\n%spredicted peak %s, recomputation %.1f ms per step\n",
                    memory::format_bytes(budget).c_str(), memory::format_bytes(minimum_budget).c_str(),
                    model.checkpointing.str().c_str(),
                    nn::estimate_memory(prof, model.checkpointing).table().c_str(),
                    memory::format_bytes(pc.total_peak).c_str(), predicted_recompute_ms);
-  } else if (!json && lead && !model.checkpointing.empty()) {
+  } else if (lead && !model.checkpointing.empty()) {
     std::fprintf(stderr, "checkpointing: %s\n", model.checkpointing.str().c_str());
   }
 
   const bool tty = isatty(fileno(stderr));
   // Profiling window: [prof_from, prof_to), after two warm-up steps.
-  const std::string prof_path = fl.get("profile", "");
-  const int64_t prof_from = std::min(start + 2, steps - 1), prof_to = prof_from + fl.i("profile-steps", 5);
-  SNUG_CHECK(!fl.has("profile") || !prof_path.empty(), ValueError, "charlm: --profile needs a file name");
-  SNUG_CHECK(prof_to > prof_from, ValueError, "charlm: --profile-steps must be positive");
+  const std::string& prof_path = fl.profile;
+  const int64_t prof_from = std::min(start + 2, steps - 1), prof_to = prof_from + fl.profile_steps;
+  SNUG_FLAG_CHECK(!fl.has("profile") || !prof_path.empty(), "--profile needs a file name");
   std::unique_ptr<profiler::Profile> prof;
   auto finish_profile = [&](int64_t recorded) {
     prof->stop();
@@ -587,7 +621,7 @@ int run(int argc, char** argv) {
     }
     if (!scaler.step(opt)) {
       ++skipped_steps;
-      if (!json && lead)
+      if (lead)
         std::fprintf(stderr, "%sstep %lld skipped: %s\n", tty ? "\n" : "", (long long)(step + 1),
                      scaler.overflow_report().c_str());
     }
@@ -607,12 +641,13 @@ int run(int argc, char** argv) {
     if (prof && (step + 1 == prof_to || step + 1 == steps)) finish_profile(step + 1 - prof_from);
     SNUG_CHECK(std::isfinite(train_loss), ValueError, "charlm: training loss became ", train_loss, " at step ", step);
     bool last = step + 1 == steps;
-    if (!json && lead && (tty || (step + 1) % 50 == 0 || last))
-      progress(step + 1, steps, train_loss, double(B * T * world) / (ms / 1000.0), memory::allocated(kCPU), tty);
+    if (lead && (tty || (step + 1) % 50 == 0 || last))
+      progress(step + 1, steps, train_loss, double(B * T * world) / (ms / 1000.0),
+               placed ? devices : std::vector<Device>{kCPU}, tty);
     if (lead && ((eval_every > 0 && (step + 1) % eval_every == 0) || last)) {
       val_loss = evaluate(model, logits_of, corpus.val, B * world, T, eval_batches, seed + 2000, amp);
       for (const Device& d : devices) memory::reset_peak(d);
-      if (!json) std::fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\n" : "",
+      std::fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\n" : "",
                               (long long)(step + 1), train_loss, val_loss);
     }
     if (lead && fl.has("save") && ((save_every > 0 && (step + 1) % save_every == 0) || last)) {
@@ -620,7 +655,7 @@ int run(int argc, char** argv) {
       std::map<std::string, std::string> md = cfg.to_metadata();
       md["model"] = model.repr();
       md["charlm.optim"] = optim_name;
-      nn::save_checkpoint(fl.get("save", ""), parts, step + 1, md);
+      nn::save_checkpoint(fl.save, parts, step + 1, md);
     }
   }
   if (lead && std::isnan(val_loss)) val_loss = evaluate(model, logits_of, corpus.val, B * world, T, eval_batches, seed + 2000, amp);
@@ -645,9 +680,12 @@ int run(int argc, char** argv) {
     return out + "}";
   };
   const int act = static_cast<int>(memory::Tag::activation);
-  int64_t gen_n = fl.at_least("generate", 300, 0);
+  const int64_t gen_n = fl.generate;
   if (!lead) return 0;  // rank 0 reports for the job
-  if (!json && gen_n > 0) std::printf("---- sample ----\n%s\n----------------\n", generate(model, logits_of, corpus, gen_n, seed + 3000).c_str());
+  // The sample is text: on stdout, or on stderr when stdout is for JSON alone.
+  if (gen_n > 0)
+    std::fprintf(json ? stderr : stdout, "---- sample ----\n%s\n----------------\n",
+                 generate(model, logits_of, corpus, gen_n, seed + 3000).c_str());
   std::printf(
       "{\"val_loss\": %.6f, \"train_loss\": %.6f, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
       "\"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, \"steps\": %lld, \"threads\": %d, "
@@ -676,13 +714,14 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
+    // NOTE [ Program exit status ]: 2 for a bad command line, 1 otherwise.
+    const int status = cli::exit_status("charlm", e);
     auto pg = distributed::default_group();
     if (pg && pg->size() > 1) {
       // The other ranks would wait for this one; stop the whole job instead.
-      std::fprintf(stderr, "charlm: rank %d: error: %s\n", pg->rank(), e.what());
-      pg->abort(1);
+      std::fprintf(stderr, "charlm: rank %d stops the job\n", pg->rank());
+      pg->abort(status);
     }
-    std::fprintf(stderr, "charlm: error: %s\n", e.what());
-    return 1;
+    return status;
   }
 }

@@ -17,6 +17,10 @@
 // repository (where scripts/get_data.sh puts it), else ../shared/data/mnist next to it, found from the executable's
 // location or the working directory. With --json the last line is one JSON object with the results.
 //
+// The command line (docs/programs.md): `mnist --help` lists every flag with
+// its default; a bad flag or value exits 2 naming it. With --json stdout
+// holds only the JSON line and the text goes to stderr.
+//
 // --amp f16|bf16 trains and evaluates under autocast (docs/mixed_precision.md);
 // f16 adds a GradScaler. --half-params also stores the parameters in that
 // dtype, with f32 master weights kept by the optimizer. (Not combined with
@@ -60,6 +64,8 @@
 #include <snug/quant/gemm_int8.h>
 #include <snug/prune/prune.h>
 
+#include "common/cli.h"
+
 using namespace snug;
 namespace fs = std::filesystem;
 namespace F = snug::nn::functional;
@@ -71,10 +77,10 @@ struct Args {
   int epochs = 1;
   int64_t batch = 64;
   double lr = 0;  // 0: the model's default
-  bool decay = true;  // linear decay of the lr to 0 over the run
+  std::string decay_name = "linear";  // linear decay of the lr to 0 over the run, or none
   int workers = 1;
   std::string data;
-  uint64_t seed = 1337;
+  int64_t seed = 1337;
   int64_t limit = 0;  // 0: all training images
   int threads = 2;
   int every = 100;
@@ -92,67 +98,80 @@ struct Args {
   std::string save_dir;      // keep the f32 and int8 files there (default: a temporary file, removed)
 };
 
-[[noreturn]] void usage(const char* argv0, const std::string& why = "") {
-  if (!why.empty()) std::fprintf(stderr, "mnist: %s\n", why.c_str());
-  std::fprintf(stderr,
-               "usage: %s [--model cnn|mlp|mobilenet|vit] [--epochs N] [--batch B] [--lr X] [--decay linear|none]\n"
-               "          [--workers W] [--data DIR] [--seed S] [--limit N] [--threads T] [--every K] [--json]\n"
-               "          [--prune l1:F|random:F|global:F|structured:F|2:4 [--compact]] [--finetune-epochs N]\n"
-               "          [--finetune-lr X] [--quantize dynamic|static|qat [--observer minmax|moving_average|percentile]\n"
-               "          [--calib N] [--save-dir DIR]] [--amp f16|bf16 [--half-params]]\n",
-               argv0);
-  std::exit(2);
+// Human text: stdout, or stderr with --json so that stdout holds only the
+// JSON line (docs/programs.md).
+FILE* g_text = stdout;
+
+// --prune METHOD:FRACTION or 2:4, checked when the flags are parsed (not after
+// the training it follows). Returns {method, fraction}; 2:4 is {"2", -1}.
+std::pair<std::string, double> parse_prune(const std::string& spec) {
+  if (spec == "2:4") return {"2", -1.0};
+  const size_t colon = spec.find(':');
+  SNUG_CHECK(colon != std::string::npos, ValueError, "expected METHOD:FRACTION or 2:4, got \"", spec, "\"");
+  const std::string method = spec.substr(0, colon), frac = spec.substr(colon + 1);
+  SNUG_CHECK(method == "l1" || method == "random" || method == "global" || method == "structured", ValueError,
+             "unknown method \"", method, "\" in \"", spec, "\" (expected l1, random, global, structured or 2:4)");
+  char* end = nullptr;
+  const double amount = std::strtod(frac.c_str(), &end);
+  SNUG_CHECK(!frac.empty() && *end == 0 && amount >= 0 && amount <= 1, ValueError, "the fraction in \"", spec,
+             "\" must be a number in [0, 1]");
+  return {method, amount};
 }
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(argv[0], k + " needs a value");
-      return argv[++i];
-    };
-    if (k == "--model") a.model = value();
-    else if (k == "--epochs") a.epochs = std::atoi(value().c_str());
-    else if (k == "--batch") a.batch = std::atoll(value().c_str());
-    else if (k == "--lr") a.lr = std::atof(value().c_str());
-    else if (k == "--decay") {
-      const std::string d = value();
-      if (d != "linear" && d != "none") usage(argv[0], "--decay takes linear or none, got " + d);
-      a.decay = d == "linear";
-    } else if (k == "--workers") a.workers = std::atoi(value().c_str());
-    else if (k == "--data") a.data = value();
-    else if (k == "--seed") a.seed = std::strtoull(value().c_str(), nullptr, 10);
-    else if (k == "--limit") a.limit = std::atoll(value().c_str());
-    else if (k == "--threads") a.threads = std::atoi(value().c_str());
-    else if (k == "--every") a.every = std::atoi(value().c_str());
-    else if (k == "--json") a.json = true;
-    else if (k == "--amp") {
-      a.amp = value();
-      if (a.amp != "f16" && a.amp != "bf16") usage(argv[0], "--amp takes f16 or bf16, got " + a.amp);
-    } else if (k == "--half-params") a.half_params = true;
-    else if (k == "--prune") a.prune = value();
-    else if (k == "--compact") a.compact = true;
-    else if (k == "--finetune-epochs") a.finetune_epochs = std::atoi(value().c_str());
-    else if (k == "--finetune-lr") a.finetune_lr = std::atof(value().c_str());
-    else if (k == "--quantize") {
-      a.quantize = value();
-      if (a.quantize != "dynamic" && a.quantize != "static" && a.quantize != "qat")
-        usage(argv[0], "--quantize takes dynamic, static or qat, got " + a.quantize);
-    } else if (k == "--observer") a.observer = value();
-    else if (k == "--calib") a.calib = std::atoll(value().c_str());
-    else if (k == "--save-dir") a.save_dir = value();
-    else if (k == "--help" || k == "-h") usage(argv[0]);
-    else usage(argv[0], "unknown flag " + k);
-  }
-  if (a.compact && a.prune.rfind("structured:", 0) != 0) usage(argv[0], "--compact needs --prune structured:F");
-  if (a.finetune_epochs < -1 || a.finetune_lr < 0) usage(argv[0], "--finetune-epochs and --finetune-lr must not be negative");
-  if (a.epochs < 1 || a.batch < 1 || a.threads < 1 || a.every < 1 || a.limit < 0 || a.lr < 0 || a.workers < 0)
-    usage(argv[0], "--epochs, --batch, --threads and --every must be positive; --limit, --lr and --workers not negative");
-  if (a.half_params && a.amp.empty()) usage(argv[0], "--half-params needs --amp f16 or --amp bf16");
-  if (!a.amp.empty() && (!a.prune.empty() || !a.quantize.empty()))
-    usage(argv[0], "--amp does not combine with --prune or --quantize yet");
-  return a;
+// The flags, their defaults and meanings (`mnist --help`).
+void add_flags(CLI::App& app, Args& a) {
+  using cli::integer;
+  using cli::number;
+  app.add_option("--model", a.model, "cnn (W-CNN), mlp (W-MLP), mobilenet or vit")
+      ->check(CLI::IsMember({"cnn", "mlp", "mobilenet", "vit"}));
+  app.add_option("--epochs", a.epochs, "passes over the training set")->transform(integer(1));
+  app.add_option("--batch", a.batch, "images per step (per rank under mpirun)")->transform(integer(1));
+  app.add_option("--lr", a.lr, "learning rate (0: the model's default, 0.03 cnn and mlp, 0.05 mobilenet, 1e-3 vit)")
+      ->transform(number({.lo = 0}));
+  app.add_option("--decay", a.decay_name, "learning-rate schedule: linear (to 0 over the run) or none")
+      ->check(CLI::IsMember({"linear", "none"}));
+  app.add_option("--workers", a.workers, "DataLoader worker threads (0: batches made on the training thread)")
+      ->transform(integer(0, 1024));
+  app.add_option("--data", a.data,
+                 "directory with the four MNIST files [default: found above the executable or the working "
+                 "directory, see examples/mnist/main.cpp]")
+      ->type_name("DIR");
+  app.add_option("--seed", a.seed, "seed of the weights and the shuffling")->transform(integer(0));
+  app.add_option("--limit", a.limit, "train on the first N images (0: all)")->transform(integer(0));
+  app.add_option("--threads", a.threads, "compute threads")->transform(integer(1, 65536));
+  app.add_option("--every", a.every, "print the loss every K steps")->transform(integer(1));
+  app.add_flag("--json", a.json, "stdout holds only the final JSON line; the text goes to stderr");
+  app.add_option("--amp", a.amp, "train and evaluate under autocast to f16 (with loss scaling) or bf16 [default: none]")
+      ->check(CLI::IsMember({"f16", "bf16"}));
+  app.add_flag("--half-params", a.half_params, "with --amp: store the parameters in that dtype (f32 master weights)");
+  app.add_option("--prune", a.prune, "after training, prune: l1:F, random:F, global:F, structured:F (F in [0, 1]) or 2:4")
+      ->check(cli::accepted_by([](const std::string& s) { parse_prune(s); }, "SPEC"));
+  app.add_flag("--compact", a.compact, "with --prune structured:F: physically remove the pruned channels");
+  app.add_option("--finetune-epochs", a.finetune_epochs,
+                 "epochs after pruning or of QAT (-1: 1 when pruning or with qat, else 0)")
+      ->transform(integer(-1));
+  app.add_option("--finetune-lr", a.finetune_lr,
+                 "lr of those epochs (0: the training lr after pruning, a third of it for QAT)")
+      ->transform(number({.lo = 0}));
+  app.add_option("--quantize", a.quantize, "after training, quantize to int8: dynamic, static or qat")
+      ->check(CLI::IsMember({"dynamic", "static", "qat"}));
+  app.add_option("--observer", a.observer,
+                 "quantization observer [default: minmax for static, moving_average for qat]")
+      ->check(CLI::IsMember({"minmax", "moving_average", "percentile"}));
+  app.add_option("--calib", a.calib, "static: calibration images (the first of the training set)")
+      ->transform(integer(1));
+  app.add_option("--save-dir", a.save_dir, "keep the float and int8 files there [default: a temporary file, removed]")
+      ->type_name("DIR");
+}
+
+// The combinations of flags that cannot work (exit 2, naming the flags).
+void check_flags(const Args& a) {
+  SNUG_FLAG_CHECK(!a.compact || a.prune.rfind("structured:", 0) == 0, "--compact needs --prune structured:F");
+  SNUG_FLAG_CHECK(!a.half_params || !a.amp.empty(), "--half-params needs --amp f16 or --amp bf16");
+  SNUG_FLAG_CHECK(a.amp.empty() || (a.prune.empty() && a.quantize.empty()),
+                  "--amp does not combine with --prune or --quantize yet");
+  SNUG_FLAG_CHECK(a.observer.empty() || a.quantize == "static" || a.quantize == "qat",
+                  "--observer goes with --quantize static or qat");
 }
 
 // datasets/mnist (scripts/get_data.sh's default) or ../shared/data/mnist, in
@@ -211,8 +230,7 @@ Model make_model(const Args& a) {
                                                nn::optim::AdamWOptions{.lr = lr == 0 ? 1e-3 : lr, .weight_decay = 0.01});
     return m;
   } else {
-    std::fprintf(stderr, "mnist: unknown --model %s (expected cnn, mlp, mobilenet or vit)\n", a.model.c_str());
-    std::exit(2);
+    cli::fail("unknown --model ", a.model, " (expected cnn, mlp, mobilenet or vit)");  // add_flags checks it first
   }
   m.opt = std::make_unique<nn::optim::SGD>(m.net->parameters(), nn::optim::SGDOptions{.lr = lr, .momentum = 0.9});
   return m;
@@ -263,19 +281,15 @@ std::vector<std::pair<std::string, nn::Module*>> weight_layers(nn::Module& net) 
 
 void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Finetune& finetune, Compressed& c) {
   nn::Module& net = *m.net;
-  const size_t colon = a.prune.find(':');
-  const std::string method = a.prune.substr(0, colon);
-  const double amount = colon == std::string::npos ? -1 : std::atof(a.prune.c_str() + colon + 1);
+  const auto [method, amount] = parse_prune(a.prune);  // checked when the flags were parsed
   auto layers = weight_layers(net);
   const std::size_t param_bytes_before = prune::parameter_bytes(net);
   if (method == "2") {
-    SNUG_CHECK(a.prune == "2:4", ValueError, "mnist: --prune takes 2:4 for N:M, got ", a.prune);
     for (auto& [name, l] : layers) {
       Tensor w = l->named_parameters(false).front().second;
       if ((w.numel() / w.size(0)) % 4 == 0) prune::n_m_unstructured(*l, "weight", 2, 4);
     }
   } else {
-    SNUG_CHECK(amount >= 0 && amount <= 1, ValueError, "mnist: --prune ", a.prune, ": expected METHOD:FRACTION");
     if (method == "l1") {
       for (auto& [name, l] : layers) prune::l1_unstructured(*l, "weight", amount);
     } else if (method == "random") {
@@ -293,13 +307,13 @@ void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Fi
     }
   }
   const double acc_pruned = accuracy(net, test);
-  std::printf("pruned (%s): test accuracy %.2f%% before fine-tuning\n", a.prune.c_str(), 100 * acc_pruned);
+  std::fprintf(g_text, "pruned (%s): test accuracy %.2f%% before fine-tuning\n", a.prune.c_str(), 100 * acc_pruned);
   if (a.compact) {
     auto rep = prune::compact(net, m.opt.get());
     for (auto& l : rep.layers)
-      std::printf("compact: layer %s: %lld -> %lld channels\n", l.name.c_str(), (long long)l.channels_before,
+      std::fprintf(g_text, "compact: layer %s: %lld -> %lld channels\n", l.name.c_str(), (long long)l.channels_before,
                   (long long)l.channels_after);
-    std::printf("compact: parameter bytes %zu -> %zu (%.3fx); test accuracy %.2f%%\n", rep.param_bytes_before,
+    std::fprintf(g_text, "compact: parameter bytes %zu -> %zu (%.3fx); test accuracy %.2f%%\n", rep.param_bytes_before,
                 rep.param_bytes_after, double(rep.param_bytes_after) / double(rep.param_bytes_before),
                 100 * accuracy(net, test));
   }
@@ -308,7 +322,7 @@ void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Fi
   // 98.46% with lr 0.03 but only 98.12% with 0.01 (docs/compression.md).
   const double ft_lr = a.finetune_lr > 0 ? a.finetune_lr : m.base_lr;
   std::vector<double> ms = ft_epochs > 0 ? finetune(net, ft_epochs, ft_lr, "finetune") : std::vector<double>{};
-  std::printf("%s", prune::format_sparsity_report(prune::sparsity_report(net)).c_str());
+  std::fprintf(g_text, "%s", prune::format_sparsity_report(prune::sparsity_report(net)).c_str());
   prune::remove_all(net);
   int64_t zeros = 0, numel = 0;
   for (auto& r : prune::sparsity_report(net)) {
@@ -370,7 +384,7 @@ void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& tr
   const quant::Report report = quantize_model(a, m, *m.net, train, finetune, &qat_ms);
   nn::Module& q = *m.net;
   const double acc_q = accuracy(q, test);
-  std::printf("quantized (%s): test accuracy %.2f%% (float %.2f%%)\n%s\n", a.quantize.c_str(), 100 * acc_q,
+  std::fprintf(g_text, "quantized (%s): test accuracy %.2f%% (float %.2f%%)\n%s\n", a.quantize.c_str(), 100 * acc_q,
               100 * acc_float, q.pretty().c_str());
   quant::save_quantized(q_path.string(), q);
   const auto f32_bytes = fs::file_size(f32_path), q_bytes = fs::file_size(q_path);
@@ -380,7 +394,7 @@ void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& tr
   quantize_model(a, fresh, *fresh.net, train, finetune, nullptr);
   quant::load_quantized(q_path.string(), *fresh.net);
   const double acc_reload = accuracy(*fresh.net, test);
-  std::printf("saved: float %ju bytes, int8 %ju bytes (%.3fx); reloaded int8 model: test accuracy %.2f%%\n",
+  std::fprintf(g_text, "saved: float %ju bytes, int8 %ju bytes (%.3fx); reloaded int8 model: test accuracy %.2f%%\n",
               (uintmax_t)f32_bytes, (uintmax_t)q_bytes, double(q_bytes) / double(f32_bytes), 100 * acc_reload);
   if (!keep) {
     fs::remove(f32_path);
@@ -408,15 +422,25 @@ Compressed compress(const Args& a, Model& m, const data::MnistSplit& train, cons
 }  // namespace
 
 int run(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+  Args parsed;
+  CLI::App app{"mnist: trains an image classifier on MNIST and reports its test accuracy; optionally prunes or "
+               "quantizes it. See examples/mnist/main.cpp and docs/programs.md.",
+               "mnist"};
+  cli::init(app);
+  add_flags(app, parsed);
+  if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
+  check_flags(parsed);
+  const Args& args = parsed;
+  if (args.json) g_text = stderr;
+  const bool decay = args.decay_name == "linear";
   // One process, or one rank of an mpirun/srun job (the launcher's environment says which).
   auto pg = distributed::init_process_group();
   const int world = pg->size(), rank = pg->rank();
   const bool lead = rank == 0;  // alone prints
-  SNUG_CHECK(world == 1 || (args.prune.empty() && args.quantize.empty()), ValueError,
-             "mnist: --prune and --quantize are not supported with several processes (", world, " ranks) yet");
+  SNUG_FLAG_CHECK(world == 1 || (args.prune.empty() && args.quantize.empty()),
+                  "--prune and --quantize are not supported with several processes (", world, " ranks) yet");
   set_num_threads(args.threads);
-  manual_seed(args.seed);
+  manual_seed(static_cast<uint64_t>(args.seed));
   const std::string dir = find_data_dir(args.data);
 
   data::MnistSplit train, test;
@@ -437,7 +461,7 @@ int run(int argc, char** argv) {
   nn::Module& net = *m.net;
   const int64_t params = net.num_parameters();
   if (lead)
-    std::printf("mnist: model %s, %lld parameters, %lld training / %lld test images from %s, batch %lld%s, lr %g, "
+    std::fprintf(g_text, "mnist: model %s, %lld parameters, %lld training / %lld test images from %s, batch %lld%s, lr %g, "
                 "%d threads\n",
                 args.model.c_str(), (long long)params, (long long)n_train, (long long)test.images.size(0),
                 dir.c_str(), (long long)args.batch, world > 1 ? str(" per rank, ", world, " ranks").c_str() : "",
@@ -451,8 +475,8 @@ int run(int argc, char** argv) {
   std::shared_ptr<const data::Sampler> shard;
   if (world > 1)
     shard = std::make_shared<data::ShardedSampler>(
-        n_train, data::ShardOptions{.num_shards = world, .rank = rank, .shuffle = true, .seed = args.seed});
-  data::DataLoader loader(dataset, {.batch_size = args.batch, .shuffle = true, .seed = args.seed,
+        n_train, data::ShardOptions{.num_shards = world, .rank = rank, .shuffle = true, .seed = static_cast<uint64_t>(args.seed)});
+  data::DataLoader loader(dataset, {.batch_size = args.batch, .shuffle = true, .seed = static_cast<uint64_t>(args.seed),
                                     .num_workers = args.workers, .persistent_workers = true, .sampler = shard});
   const double base_lr = m.opt->lr();
   m.base_lr = base_lr;
@@ -491,7 +515,7 @@ int run(int argc, char** argv) {
         const Tensor& x = batch[0];  // (B, 1, 28, 28)
         const Tensor& y = batch[1];  // (B)
         seen += batch.size();
-        m.opt->set_lr(args.decay ? lr0 * (1.0 - double(ph.steps) / double(total_steps)) : lr0);
+        m.opt->set_lr(decay ? lr0 * (1.0 - double(ph.steps) / double(total_steps)) : lr0);
         const auto t0 = std::chrono::steady_clock::now();
         m.opt->zero_grad();
         Tensor loss;
@@ -515,10 +539,10 @@ int run(int argc, char** argv) {
         if (ph.steps % args.every == 0) {
           const double sps = double(window_samples * world) / seconds_since(t_window);
           if (lead)
-            std::printf("%s epoch %d step %lld (%lld/%lld): loss %.4f, %.0f samples/s, peak allocated %s\n", label,
+            std::fprintf(g_text, "%s epoch %d step %lld (%lld/%lld): loss %.4f, %.0f samples/s, peak allocated %s\n", label,
                         epoch + 1, (long long)ph.steps, (long long)(seen * world), (long long)n_train,
                         loss_sum / double(loss_count), sps, memory::format_bytes(memory::peak_allocated(kCPU)).c_str());
-          std::fflush(stdout);
+          std::fflush(g_text);
           loss_sum = 0;
           loss_count = 0;
           t_window = std::chrono::steady_clock::now();
@@ -529,9 +553,9 @@ int run(int argc, char** argv) {
       train_peak = std::max(train_peak, memory::peak_allocated(kCPU));  // the evaluation below is not counted
       ph.accuracy = accuracy(model, test, args.amp);
       if (lead)
-        std::printf("%s epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s so far\n", label, epoch + 1,
+        std::fprintf(g_text, "%s epoch %d: train loss %.4f, test accuracy %.2f%%, %.1f s so far\n", label, epoch + 1,
                     ph.last_epoch_loss, 100 * ph.accuracy, seconds_since(t_start));
-      std::fflush(stdout);
+      std::fflush(g_text);
     }
     return ph;
   };
@@ -564,13 +588,14 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
+    // NOTE [ Program exit status ]: 2 for a bad command line, 1 otherwise.
+    const int status = cli::exit_status("mnist", e);
     auto pg = distributed::default_group();
     if (pg && pg->size() > 1) {
       // The other ranks would wait for this one; stop the whole job instead.
-      std::fprintf(stderr, "mnist: rank %d: error: %s\n", pg->rank(), e.what());
-      pg->abort(1);
+      std::fprintf(stderr, "mnist: rank %d stops the job\n", pg->rank());
+      pg->abort(status);
     }
-    std::fprintf(stderr, "mnist: error: %s\n", e.what());
-    return 1;
+    return status;
   }
 }
