@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // softmax and log_softmax along one dim: forward and backward side by side.
 // Both save only their output y; the gradients are written in terms of it
-// (the kernels are core/cpu_softmax.cpp):
+// (the kernels are core/cpu/softmax.cpp):
 //   softmax:      dx = y * (g - sum(g * y))
 //   log_softmax:  dx = g - exp(y) * sum(g)
 #include <snug/autograd/autocast.h>

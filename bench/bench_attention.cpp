@@ -14,7 +14,7 @@
 
 #include <snug/autograd/engine.h>
 #include "bench/bench.h"
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/gemm.h>
 #include <snug/core/generator.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>

@@ -21,7 +21,7 @@
 #include <omp.h>
 
 #include "bench/bench.h"
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/gemm.h>
 #include <snug/quant/gemm_int8.h>
 
 namespace {

@@ -9,7 +9,7 @@
 #include "bench/bench.h"
 #include <snug/core/generator.h>
 #include <snug/core/safetensors.h>
-#include <snug/nn/checkpoint.h>
+#include <snug/nn/training_state.h>
 #include <snug/nn/models/gpt.h>
 
 using namespace snug;

@@ -23,7 +23,7 @@
 
 #include <snug/autograd/grad_mode.h>
 #include "bench/bench.h"
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/gemm.h>
 #include <snug/core/generator.h>
 #include <snug/core/safetensors.h>
 #include <snug/data/text.h>

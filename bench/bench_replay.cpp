@@ -12,7 +12,7 @@
 #include <string>
 
 #include "bench/bench.h"
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/history.h>
 #include <snug/memory/replay.h>
 #include <snug/memory/settings.h>

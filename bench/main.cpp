@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "bench/bench.h"
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/nn/models/gpt.h>
 
 namespace snug::bench {

@@ -7,7 +7,7 @@
 #   build tree: ${SNUG_INCLUDE_TREE}/snug/<folder> are links to the source
 #               folders; snug.h links to snug/snug.h; version.h is generated.
 # The source tree keeps its plain layout (core/, nn/, ... at the top).
-set(SNUG_HEADER_FOLDERS core autograd memory nn data parallel prune quant distributed cuda)
+set(SNUG_HEADER_FOLDERS base core autograd memory nn data parallel prune quant distributed cuda)
 set(SNUG_INCLUDE_TREE ${PROJECT_BINARY_DIR}/include)
 file(MAKE_DIRECTORY ${SNUG_INCLUDE_TREE}/snug)
 foreach(dir ${SNUG_HEADER_FOLDERS})

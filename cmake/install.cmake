@@ -27,12 +27,12 @@ get_property(_snug_plugins GLOBAL PROPERTY SNUG_PLUGIN_TARGETS)
 if(_snug_plugins)
   install(TARGETS ${_snug_plugins} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
-# Internal headers stay out: the CPU kernels' (they use OpenMP and Eigen
-# details) and the GEMM's insides.
-foreach(dir core autograd memory nn data parallel prune quant distributed)
+# Internal headers stay out: the CPU backend's (core/cpu/: OpenMP and Eigen
+# details, the GEMM's insides) and *_detail.h.
+foreach(dir base core autograd memory nn data parallel prune quant distributed)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/snug/${dir}
     FILES_MATCHING PATTERN "*.h"
-    PATTERN "cpu_*.h" EXCLUDE PATTERN "*_detail.h" EXCLUDE)
+    PATTERN "cpu" EXCLUDE PATTERN "*_detail.h" EXCLUDE)
 endforeach()
 # Only the CUDA-free header of cuda/; check.h and friends include CUDA headers.
 install(FILES ${PROJECT_SOURCE_DIR}/cuda/cuda_api.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/snug/cuda)

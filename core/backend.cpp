@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <snug/core/backend.h>
 
-#include <snug/core/cpu_backend.h>
-#include <snug/cuda/cuda_api.h>  // plain C++: ensure_registered(), plugin_error() (cuda/plugin_loader.cpp)
+#include <snug/core/cpu/cpu_backend.h>
 
 namespace snug {
 
@@ -11,13 +10,24 @@ Backend*& slot(DeviceType t) {
   static Backend* table[kNumDeviceTypes] = {};
   return table[static_cast<int>(t)];
 }
+LazyBackend& lazy(DeviceType t) {
+  static LazyBackend table[kNumDeviceTypes] = {};
+  return table[static_cast<int>(t)];
+}
+
+// Runs the lazy hook of t once, if it has one and nothing is registered yet.
+void load_lazy(DeviceType t) {
+  if (slot(t) != nullptr || lazy(t).load == nullptr) return;
+  lazy(t).load();  // idempotent (the CUDA plugin's ensure_registered runs once)
+}
 }  // namespace
 
 void register_backend(DeviceType t, Backend* b) { slot(t) = b; }
+void register_lazy_backend(DeviceType t, LazyBackend hook) { lazy(t) = hook; }
 
 bool has_backend(DeviceType t) {
   if (t == DeviceType::CPU) return true;
-  if (t == DeviceType::CUDA && slot(t) == nullptr) cuda::ensure_registered();
+  load_lazy(t);
   return slot(t) != nullptr;
 }
 
@@ -26,18 +36,16 @@ Backend& backend_for(DeviceType t) {
     static CpuBackend cpu;  // always present
     return cpu;
   }
+  load_lazy(t);  // the CUDA backend registers itself here, on first use, when a GPU is present
   Backend* b = slot(t);
-  if (b == nullptr && t == DeviceType::CUDA) {
-    cuda::ensure_registered();  // registers the CUDA backend on first use when a GPU is present
-    b = slot(t);
+  if (b == nullptr && lazy(t).why_absent != nullptr) {
+    const std::string why = lazy(t).why_absent();
+    const char* dev = t == DeviceType::CUDA ? "GPU" : "device";
+    throw DeviceError(str("no backend for device type ", device_type_name(t), ": ",
+                          why.empty() ? str("the plugin is loaded, but no ", dev, " is present")
+                                      : str("no ", dev, " is present (", why, ")")));
   }
-  if (b == nullptr && t == DeviceType::CUDA) {
-    const std::string why = cuda::plugin_error();
-    throw DeviceError(str("no backend for device type cuda: ", why.empty()
-                                                                   ? "the CUDA plugin is loaded, but no GPU is present"
-                                                                   : "no GPU is present (" + why + ")"));
-  }
-  SNUG_CHECK(b != nullptr, DeviceError, "no backend for device type ?");
+  SNUG_CHECK(b != nullptr, DeviceError, "no backend for device type ", device_type_name(t));
   return *b;
 }
 

@@ -129,4 +129,15 @@ inline Backend& backend_for(Device d) { return backend_for(d.type); }
 void register_backend(DeviceType t, Backend* b);  // b lives forever
 bool has_backend(DeviceType t);
 
+// A backend that loads on first use (the CUDA plugin: NOTE [ The CUDA plugin ]
+// in cuda/plugin_loader.cpp, which registers this hook). The first request for
+// device type t calls load(), which registers the backend when it can; when it
+// could not, why_absent() says why, for backend_for's error. core/ knows no
+// more of CUDA than this.
+struct LazyBackend {
+  void (*load)() = nullptr;
+  std::string (*why_absent)() = nullptr;  // empty: loaded, but no device present
+};
+void register_lazy_backend(DeviceType t, LazyBackend hook);
+
 }  // namespace snug

@@ -5,7 +5,7 @@
 #include <ostream>
 #include <string>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/half.h>
 
 namespace snug {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include <snug/core/backend.h>
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/gemm.h>
 #include <snug/core/generator.h>
 #include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // NOTE [ One definition of each op's math ]
 // Every elementwise op is a small functor here, marked SNUG_HOST_DEVICE. The
-// CPU loops (core/cpu_loop.h) and the CUDA kernels (cuda/) both instantiate
+// CPU loops (core/cpu/loop.h) and the CUDA kernels (cuda/) both instantiate
 // these same functors; only the launch differs. Functors take and return the
 // compute type C (float for f16/bf16 storage, else the storage type).
 //
@@ -15,7 +15,7 @@
 #include <limits>
 #include <type_traits>
 
-#include <snug/core/macros.h>
+#include <snug/base/macros.h>
 
 namespace snug {
 
@@ -71,7 +71,7 @@ SNUG_HOST_DEVICE SNUG_INLINE float pow2i(int n) {  // 2^n for -126 <= n <= 127
 #endif
 }
 // exp_approx's constants, shared with the AVX-512 exp of the fused attention
-// (exp16 in core/cpu_fused_attention.cpp), which evaluates the same formula.
+// (exp16 in core/cpu/attention.cpp), which evaluates the same formula.
 inline constexpr float kExpMin = -87.33654f;  // below it exp flushes to 0 (2^-126)
 inline constexpr float kLog2e = 1.44269504088896341f;
 inline constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860676533018e-06f;  // ln2 = hi + lo
@@ -369,7 +369,7 @@ const char* compare_op_name(CompareOp op);
 
 // ---- reductions ---------------------------------------------------------------
 // A reduction is init / combine / finish over an accumulator type A. The CPU
-// reduces rows with these (core/cpu_reduce.cpp); CUDA uses them per block.
+// reduces rows with these (core/cpu/reduce.cpp); CUDA uses them per block.
 enum class ReduceOp : int { sum, mean, max, min, prod, count };
 inline constexpr int kNumReduceOps = 5;
 static_assert(static_cast<int>(ReduceOp::count) == kNumReduceOps, "add the new op to visit_reduce");

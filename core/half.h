@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <snug/core/macros.h>
+#include <snug/base/macros.h>
 
 namespace snug {
 

@@ -24,7 +24,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include <snug/core/macros.h>
+#include <snug/base/macros.h>
 
 namespace snug {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/version.h>
 
 namespace snug::plugin {

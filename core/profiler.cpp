@@ -10,7 +10,7 @@
 #include <mutex>
 #include <sstream>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/allocator.h>
 
 namespace snug::profiler {

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include <snug/core/device.h>
+#include <snug/base/device.h>
 
 namespace snug::profiler {
 

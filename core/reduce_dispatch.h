@@ -6,7 +6,7 @@
 #pragma once
 #include <type_traits>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/functors.h>
 
 namespace snug {

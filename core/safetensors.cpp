@@ -25,7 +25,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/raw_ops.h>
 
 namespace snug {

@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include <snug/core/device.h>
+#include <snug/base/device.h>
 
 namespace snug {
 

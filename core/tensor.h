@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <snug/core/device.h>
+#include <snug/base/device.h>
 #include <snug/core/dtype.h>
 #include <snug/core/shape.h>
 #include <snug/core/storage.h>

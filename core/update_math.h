@@ -6,11 +6,11 @@
 // with constants prepared once on the host by the make_* functions, so both
 // devices start from the same f32 constants.
 //
-// A leaf header apart from core/macros.h: nvcc compiles it too.
+// A leaf header apart from base/macros.h: nvcc compiles it too.
 #pragma once
 #include <cmath>
 
-#include <snug/core/macros.h>
+#include <snug/base/macros.h>
 
 namespace snug::update {
 

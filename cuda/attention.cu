@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Fused causal self-attention on the GPU, the CUDA side of
 // nn::functional::causal_self_attention (NOTE [ Fused causal attention ] in
-// core/cpu_fused_attention.h has the CPU side and the layout).
+// core/cpu/attention.h has the CPU side and the layout).
 //
 // NOTE [ CUDA fused attention ]
 // One warp per row, lanes split over the head dimension (lane l holds

@@ -5,7 +5,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 #define SNUG_CUDA_CHECK(call)                                                  \
   do {                                                                         \

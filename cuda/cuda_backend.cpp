@@ -2,7 +2,7 @@
 // CudaBackend, host side: turns tensors into the geometry and pointers the
 // kernels of cuda/*.cu take (cuda/kernels.h). Shapes and dtypes were checked
 // by core/raw_ops.cpp; what is left here is the same preparation the CPU
-// backend does (core/cpu_*.cpp), so a method here reads like its CPU twin.
+// backend does (core/cpu/*.cpp), so a method here reads like its CPU twin.
 #include <snug/cuda/cuda_backend.h>
 
 #include <cuda_runtime.h>
@@ -53,7 +53,7 @@ Geometry<N> geometry(const Shape& shape, const std::array<const Tensor*, N>& ops
   return make_geometry<N>(shape, st);
 }
 
-// NOTE [ Rounding wide values to 16 bits ] (core/cpu_elementwise.cpp), for
+// NOTE [ Rounding wide values to 16 bits ] (core/cpu/elementwise.cpp), for
 // the fill value computed here on the host.
 float to_float_round_odd(double x) {
   float f = static_cast<float>(x);
@@ -152,7 +152,7 @@ void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int6
                             y.data_ptr(), grad_in.data_ptr(), g.stream());
 }
 
-// ---- index ops: the geometry of core/cpu_index.cpp (cuda/plan.h) -------------------
+// ---- index ops: the geometry of core/cpu/index.cpp (cuda/plan.h) -------------------
 
 void CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   if (out.numel() == 0) return;
@@ -230,7 +230,7 @@ void CudaBackend::causal_softmax(const Tensor& x, double scale, const Tensor& ou
   kernels::causal_softmax(x.dtype(), rows, Tq, Tk, scale, x.data_ptr(), out.data_ptr(), g.stream());
 }
 
-// ---- pooling: the windows of core/cpu_conv.cpp, kernels in pool.cu ------------------
+// ---- pooling: the windows of core/cpu/conv.cpp, kernels in pool.cu ------------------
 
 namespace {
 PoolGeometry pool_geometry(const Pool2dParams& p, int64_t planes, int64_t H, int64_t W, int64_t Ho,

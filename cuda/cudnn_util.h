@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include <snug/core/dtype.h>
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 #define SNUG_CUDNN_CHECK(call)                                                                            \
   do {                                                                                                    \

@@ -22,7 +22,7 @@ template <class T>
 inline constexpr bool needs_round_odd_v =
     std::is_same_v<T, double> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
 
-// NOTE [ Rounding wide values to 16 bits ] (core/cpu_elementwise.cpp): a
+// NOTE [ Rounding wide values to 16 bits ] (core/cpu/elementwise.cpp): a
 // double or wide integer goes to float with round-to-odd, so the second
 // rounding (to f16/bf16) is exact. Round toward zero, then set the last bit if
 // the result was inexact: that is round-to-odd.

@@ -5,7 +5,7 @@
 //
 // NOTE [ CUDA elementwise geometry ]
 // The host drops size-1 dims and merges neighbouring dims that are contiguous
-// for every operand (the same coalescing as core/cpu_loop.h's make_loop), then
+// for every operand (the same coalescing as core/cpu/loop.h's make_loop), then
 // passes the result by value to the kernel. Element i (0 <= i < numel, in
 // row-major order of the coalesced shape) has, for operand k, the offset
 //   off[k] = sum_d idx_d(i) * strides[k][d]      (in elements; 0 = broadcast)
@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <vector>
 
-#include <snug/core/error.h>
-#include <snug/core/macros.h>
+#include <snug/base/error.h>
+#include <snug/base/macros.h>
 
 namespace snug::cuda {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Index kernels (gather / index_select, scatter_add / index_add) and random
-// fills. The geometry is prepared by CudaBackend exactly as core/cpu_index.cpp
+// fills. The geometry is prepared by CudaBackend exactly as core/cpu/index.cpp
 // prepares it for the CPU loop: index_select is a gather whose 1-D index is
 // broadcast over the other dims, index_add the same trick on scatter_add.
 #include <cuda_runtime.h>
@@ -25,7 +25,7 @@ struct GatherBody {
 
 // One thread per position of the outer geometry; each walks dim in order, so
 // every output element is updated by one thread in a fixed order
-// (NOTE [ Deterministic scatter ] in core/cpu_index.cpp): no atomics, and the
+// (NOTE [ Deterministic scatter ] in core/cpu/index.cpp): no atomics, and the
 // same sums as the CPU.
 template <class T>
 struct ScatterAddBody {
@@ -43,7 +43,7 @@ struct ScatterAddBody {
   }
 };
 
-// Element i of a draw at st, exactly as core/cpu_random.cpp computes it.
+// Element i of a draw at st, exactly as core/cpu/random.cpp computes it.
 template <class T>
 __global__ void random_kernel(bool normal, PhiloxState st, double a, double b, int64_t n, T* out) {
   using C = compute_t<T>;

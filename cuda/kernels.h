@@ -22,7 +22,7 @@ using StreamHandle = std::uintptr_t;
 
 // ---- elementwise.cu: operand 0 is the output ------------------------------------
 // dst = convert(src), rounding to 16 bits as the CPU does (NOTE [ Rounding wide
-// values to 16 bits ] in core/cpu_elementwise.cpp).
+// values to 16 bits ] in core/cpu/elementwise.cpp).
 void copy(DType dst_t, DType src_t, const Geometry<2>& g, void* dst, const void* src, StreamHandle s);
 // Every element of dst gets the bytes `bits` (elem_size 1, 2, 4 or 8).
 void fill(std::size_t elem_size, uint64_t bits, const Geometry<1>& g, void* dst, StreamHandle s);
@@ -81,7 +81,7 @@ void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const voi
                          StreamHandle s);
 
 // ---- pool.cu --------------------------------------------------------------------
-// Windows over (H, W) as core/cpu_conv.cpp defines them (cuda/pool_window.h).
+// Windows over (H, W) as core/cpu/conv.cpp defines them (cuda/pool_window.h).
 // x (planes, H, W), out/indices (planes, Ho, Wo), contiguous; indices only for max.
 void pool2d(DType t, const PoolGeometry& g, const void* x, void* out, int64_t* indices, StreamHandle s);
 // grad_x written whole; one thread per input element gathers the outputs whose

@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <snug/core/dtype.h>
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/cuda/geometry.h>
 #include <snug/cuda/kernels.h>
 

@@ -49,7 +49,8 @@
 // A static libsnug.a cannot have plugins (each would bring a second libsnug
 // with its own registries; the host token catches that): SNUG_SHARED=OFF
 // builds neither the CUDA nor the MPI plugin (cmake/cuda.cmake).
-#include <snug/core/error.h>
+#include <snug/base/error.h>
+#include <snug/core/backend.h>
 #include <snug/core/plugin_detail.h>
 #include <snug/cuda/plugin_api.h>
 
@@ -119,6 +120,16 @@ void destroy_event(EventHandle e) {
 void ensure_registered() {
   if (const PluginApi* a = api()) a->ensure_registered();
 }
+
+namespace {
+// core/ asks for DeviceType::CUDA through this hook (core/backend.h), so it
+// includes nothing of cuda/. Registering it loads nothing: the plugin is opened
+// by the hook's first call.
+[[maybe_unused]] const bool hook_registered = [] {
+  register_lazy_backend(DeviceType::CUDA, {.load = &ensure_registered, .why_absent = &plugin_error});
+  return true;
+}();
+}  // namespace
 
 // libsnug's own setting (the plugin's cuBLAS and cuDNN calls read it here).
 void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <snug/core/macros.h>
+#include <snug/base/macros.h>
 
 namespace snug::cuda {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Reductions (sum, mean, max, min, prod) and arg reductions. The math is the
 // init/combine/finish functors of core/functors.h; accumulators are the CPU's
-// (NOTE [ Reduction accumulators ] in core/cpu_reduce.cpp): f32 and f64 in
+// (NOTE [ Reduction accumulators ] in core/cpu/reduce.cpp): f32 and f64 in
 // double, f16/bf16 in float, integers and bool in i64.
 //
 // Long reductions use a block per output (threads stride over the reduced

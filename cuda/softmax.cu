@@ -2,8 +2,8 @@
 // Row kernels: softmax / log_softmax (forward and backward), the causal
 // attention softmax, and layer norm (forward and backward). One block per row;
 // each thread strides over the row, then block_reduce combines the partial
-// results in a fixed order. The formulas are those of core/cpu_softmax.cpp,
-// core/cpu_attention.cpp and core/cpu_norm.cpp:
+// results in a fixed order. The formulas are those of core/cpu/softmax.cpp,
+// core/cpu/causal_softmax.cpp and core/cpu/layer_norm.cpp:
 //
 //   softmax:      y_i = exp(x_i - m) / s,  s = sum_j exp(x_j - m),  m = max_j x_j
 //   log_softmax:  y_i = x_i - m - log(s)

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/allocator.h>
 
 namespace snug::data {

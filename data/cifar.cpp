@@ -4,7 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/raw_ops.h>
 #include <snug/data/file_bytes.h>
 #include <snug/memory/allocator.h>

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/raw_ops.h>
 
 namespace snug::data {

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/data/collate.h>
 #include <snug/data/dataset.h>
 #include <snug/data/sampler.h>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <snug/data/dataset.h>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/raw_ops.h>
 
 namespace snug::data {

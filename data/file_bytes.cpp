@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 namespace snug::data {
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <vector>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/data/file_bytes.h>
 #include <snug/memory/allocator.h>
 

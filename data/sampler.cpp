@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/philox.h>
 
 namespace snug::data {

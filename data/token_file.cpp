@@ -12,7 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/allocator.h>
 
 namespace snug::data {

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/tensor.h>
 
 namespace snug {

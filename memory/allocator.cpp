@@ -7,7 +7,7 @@
 #include <atomic>
 #include <mutex>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/caching_allocator.h>
 #include <snug/memory/history.h>
 #include <snug/memory/raw_backend.h>

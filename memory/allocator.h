@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include <snug/core/device.h>
+#include <snug/base/device.h>
 
 namespace snug::memory {
 

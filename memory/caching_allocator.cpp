@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 namespace snug::memory {
 

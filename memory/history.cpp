@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 namespace snug::memory {
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <unordered_map>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/caching_allocator.h>
 
 namespace snug::memory {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 namespace snug::memory {
 namespace {

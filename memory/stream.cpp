@@ -3,7 +3,7 @@
 
 #include <array>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 namespace snug::memory {
 

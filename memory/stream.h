@@ -16,7 +16,7 @@
 // otherwise. CPU devices have no streams: their current stream is always 0.
 // A plain header (no CUDA): the stream is an opaque integer (a cudaStream_t).
 #pragma once
-#include <snug/core/device.h>
+#include <snug/base/device.h>
 #include <snug/memory/allocator.h>
 
 namespace snug::memory {

@@ -11,8 +11,8 @@
 #include <snug/autograd/engine.h>
 #include <snug/autograd/node.h>
 #include <snug/core/backend.h>
-#include <snug/core/cpu_fused_attention.h>
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/attention.h>
+#include <snug/core/cpu/gemm.h>
 #include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>
 #include <snug/cuda/fused_api.h>
@@ -213,7 +213,7 @@ BinaryOp act_backward_op(kernels::GemmAct act) {
 
 // linear_relu and linear_gelu: act(linear(x, weight, bias)). On the CPU in f32
 // one GEMM applies the activation as it stores each row panel (NOTE [ The
-// activation in the GEMM's store ] in core/gemm_avx512.cpp); elsewhere the
+// activation in the GEMM's store ] in core/cpu/gemm_avx512.cpp); elsewhere the
 // two ops. Backward: g * act'(.) in one elementwise pass (ReLU from the
 // output, GELU from the saved pre-activation), then linear's backward.
 Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,

@@ -52,7 +52,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // on a GPU in f32 with heads of up to 256, without attention dropout, this is
 // one fused op that never builds the (B, heads, T, T) scores and keeps only a
 // (B, heads, T) logsumexp for backward (NOTE [ Fused causal attention ] in
-// core/cpu_fused_attention.h, NOTE [ CUDA fused attention ] in
+// core/cpu/attention.h, NOTE [ CUDA fused attention ] in
 // cuda/attention.cu); anything else takes the unfused path. `fused = false` forces the unfused path (tests,
 // benchmarks).
 Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p = 0.0, bool training = false,

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 // nn::functional::conv2d (and conv2d_relu): checks, output shape, the backend
 // call and the backward beside it. The arithmetic (im2col + GEMM on the CPU) is in the
-// backend: core/cpu_conv.cpp.
+// backend: core/cpu/conv.cpp.
 #include <snug/autograd/autocast.h>
 #include <array>
 
 #include <snug/autograd/node.h>
 #include <snug/core/backend.h>
-#include <snug/core/cpu_conv.h>
+#include <snug/core/cpu/conv.h>
 #include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>
 #include <snug/nn/functional.h>
@@ -81,7 +81,7 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   p.groups = groups;
   // 2 FLOPs per multiply-add: each output takes C/groups kh kw of them.
   const double flops = 2.0 * double(N) * double(Cout) * double(Ho) * double(Wo) * double(weight.size(1)) * double(kh) * double(kw);
-  // conv2d_relu in one op: CPU f32/f64 (core/cpu_conv.h); elsewhere conv2d then relu.
+  // conv2d_relu in one op: CPU f32/f64 (core/cpu/conv.h); elsewhere conv2d then relu.
   const bool fused = relu_after && x.device().is_cpu() && (x.dtype() == DType::f32 || x.dtype() == DType::f64);
   profiler::RecordOp rec(fused ? "conv2d_relu" : "conv2d", x.device(), flops);
   Tensor xc = raw::contiguous(x), wc = raw::contiguous(weight);

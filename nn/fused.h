@@ -13,7 +13,7 @@ namespace snug::nn::functional {
 
 // relu(conv2d(x, weight, bias, ...)) as one op: on the CPU in f32/f64 the ReLU
 // and, in backward, its mask run per image inside the convolution
-// (core/cpu_conv.h): no separate passes over the activation and no second
+// (core/cpu/conv.h): no separate passes over the activation and no second
 // activation tensor. Elsewhere (GPU, 16-bit) it is conv2d then relu. The same
 // values and gradients either way. nn::Sequential uses it for a Conv2d
 // followed by a ReLU.

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 namespace snug::kernels {
 

@@ -5,15 +5,15 @@
 // cmake/include_tree.cmake): <prefix>/include is the one folder a consumer
 // needs on its include path. Headers for one part only (e.g.
 // <snug/memory/allocator.h>) may be included directly. Internal headers
-// (core/cpu_*.h, core/backend.h, memory/caching_*.h, cuda/check.h) are not
+// (core/cpu/*.h, core/backend.h, memory/caching_*.h, cuda/check.h) are not
 // part of this list.
 #pragma once
 
 #include <snug/version.h>
 
 // core: tensors and what they are made of
-#include <snug/core/error.h>
-#include <snug/core/device.h>
+#include <snug/base/error.h>
+#include <snug/base/device.h>
 #include <snug/core/dtype.h>
 #include <snug/core/shape.h>
 #include <snug/core/tensor.h>
@@ -45,7 +45,7 @@
 #include <snug/nn/init.h>
 #include <snug/nn/optim/optimizer.h>
 #include <snug/nn/amp/grad_scaler.h>
-#include <snug/nn/checkpoint.h>
+#include <snug/nn/training_state.h>
 #include <snug/nn/checkpoint_sequential.h>
 #include <snug/nn/planner.h>
 #include <snug/nn/accumulate.h>

@@ -4,10 +4,10 @@
 repository.
 
 - A path that starts with one of the repository's top-level folders
-  (`core/gemm.h`, `tests/fuzz/`, `bench/results/...`) must exist, relative to the
+  (`core/cpu/gemm.h`, `tests/fuzz/`, `bench/results/...`) must exist, relative to the
   repository root or to the page's own folder (`img/x.png` in docs/).
   `a.{h,cpp}` is expanded; a path with `<...>` or `*` must match something.
-- A bare source file name (`cpu_reduce.cpp`) must exist somewhere in the tree.
+- A bare source file name (`cpu/reduce.cpp`) must exist somewhere in the tree.
 - Nothing may point outside the repository: no `WORKLOADS.md` or `DESIGN.md`
   (they live beside the repository, not in it; docs/workloads.md is the
   repository's own), and no `../` path except the data and third-party folders

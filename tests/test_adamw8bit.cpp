@@ -10,7 +10,7 @@
 
 #include <snug/autograd/grad_mode.h>
 #include <snug/autograd/ops.h>
-#include <snug/nn/checkpoint.h>
+#include <snug/nn/training_state.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/optim/adamw8bit.h>
 #include <snug/prune/compact.h>

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/caching_allocator.h>
 
 using namespace snug;

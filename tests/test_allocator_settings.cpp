@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/caching_allocator.h>
 #include <snug/memory/settings.h>
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <set>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/caching_allocator.h>
 

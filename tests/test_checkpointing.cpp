@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Recomputation: autograd::checkpoint, checkpoint_sequential, selective
-// policies, verification mode. (tests/test_checkpoint.cpp is about model
+// policies, verification mode. (tests/test_training_state.cpp is about model
 // files; this one is about activation checkpointing.)
 #include <cstring>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// conv2d_relu (nn/fused.h, core/cpu_conv.h): the same values and gradients as
+// conv2d_relu (nn/fused.h, core/cpu/conv.h): the same values and gradients as
 // relu(conv2d(...)) on many geometries, finite differences, partial
 // gradients, nn::Sequential's use of it for Conv2d + ReLU, the composed path
 // for 16-bit inputs, and the fused entry points' argument checks.
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <snug/autograd/ops.h>
-#include <snug/core/cpu_conv.h>
+#include <snug/core/cpu/conv.h>
 #include <snug/core/generator.h>
 #include <snug/core/profiler.h>
 #include <snug/nn/conv.h>

@@ -13,7 +13,7 @@
 
 #include <snug/autograd/ops.h>
 #include <snug/core/backend.h>
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/functors.h>
 #include <snug/cuda/cuda_api.h>
 

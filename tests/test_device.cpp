@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_set>
 
-#include <snug/core/device.h>
+#include <snug/base/device.h>
 
 using namespace snug;
 

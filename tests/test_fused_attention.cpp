@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Fused causal self-attention (core/cpu_fused_attention.h, nn::functional::
+// Fused causal self-attention (core/cpu/attention.h, nn::functional::
 // causal_self_attention): against the unfused path, finite differences,
 // thread-count independence, memory held for backward, bad input.
 #include <doctest/doctest.h>
@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include <snug/autograd/engine.h>
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/gemm.h>
 #include <snug/core/generator.h>
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>

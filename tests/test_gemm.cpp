@@ -13,9 +13,9 @@
 
 #include <omp.h>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/functors.h>
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/gemm.h>
 
 namespace k = snug::kernels;
 
@@ -174,7 +174,7 @@ TEST_CASE("gemm_f32: thread count does not change the result (bit for bit)") {
   ThreadGuard g;
   // A fixed split of several K blocks; one K block and several K blocks with
   // a small B, whose row panels two threads take on demand (NOTE [ Panels on
-  // demand ] in core/gemm_avx512.cpp); a small C over a long K, split in K.
+  // demand ] in core/cpu/gemm_avx512.cpp); a small C over a long K, split in K.
   for (auto shape : {std::tuple<int64_t, int64_t, int64_t>{301, 517, 700}, {301, 517, 200}, {301, 100, 700},
                      {130, 70, 1500}}) {  // the last: K split in two halves
     const auto [M, N, K] = shape;

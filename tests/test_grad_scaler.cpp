@@ -15,7 +15,7 @@
 #include <snug/autograd/grad_mode.h>
 #include <snug/autograd/ops.h>
 #include <snug/nn/amp/grad_scaler.h>
-#include <snug/nn/checkpoint.h>
+#include <snug/nn/training_state.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/layers.h>
 #include "test_util.h"

@@ -20,7 +20,7 @@
 
 #include <snug/autograd/ops.h>
 #include <snug/core/backend.h>
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/cuda/cuda_api.h>
 #include <snug/data/dataloader.h>
 #include <snug/distributed/process_group.h>

@@ -9,7 +9,7 @@
 #include <string>
 #include <unistd.h>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/caching_allocator.h>
 #include <snug/memory/history.h>

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include <snug/core/tile_gemm.h>
+#include <snug/core/cpu/tile_gemm.h>
 
 namespace k = snug::kernels;
 

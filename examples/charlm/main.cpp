@@ -88,7 +88,7 @@
 #include <snug/autograd/autocast.h>
 #include <snug/nn/accumulate.h>
 #include <snug/nn/amp/grad_scaler.h>
-#include <snug/nn/checkpoint.h>
+#include <snug/nn/training_state.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/adamw8bit.h>

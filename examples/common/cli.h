@@ -28,7 +28,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 namespace snug::cli {
 

@@ -47,7 +47,7 @@
 
 #include <snug/snug.h>
 
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/gemm.h>
 #include <snug/data/dataloader.h>
 #include <snug/data/mnist.h>
 #include <snug/data/sampler.h>

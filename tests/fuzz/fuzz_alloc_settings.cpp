@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include "fuzz_util.h"
 #include <snug/memory/settings.h>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// libFuzzer target: the training-checkpoint reader (nn/checkpoint.h): its
+// libFuzzer target: the training-checkpoint reader (nn/training_state.h): its
 // metadata (step, generator states, optimizer and scheduler hyper-parameters)
 // and the strict layout check, on a small model with an optimizer, a
 // scheduler and a generator.
@@ -7,10 +7,10 @@
 #include <memory>
 #include <string>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/core/generator.h>
 #include "fuzz_util.h"
-#include <snug/nn/checkpoint.h>
+#include <snug/nn/training_state.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/optim/optimizer.h>
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/data/cifar.h>
 #include "fuzz_util.h"
 

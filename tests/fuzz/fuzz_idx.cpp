@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/data/mnist.h>
 #include "fuzz_util.h"
 

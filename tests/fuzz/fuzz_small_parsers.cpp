@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include <snug/core/device.h>
+#include <snug/base/device.h>
 #include <snug/core/dtype.h>
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include "fuzz_util.h"
 #include <snug/nn/planner.h>
 #include <snug/parallel/placement.h>

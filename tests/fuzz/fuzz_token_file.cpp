@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 #include <snug/data/token_file.h>
 #include "fuzz_util.h"
 

@@ -18,7 +18,7 @@
 #include <snug/nn/accumulate.h>
 #include <snug/nn/amp/grad_scaler.h>
 #include <snug/autograd/checkpoint.h>
-#include <snug/nn/checkpoint.h>
+#include <snug/nn/training_state.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/optim/optimizer.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include <snug/nn/checkpoint.h>
+#include <snug/nn/training_state.h>
 
 #include <optional>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Fused causal self-attention kernels: NOTE [ Fused causal attention ] in
-// core/cpu_fused_attention.h.
-#include <snug/core/cpu_fused_attention.h>
+// core/cpu/attention.h.
+#include <snug/core/cpu/attention.h>
 
 #include <omp.h>
 
@@ -11,13 +11,13 @@
 #include <type_traits>
 #include <vector>
 
-#include <snug/core/cpu_loop.h>
-#include <snug/core/error.h>
+#include <snug/core/cpu/loop.h>
+#include <snug/base/error.h>
 #include <snug/core/functors.h>
-#include <snug/core/tile_gemm.h>
+#include <snug/core/cpu/tile_gemm.h>
 
 #if defined(__AVX512F__)
-#include <snug/core/simd_avx512.h>
+#include <snug/core/cpu/simd_avx512.h>
 #endif
 
 namespace snug::cpu {
@@ -25,7 +25,7 @@ namespace snug::cpu {
 namespace {
 
 // C = alpha * A B (+ C) on one tile, A(r, k) = A[r * a_row + k * a_col]
-// (core/tile_gemm.h): no packing, which on these 32-row tiles cost as much as
+// (core/cpu/tile_gemm.h): no packing, which on these 32-row tiles cost as much as
 // the products did through gemm_f32.
 template <class T>
 void mm(int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_row, int64_t a_col, const T* B, int64_t ldb,

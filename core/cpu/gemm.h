@@ -37,7 +37,7 @@ enum class GemmAct : int { none, relu, gelu, gelu_tanh, relu_grad, gelu_grad, ge
 // after it in one pass. The activation runs on each row panel of C right after
 // its last K block is stored, while the panel is still in cache, instead of as
 // a separate pass over C (NOTE [ The activation in the GEMM's store ] in
-// core/gemm_avx512.cpp). When pre is not null, pre (M x N, row stride ldc)
+// core/cpu/gemm_avx512.cpp). When pre is not null, pre (M x N, row stride ldc)
 // receives the values before the activation (what GELU's backward needs).
 // The activations are core/functors.h's ReluF, GeluF and GeluTanhF, so the
 // values equal those of gemm_f32_bias followed by the elementwise op.

@@ -2,7 +2,7 @@
 // Small AVX-512 helpers shared by the CPU kernels: the mask of a row's first
 // lanes (GEMM packing, layer norm rows, attention row dots, transposes) and a
 // 16 x 16 float transpose in registers (the GEMM's packers and
-// kernels::transpose_f32 in core/tile_gemm.cpp).
+// kernels::transpose_f32 in core/cpu/tile_gemm.cpp).
 #pragma once
 
 #if defined(__AVX512F__)

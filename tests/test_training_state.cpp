@@ -19,7 +19,7 @@
 #include <snug/autograd/ops.h>
 #include <snug/core/generator.h>
 #include <snug/core/safetensors.h>
-#include <snug/nn/checkpoint.h>
+#include <snug/nn/training_state.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
 #include "test_util.h"

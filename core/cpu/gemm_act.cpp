@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: MIT
 // detail::apply_act: the activation of kernels::gemm_f32_bias_act, applied to
 // rows of C just stored (NOTE [ The activation in the GEMM's store ] in
-// core/gemm_avx512.cpp). A file of its own so that CMakeLists.txt can compile
+// core/cpu/gemm_avx512.cpp). A file of its own so that CMakeLists.txt can compile
 // it with 512-bit vectors, like the elementwise kernels whose functors it
 // uses: GELU is compute-bound, and on GCC's default 256-bit vectors the fused
 // pass was slower than the separate elementwise one.
 #include <algorithm>
 
 #include <snug/core/functors.h>
-#include <snug/core/gemm_detail.h>
+#include <snug/core/cpu/gemm_detail.h>
 
 namespace snug::kernels::detail {
 

@@ -46,7 +46,7 @@ void transpose_scalar(int64_t rows, int64_t cols, const T* src, int64_t ld_src, 
 }
 
 // The same for float, 16 x 16 blocks through AVX-512 registers
-// (core/simd_avx512.h; transpose_scalar without AVX-512). The scalar loops
+// (core/cpu/simd_avx512.h; transpose_scalar without AVX-512). The scalar loops
 // make one strided load per float, and attention's K and V transposes (128 x
 // 32 from rows 1,536 bytes apart) were a quarter of the fused backward's own
 // time (`perf annotate`).

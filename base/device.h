@@ -12,12 +12,13 @@
 #include <ostream>
 #include <string>
 
-#include <snug/core/error.h>
+#include <snug/base/error.h>
 
 namespace snug {
 
 enum class DeviceType : int8_t { CPU = 0, CUDA = 1 };
 inline constexpr int kNumDeviceTypes = 2;
+inline const char* device_type_name(DeviceType t) { return t == DeviceType::CPU ? "cpu" : "cuda"; }
 
 struct Device {
   DeviceType type = DeviceType::CPU;

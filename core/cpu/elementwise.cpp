@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 // CPU elementwise kernels: copy/convert, fill, unary, binary, compare, where.
-// The math is the shared functors of core/functors.h; the loop is cpu_loop.h.
+// The math is the shared functors of core/functors.h; the loop is cpu/loop.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 
-#include <snug/core/cpu_backend.h>
-#include <snug/core/cpu_loop.h>
+#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/loop.h>
 
 namespace snug {
 

@@ -11,11 +11,11 @@
 #include <vector>
 
 #if defined(__AVX512F__)
-#include <snug/core/simd_avx512.h>
+#include <snug/core/cpu/simd_avx512.h>
 #endif
 
-#include <snug/core/cpu_backend.h>
-#include <snug/core/cpu_loop.h>
+#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/loop.h>
 
 namespace snug {
 

@@ -23,8 +23,8 @@
 // (tall problems split M, wide ones split N). Each thread packs the B panels
 // of its own columns, so there is no barrier inside the product; a split of M
 // packs those panels once per thread row, which the grid choice counts.
-#include <snug/core/gemm_detail.h>
-#include <snug/core/simd_avx512.h>
+#include <snug/core/cpu/gemm_detail.h>
+#include <snug/core/cpu/simd_avx512.h>
 
 #include <algorithm>
 #include <atomic>

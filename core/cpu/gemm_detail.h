@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
-// Internals shared by core/gemm.cpp and core/gemm_avx512.cpp. Not public API.
+// Internals shared by core/cpu/gemm.cpp and core/cpu/gemm_avx512.cpp. Not public API.
 #pragma once
 #include <cstdint>
 
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/gemm.h>
 
 namespace snug::kernels::detail {
 
-// True when core/gemm_avx512.cpp was compiled with AVX-512 (the build used
+// True when core/cpu/gemm_avx512.cpp was compiled with AVX-512 (the build used
 // -march=native on an AVX-512 machine).
 bool gemm_f32_packed_available();
 

@@ -13,8 +13,8 @@
 #include <limits>
 #include <type_traits>
 
-#include <snug/core/cpu_backend.h>
-#include <snug/core/cpu_loop.h>
+#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/loop.h>
 #include <snug/core/reduce_dispatch.h>
 
 namespace snug {

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
-// tile_gemm_f32: see core/tile_gemm.h.
-#include <snug/core/tile_gemm.h>
+// tile_gemm_f32: see core/cpu/tile_gemm.h.
+#include <snug/core/cpu/tile_gemm.h>
 
 #include <algorithm>
 #include <array>
 #include <utility>
 
 #if defined(__AVX512F__)
-#include <snug/core/simd_avx512.h>
+#include <snug/core/cpu/simd_avx512.h>
 #endif
 
 namespace snug::kernels {

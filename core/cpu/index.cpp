@@ -3,7 +3,7 @@
 // (accumulating writes). Indices are i64 and already bounds-checked by
 // core/raw_index.cpp.
 //
-// Two kernels do all the work, on top of the strided loop of core/cpu_loop.h:
+// Two kernels do all the work, on top of the strided loop of core/cpu/loop.h:
 //   gather:      out[p] = x[p with p[dim] := index[p]]
 //   scatter_add: out[p with p[dim] := index[p]] += src[p]
 // index_select is a gather whose index is the 1-D index broadcast (stride 0)
@@ -17,8 +17,8 @@
 // of threads, with no atomics.
 #include <cstring>
 
-#include <snug/core/cpu_backend.h>
-#include <snug/core/cpu_loop.h>
+#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/loop.h>
 #include <snug/core/raw_ops.h>
 
 namespace snug {

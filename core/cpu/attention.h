@@ -19,7 +19,7 @@
 //             (B, T, 3C) gradient of the projection. rowsum(P o dP) equals
 //             rowsum(dO o O) (dO . P V); a block holds all visible keys of its
 //             rows, so it comes from the block, and y is not read in backward.
-// The products are core/tile_gemm.h's unpacked small-tile GEMM; the head's K
+// The products are core/cpu/tile_gemm.h's unpacked small-tile GEMM; the head's K
 // (and in backward V) is transposed once into scratch so that every block's
 // Q K^T (dO V^T) reads unit-stride rows. Scratch is that, plus one
 // (kBlockRows x T) tile pair per thread (thread-local, not tensor memory, like
@@ -27,7 +27,7 @@
 // by one thread in a fixed order, so results do not depend on the thread count.
 // Heads are handed out one at a time (schedule(dynamic, 1)): when the VM
 // deschedules one thread, the other takes its remaining heads instead of
-// waiting for it (NOTE [ Panels on demand ] in core/gemm_avx512.cpp).
+// waiting for it (NOTE [ Panels on demand ] in core/cpu/gemm_avx512.cpp).
 #pragma once
 #include <cstdint>
 

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: MIT
-// Entry points of core/gemm.h: argument handling, threading policy, the
+// Entry points of core/cpu/gemm.h: argument handling, threading policy, the
 // reference loop and the Eigen paths. The fast float32 kernel itself is in
-// core/gemm_avx512.cpp (see NOTE [ GEMM blocking ] there).
-#include <snug/core/gemm.h>
+// core/cpu/gemm_avx512.cpp (see NOTE [ GEMM blocking ] there).
+#include <snug/core/cpu/gemm.h>
 
 #include <atomic>
 
 #include <Eigen/Core>
 #include <omp.h>
 
-#include <snug/core/error.h>
-#include <snug/core/gemm_detail.h>
+#include <snug/base/error.h>
+#include <snug/core/cpu/gemm_detail.h>
 
 namespace snug::kernels {
 

@@ -7,9 +7,9 @@
 #include <limits>
 #include <vector>
 
-#include <snug/core/cpu_backend.h>
-#include <snug/core/cpu_loop.h>
-#include <snug/core/cpu_softmax_row.h>
+#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/loop.h>
+#include <snug/core/cpu/softmax_row.h>
 
 namespace snug {
 

@@ -8,7 +8,7 @@
 //
 // Subtracting the row max keeps exp() from overflowing. f16/bf16 compute in
 // f32; row sums accumulate in double for f32/f64 (NOTE [ Reduction
-// accumulators ] in cpu_reduce.cpp) and in f32 for the half types.
+// accumulators ] in cpu/reduce.cpp) and in f32 for the half types.
 #include <omp.h>
 
 #include <algorithm>
@@ -16,12 +16,12 @@
 #include <type_traits>
 #include <vector>
 
-#include <snug/core/cpu_backend.h>
-#include <snug/core/cpu_loop.h>
-#include <snug/core/cpu_softmax_row.h>
+#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/loop.h>
+#include <snug/core/cpu/softmax_row.h>
 
 #if defined(__AVX512F__)
-#include <snug/core/simd_avx512.h>
+#include <snug/core/cpu/simd_avx512.h>
 #endif
 
 namespace snug {
@@ -143,7 +143,7 @@ void softmax_cols(const T* x, T* y, int64_t outer, int64_t L, int64_t inner, boo
 
 namespace cpu {
 
-// NOTE [ One f32 softmax row ] in core/cpu_softmax_row.h.
+// NOTE [ One f32 softmax row ] in core/cpu/softmax_row.h.
 void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log) {
   float ml[kLanes];
   for (float& m : ml) m = -INFINITY;

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
-// CPU batched matmul on snug's GEMM (core/gemm.h). Strided operands are
+// CPU batched matmul on snug's GEMM (core/cpu/gemm.h). Strided operands are
 // passed as transposes where their layout allows, so views such as x.t()
 // or k.transpose(-2, -1) never need a copy.
 #include <algorithm>
 #include <vector>
 
-#include <snug/core/cpu_backend.h>
-#include <snug/core/gemm.h>
+#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/gemm.h>
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
 

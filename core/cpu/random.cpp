@@ -3,8 +3,8 @@
 // word i%4; see core/philox.h), so CUDA draws the very same numbers.
 #include <omp.h>
 
-#include <snug/core/cpu_backend.h>
-#include <snug/core/cpu_loop.h>
+#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/loop.h>
 
 namespace snug {
 
