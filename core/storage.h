@@ -15,7 +15,7 @@ namespace snug {
 // A tensor's version lives in its Storage, so every view of the same bytes sees
 // the same counter. Each in-place op bumps it; autograd records the version of
 // each tensor it saves and refuses to use a saved tensor whose version changed
-// (autograd/saved_tensor.h), so an in-place write can never produce a silently
+// (SavedTensor, autograd/node.h), so an in-place write can never produce a silently
 // wrong gradient.
 class Storage {
  public:

@@ -21,7 +21,7 @@
 
 namespace snug {
 
-struct AutogradMeta;  // autograd/meta.h: grad, grad_fn, hooks
+struct AutogradMeta;  // autograd/node.h: grad, grad_fn, leaf accumulator, name
 struct Node;          // autograd/node.h
 
 struct TensorImpl {

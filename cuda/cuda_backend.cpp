@@ -230,7 +230,7 @@ void CudaBackend::causal_softmax(const Tensor& x, double scale, const Tensor& ou
   kernels::causal_softmax(x.dtype(), rows, Tq, Tk, scale, x.data_ptr(), out.data_ptr(), g.stream());
 }
 
-// ---- pooling: the windows of core/cpu/conv.cpp, kernels in pool.cu ------------------
+// ---- pooling: the windows of core/cpu/pool.cpp, kernels in pool.cu ------------------
 
 namespace {
 PoolGeometry pool_geometry(const Pool2dParams& p, int64_t planes, int64_t H, int64_t W, int64_t Ho,

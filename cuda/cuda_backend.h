@@ -2,7 +2,7 @@
 // CudaBackend: core/backend.h for "cuda:N". Internal to cuda/ (it is reached
 // through backend_for(DeviceType::CUDA) once cuda/register.cpp has run).
 // Methods are spread by family: cuda_backend.cpp (elementwise, reductions,
-// softmax, norms, index, random, copies), blas.cpp (matmul via cuBLAS),
+// softmax, norms, index, random, copies), matmul.cpp (matmul via cuBLAS),
 // conv.cpp (convolution via cuDNN), pool.cu and pool_cudnn.cpp (pooling).
 // Every kernel is queued on the device's current stream (memory/stream.h; the
 // default stream unless a memory::StreamGuard says otherwise); copies to the
@@ -24,7 +24,7 @@ struct CudaBackend final : Backend {
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) override;
   void arg_reduce(bool is_max, const Tensor& x, int64_t dim, const Tensor& out) override;
-  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;  // blas.cpp
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;  // matmul.cpp
   void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) override;
   void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
                         const Tensor& grad_in) override;

@@ -81,7 +81,7 @@ void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const voi
                          StreamHandle s);
 
 // ---- pool.cu --------------------------------------------------------------------
-// Windows over (H, W) as core/cpu/conv.cpp defines them (cuda/pool_window.h).
+// Windows over (H, W) as core/cpu/pool.cpp defines them (cuda/pool_window.h).
 // x (planes, H, W), out/indices (planes, Ho, Wo), contiguous; indices only for max.
 void pool2d(DType t, const PoolGeometry& g, const void* x, void* out, int64_t* indices, StreamHandle s);
 // grad_x written whole; one thread per input element gathers the outputs whose

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The MPI backend's entry point (plain C++: mpi.h stays inside
 // distributed/mpi/mpi_group.cpp). Built when CMake's SNUG_MPI is on and
-// find_package(MPI) succeeds; otherwise distributed/stubs/no_mpi.cpp says so.
+// find_package(MPI) succeeds; otherwise distributed/mpi_loader.cpp says so.
 #pragma once
 #include <chrono>
 #include <memory>

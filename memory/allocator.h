@@ -104,8 +104,8 @@ void dump_snapshot(const std::string& path);
 
 // How cuda/ plugs in: a factory that makes the raw backend for a device of
 // type t (device memory for CUDA; the CPU default is HostBackend). Call it
-// before the first allocation on such a device (e.g. from a static
-// initializer in cuda/register.cu).
+// before the first allocation on such a device (cuda/register.cpp does, when
+// the CUDA plugin registers its backend).
 using BackendFactory = std::function<std::unique_ptr<RawBackend>(Device)>;
 void register_backend_factory(DeviceType t, BackendFactory factory);
 

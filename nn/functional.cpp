@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// nn::functional: linear, layer_norm, embedding, losses, attention.
+// nn::functional: linear (and nn/fused.h's linear_relu, linear_gelu, relu_mlp,
+// gelu_mlp), layer_norm, embedding, losses, attention.
 #include <snug/nn/functional.h>
 #include <snug/nn/fused.h>
 

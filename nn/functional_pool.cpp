@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // nn::functional pooling: max_pool2d, avg_pool2d, adaptive_avg_pool2d.
 // Checks and output shapes here; the window loops are the backend's
-// pool2d/pool2d_backward (core/cpu/conv.cpp on the CPU).
+// pool2d/pool2d_backward (core/cpu/pool.cpp on the CPU).
 #include <array>
 
 #include <snug/autograd/node.h>

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Ops that do the work of two in one pass (the rest of nn::functional is in
-// nn/functional.h).
+// nn/functional.h). Defined beside their unfused forms: conv2d_relu in
+// nn/functional_conv.cpp, the linear and MLP ops in nn/functional.cpp.
 #pragma once
 
 #include <array>

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Checks that README.md and docs/*.md point only at files that exist in the
-repository.
+"""Checks that README.md and every .md under docs/ (docs/lab/, docs/tutorial/ and
+any other subfolder included) point only at files that exist in the repository.
 
 - A path that starts with one of the repository's top-level folders
   (`core/cpu/gemm.h`, `tests/fuzz/`, `bench/results/...`) must exist, relative to the
-  repository root or to the page's own folder (`img/x.png` in docs/).
+  repository root or to the page's own folder (`img/x.png` in docs/, `../img/x.png`
+  in a subfolder of docs/).
   `a.{h,cpp}` is expanded; a path with `<...>` or `*` must match something.
 - A bare source file name (`cpu/reduce.cpp`) must exist somewhere in the tree.
 - Nothing may point outside the repository: no `WORKLOADS.md` or `DESIGN.md`
@@ -66,7 +67,8 @@ def exists(path, page_dir):
 def main():
     tops = top_level_dirs()
     names = all_file_names()
-    pages = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    pages = [os.path.join(ROOT, "README.md")] + sorted(
+        glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
     problems = []
     for page in pages:
         rel = os.path.relpath(page, ROOT)
@@ -82,8 +84,14 @@ def main():
                 if ">" in token and "<" not in token:  # #include <snug/snug.h>
                     token = token.split(">")[0]
                 if token.startswith("../"):
-                    if not any(token.startswith(a) or a.startswith(token) for a in ALLOWED_OUTSIDE):
+                    if any(token.startswith(a) or a.startswith(token) for a in ALLOWED_OUTSIDE):
+                        continue
+                    # From a subfolder of docs/, ../x may still be inside the repository.
+                    full = os.path.normpath(os.path.join(page_dir, token))
+                    if os.path.commonpath([full, ROOT]) != ROOT:
                         problems.append(f"{rel}:{n}: {token} points outside the repository")
+                    elif not exists(os.path.relpath(full, page_dir), page_dir):
+                        problems.append(f"{rel}:{n}: {token} does not exist")
                     continue
                 # <snug/core/tensor.h> is core/tensor.h in the source tree (NOTE [ Include paths ]);
                 # snug/version.h is generated from snug/version.h.in.

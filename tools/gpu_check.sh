@@ -232,7 +232,7 @@ if [ "$bench" = 1 ] && [ $build_ok = 1 ]; then
   bench_pair gpt_large 120 cuda_gpt "${big[@]}" --amp bf16 -- gpt "${big[@]}" --amp bf16
   bench_pair gpt_large_f32 120 cuda_gpt "${big[@]}" -- gpt "${big[@]}"
   # Where the larger GPT's bf16 step goes, op by op: two profiled steps with
-  # every launch waiting for its kernels (docs/performance.md, "On a GPU").
+  # every launch waiting for its kernels (docs/lab/gpu-performance-log.md).
   if [ -x "$sb" ]; then
     run_stage profile_gpt_large 60 env CUDA_LAUNCH_BLOCKING=1 "$sb" cuda_gpt --layers 12 --embd 768 --heads 12 \
       --block 1024 --batch 8 --steps 1 --warmup 1 --amp bf16 --profile "$out/profile_gpt_large.json"

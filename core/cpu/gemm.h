@@ -11,7 +11,8 @@
 //   Leading dimensions are in elements. beta == 0 means C is not read (it may
 //   hold NaN or garbage); alpha == 0 or K == 0 means A and B are not read.
 //
-// See docs/performance.md for how the fast path is built and how fast it is.
+// See docs/lab/cpu-performance-log.md for how the fast path is built and how fast
+// it is (docs/performance.md: the current numbers).
 #pragma once
 #include <cstdint>
 

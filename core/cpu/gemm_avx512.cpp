@@ -307,7 +307,7 @@ constexpr auto make_table(std::integer_sequence<int, Rs...>) {
 // apart into one), so the panel does not stay in L1 while B panels stream
 // past. Since each thread packs its own B panels (no barriers), packing A
 // measured faster: W-GPT's step, whose weight gradients are the transposed-A
-// products, 2-6% (three runs of 7-9 alternating pairs, docs/performance.md).
+// products, 2-6% (three runs of 7-9 alternating pairs, docs/lab/cpu-performance-log.md).
 // So the default packs a transposed A, and copies a row-major A's rows as
 // they are (NOTE [ Copying A's rows ]). SNUG_GEMM_A (read once) picks: 0 the
 // default, 1 read a transposed A in place when its rows are at most 4 KiB
