@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Checks that README.md and docs/*.md point only at files that exist in the
+"""Checks that README.md, docs/*.md and docs/tutorial/*.md point only at files that exist in the
 repository.
 
 - A path that starts with one of the repository's top-level folders
@@ -67,6 +67,7 @@ def main():
     tops = top_level_dirs()
     names = all_file_names()
     pages = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    pages += sorted(glob.glob(os.path.join(ROOT, "docs", "tutorial", "*.md")))
     problems = []
     for page in pages:
         rel = os.path.relpath(page, ROOT)

@@ -42,6 +42,7 @@ Tensor cpu_map(const char* op, F f, const Tensor& first, const In&... rest) {
     auto loop = [&](const auto*... in) {
       for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<T>(f(static_cast<C>(in[i])...));
     };
+    // Contiguous copies (or the tensors themselves) of every operand, handed on as typed pointers.
     const Tensor c0 = first.contiguous();
     [&](const auto&... cs) { loop(c0.data<T>(), cs.template data<T>()...); }(rest.contiguous()...);
   });
