@@ -66,7 +66,7 @@ int main() {
     const auto tok = b[0].select(0, r).to_vector<int64_t>();
     const auto real = b.mask.select(0, r).to_vector<int64_t>();
     std::cout << "  length " << b.lengths.select(0, r).item<int64_t>() << ":\t";
-    for (size_t t = 0; t < tok.size(); ++t) std::cout << (real[t] ? std::to_string(tok[t]) : ".") << " ";
+    for (size_t t = 0; t < tok.size(); ++t) std::cout << (t ? " " : "") << (real[t] ? std::to_string(tok[t]) : ".");
     std::cout << "\n";
   }
   const int64_t longest = amax(b.lengths).item<int64_t>();
