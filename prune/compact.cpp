@@ -69,7 +69,8 @@ std::vector<float> dropped_values(nn::Module* producer, const std::vector<nn::Mo
   const bool conv = dynamic_cast<nn::Conv2d*>(producer) != nullptr;
   const int64_t S = 32;
   Tensor b = bias_of(producer);
-  Tensor x = b.defined() ? raw::to_dtype(raw::contiguous(b.detach()), DType::f32) : zeros({C});
+  Tensor x = b.defined() ? raw::to_dtype(raw::contiguous(b.detach()), DType::f32)
+                         : zeros({C}, TensorOptions(DType::f32, weight_of(producer).device()));
   x = conv ? raw::contiguous(raw::expand(raw::view(x, {1, C, 1, 1}), {1, C, S, S})) : raw::view(x, {1, C});
   NoGradGuard ng;
   for (nn::Module* m : between) {
@@ -91,8 +92,10 @@ std::vector<float> dropped_values(nn::Module* producer, const std::vector<nn::Mo
 
 }  // namespace
 
-void select_in_place(const Tensor& t, int64_t dim, const Tensor& index, nn::optim::Optimizer* optimizer) {
+void select_in_place(const Tensor& t, int64_t dim, const Tensor& index_in, nn::optim::Optimizer* optimizer) {
   NoGradGuard ng;
+  // The index is built on the host; the tensor may live on cpu:N or a GPU.
+  const Tensor index = raw::to_device(index_in, t.device());
   const Shape old = t.shape();
   Tensor fresh = raw::contiguous(raw::index_select(t, dim, index));
   Tensor grad = t.grad();
@@ -170,7 +173,7 @@ void compact_pair(const std::string& path, nn::Module* prod, const std::vector<n
     SNUG_CHECK(bc.defined(), ValueError, "prune::compact: the pruned channels of \"", path,
                "\" still emit a nonzero constant (their bias) and \"", "the next layer has no bias to fold it into; "
                "mask the bias too (prune::output_channels)");
-    bc.add_(raw::to_dtype(from_vector(delta, {O}), bc.dtype()));
+    bc.add_(raw::to_device(raw::to_dtype(from_vector(delta, {O}), bc.dtype()), bc.device()));
   }
 
   const Tensor idx = index_tensor(keep);
@@ -232,7 +235,7 @@ void compact_heads(const std::string& path, nn::MultiheadAttention& a, nn::optim
     if (any) {
       SNUG_CHECK(a.proj->bias.defined(), ValueError, "prune::compact: pruned heads of \"", path,
                  "\" have a value bias but proj has no bias to fold it into");
-      a.proj->bias.add_(from_vector(delta, {O}));
+      a.proj->bias.add_(raw::to_device(from_vector(delta, {O}), a.proj->bias.device()));
     }
   }
   std::vector<int64_t> rows, cols;

@@ -127,6 +127,45 @@ TEST_CASE("a pruned channel with a live bias is folded into the next Linear exac
   CHECK(max_abs_diff(run_eval(*net, x), before) <= 1e-5);
 }
 
+TEST_CASE("a model on a virtual device compacts there: index, folded bias and optimizer state on cpu:3") {
+  // The indices and the folded constants are built on the host; compaction
+  // must move them to the model's device (it threw a DeviceError before).
+  manual_seed(25);
+  const Device dev("cpu:3");
+  auto fc1 = std::make_shared<nn::Linear>(4, 6), fc2 = std::make_shared<nn::Linear>(6, 2);
+  auto net = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{fc1, std::make_shared<nn::ReLU>(), fc2});
+  net->to(dev);
+  nn::optim::SGD opt(net->parameters(), {.lr = 0.01, .momentum = 0.9});
+  Tensor x = randn({5, 4}).to(dev);
+  sum(square(net->forward(x))).backward();
+  opt.step();                                       // momentum buffers on cpu:3
+  prune::ln_structured(*fc1, "weight", 0.5, 1, 0);  // weights only: the live bias is folded into fc2's
+  const Tensor before = run_eval(*net, x);
+  prune::compact(*net, &opt);
+  CHECK(fc1->weight.shape() == Shape{3, 4});
+  CHECK(fc1->weight.device() == dev);
+  CHECK(fc2->bias.device() == dev);
+  CHECK(max_abs_diff(run_eval(*net, x).to(kCPU), before.to(kCPU)) <= 1e-5);
+  opt.zero_grad();
+  sum(square(net->forward(x))).backward();
+  opt.step();  // the shrunk momentum buffers still fit
+  CHECK(fc2->weight.grad().shape() == Shape{2, 3});
+
+  // A producer without a bias before a BatchNorm: the constant it emits is computed on cpu:3 too.
+  auto c1 = std::make_shared<nn::Conv2d>(3, 8, 3, 1, 1, 1, 1, /*bias=*/false);
+  auto bn = std::make_shared<nn::BatchNorm2d>(8);
+  auto c2 = std::make_shared<nn::Conv2d>(8, 4, 3);
+  auto cnn = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{c1, bn, std::make_shared<nn::ReLU>(), c2});
+  cnn->to(dev);
+  prune::output_channels(*c1, 0.5);
+  Tensor img = randn({2, 3, 9, 9}).to(dev);
+  const Tensor cnn_before = run_eval(*cnn, img);
+  prune::compact(*cnn);
+  CHECK(c1->weight.shape() == Shape{4, 3, 3, 3});
+  CHECK(bn->running_mean.device() == dev);
+  CHECK(max_abs_diff(run_eval(*cnn, img).to(kCPU), cnn_before.to(kCPU)) <= 1e-5);
+}
+
 TEST_CASE("attention heads: pruned heads are removed, outputs unchanged, proj takes the value bias") {
   manual_seed(25);
   auto block = std::make_shared<nn::TransformerBlock>(16, 4, /*causal=*/true);
