@@ -80,15 +80,16 @@ TrainSummary TrainLoop::run() {
 }
 
 double accumulate_gradients(const Tensor& x, const Tensor& y, int64_t k,
-                            const std::function<Tensor(const MicroBatch&)>& loss_of, int64_t ignore_index) {
+                            const std::function<Tensor(const MicroBatch&)>& loss_of,
+                            const std::function<Tensor(const Tensor&)>& scale, int64_t ignore_index) {
   // Token-weighted: each micro-batch's mean loss counts by its share of the
   // batch's targets (nn/accumulate.h says why not 1/k).
   GradAccumulator acc(static_cast<double>(count_tokens(y, ignore_index)));
   std::vector<Tensor> xs = split_batch(x, k), ys = split_batch(y, k);
   for (int64_t i = 0; i < k; ++i) {
     MicroBatch mb{.index = i, .count = k, .last = i + 1 == k, .x = xs[i], .y = ys[i]};
-    Tensor loss = loss_of(mb);
-    acc.backward(loss, static_cast<double>(count_tokens(mb.y, ignore_index)));
+    const Tensor loss = loss_of(mb);  // alive until its backward is done
+    acc.backward(scale ? scale(loss) : loss, static_cast<double>(count_tokens(mb.y, ignore_index)));
   }
   return acc.loss();
 }

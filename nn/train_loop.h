@@ -106,11 +106,13 @@ struct MicroBatch {
 // along dim 0 into k micro-batches, and for each runs backward of
 // loss_of(mb) * tokens(mb.y) / tokens(y), tokens counting targets !=
 // ignore_index, so the gradients add up to those of the whole batch's mean
-// loss. loss_of returns the micro-batch's mean loss (scaled as the caller
-// likes, e.g. by a GradScaler). Returns the sum of the scaled losses: the
+// loss. loss_of returns the micro-batch's mean loss; scale, when given, maps
+// it to the tensor to run backward from (a GradScaler's scale(): the loss
+// times the loss scale). Returns the sum of the scaled, weighted losses: the
 // whole batch's loss, times that scale. k = 1 is one ordinary backward.
 double accumulate_gradients(const Tensor& x, const Tensor& y, int64_t k,
-                            const std::function<Tensor(const MicroBatch&)>& loss_of, int64_t ignore_index = -100);
+                            const std::function<Tensor(const MicroBatch&)>& loss_of,
+                            const std::function<Tensor(const Tensor&)>& scale = {}, int64_t ignore_index = -100);
 
 // One progress line: a bar, the step, the loss, the throughput and the memory
 // each device holds now and at peak (memory::allocated / peak_allocated):

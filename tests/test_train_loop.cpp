@@ -148,9 +148,9 @@ TEST_CASE("accumulate_gradients: k micro-batches give the gradients and loss of 
   }
   // A scaled loss (a GradScaler's) comes back scaled: the caller divides.
   const auto scaled = grads_after(net, [&] {
-    const double l = nn::accumulate_gradients(x, y, 2, [&](const nn::MicroBatch& mb) {
-      return F::cross_entropy(net.forward(mb.x), mb.y) * 8.0;
-    });
+    const double l = nn::accumulate_gradients(
+        x, y, 2, [&](const nn::MicroBatch& mb) { return F::cross_entropy(net.forward(mb.x), mb.y); },
+        [](const Tensor& loss) { return loss * 8.0; });
     CHECK(l / 8.0 == doctest::Approx(big_loss).epsilon(1e-6));
   });
   CHECK(scaled[0][0] == doctest::Approx(8 * big[0][0]).epsilon(1e-5));
