@@ -58,6 +58,10 @@
 // of N*B windows, as the single process would), prints and saves; every rank
 // loads --resume. tokens/s counts all ranks' tokens. --bucket-mb X sets the
 // gradient bucket size (default 25 MiB, as PyTorch's DDP).
+//
+// This file is the program, top to bottom: flags, data, model, optimizer, the
+// training loop (nn::TrainLoop, nn/train_loop.h), the report. charlm.h lists
+// the pieces beside it (flags.cpp, corpus.cpp, model.cpp, memory.cpp, report.cpp).
 #include <unistd.h>
 
 #include <cmath>

@@ -32,6 +32,10 @@
 // --batch images per step per rank; gradients are averaged across ranks
 // during backward (distributed::DataParallel). Rank 0 alone prints.
 // samples/s counts all ranks. Not combined with --prune or --quantize.
+//
+// This file is the program, top to bottom, with the training phases on
+// nn::TrainLoop (nn/train_loop.h); mnist.h lists the pieces beside it
+// (flags.cpp, model.cpp, compress.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
