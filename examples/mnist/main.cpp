@@ -232,6 +232,7 @@ Model make_model(const Args& a) {
   } else {
     cli::fail("unknown --model ", a.model, " (expected cnn, mlp, mobilenet or vit)");  // add_flags checks it first
   }
+  if (a.prune.empty() && a.quantize.empty()) nn::fuse(*m.net);  // fused layers (nn/fuse.h); prune/quant want plain ones
   m.opt = std::make_unique<nn::optim::SGD>(m.net->parameters(), nn::optim::SGDOptions{.lr = lr, .momentum = 0.9});
   return m;
 }
