@@ -244,13 +244,18 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
              G l1(3);
              const LinearNeeds n1 = needs_of(self, 0);
              if (n1.x || n1.w || n1.b) {
+               // z (h for ReLU) stays alive through the first layer's backward, as it always
+               // has: the checkpoint planner's layer model (nn/planner.cpp) is an upper bound
+               // with that lifetime, and a 16-block GPT's step ran 64 KiB over its plan when
+               // the MLP freed it before the GEMMs (tests/test_planner.cpp).
+               const Tensor z = self.saved_at(2);
                Tensor dz;  // (N, hidden) = (g2 (N, out) W2 (out, hidden)) * act'(z)
                {
                  profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(n) * double(hid) * double(outf));
                  dz = empty({n, hid}, g2.options());  // inside the record: the profile counts its bytes
-                 backend_for(g2.device()).linear_backward_act(g2, self.saved_at(4), act, self.saved_at(2), dz);
+                 backend_for(g2.device()).linear_backward_act(g2, self.saved_at(4), act, z, dz);
                }
-               if (die) self.saved[2].release();  // z (or h)
+               if (die) self.saved[2].release();
                l1 = linear_backward(n1, dz, self.saved_at(0), self.saved_at(1), xs, in, hid);
              }
              return {l1[0], l1[1], l1[2], l2[1], l2[2]};
