@@ -15,6 +15,7 @@
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
 #include <snug/nn/functional.h>
+#include <snug/nn/fuse.h>
 #include <snug/nn/models/cnn.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
@@ -124,6 +125,7 @@ namespace {
 // A 10-class classifier step (W-CNN, W-MLP): SGD lr 0.01 momentum 0.9 on
 // random inputs of `input` shape (batch first) and random labels.
 int classifier_bench(const Args& args, const char* name, std::shared_ptr<nn::Module> net, const Shape& input) {
+  nn::fuse(*net);  // Conv2d + ReLU, Linear + ReLU (+ Linear) as fused layers (nn/fuse.h)
   const Common c = common(args);
   const int64_t B = input[0];
   nn::optim::SGD opt(net->parameters(), {.lr = 0.01, .momentum = 0.9});

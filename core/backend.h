@@ -116,6 +116,50 @@ struct Backend {
                                const Tensor& grad_x) {
     throw DeviceError(str("pool2d_backward: not implemented on backend ", name()));
   }
+
+  // ---- fused ops: linear + activation, MLP, attention, conv + ReLU (NOTE [ Fused ops are backend entries ]) --
+  // Each has a default composed from the primitives above (core/fused_defaults.cpp). A backend overrides
+  // the ones it has a faster kernel for and calls Backend::X where that kernel does not apply (a dtype,
+  // a layout, a size it does not take); the caller never checks which runs.
+
+  // What linear_act applies to x W^T + b.
+  enum class Activation : int { none, relu, gelu, gelu_tanh };
+  // out (N, out) = act(x (N, in) W^T + b): weight (out, in), bias (out) or undefined, all of out's dtype
+  // and device; x and weight any strides. pre (N, out) or undefined receives x W^T + b before the
+  // activation (what GELU's backward reads). out and pre contiguous.
+  virtual void linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                          const Tensor& out, const Tensor& pre);
+  // The backward of y = x W^T + b from grad_out (N, out) contiguous: grad_x (N, in) = grad_out W,
+  // grad_weight (out, in) = grad_out^T x, grad_bias (out) = the sum of grad_out's rows; each undefined
+  // when not wanted (x is read only for grad_weight, weight only for grad_x). Outputs contiguous.
+  virtual void linear_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& grad_x,
+                               const Tensor& grad_weight, const Tensor& grad_bias);
+  // grad_z (N, in) = (grad_out (N, out) W (out, in)) * act'(z): linear_backward's grad_x times the
+  // derivative of the activation (relu, gelu or gelu_tanh) that made the Linear's input from z (N, in).
+  // For ReLU, z may be the activation's output instead (same sign). The one-op MLP's backward.
+  // grad_out, z and grad_z contiguous.
+  virtual void linear_backward_act(const Tensor& grad_out, const Tensor& weight, Activation act, const Tensor& z,
+                                   const Tensor& grad_z);
+  // Causal self-attention from the packed projection (NOTE [ Fused causal attention ] in
+  // core/cpu/attention.h). qkv (B, T, 3C) contiguous floating, C = heads * D, q k v its thirds;
+  // y (B, T, C) in qkv's dtype; lse (B, heads, T) in promote_types(qkv's dtype, f32): each row's
+  // logsumexp of scale q k^T over the visible keys (j <= i), which backward reads. All contiguous.
+  virtual void causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse);
+  // grad_y (B, T, C) contiguous -> grad_qkv (B, T, 3C) contiguous, every element written.
+  virtual void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
+                                         int64_t heads, double scale, const Tensor& grad_qkv);
+  // FLOPs of causal_attention's forward for the profiler (the products over the visible blocks);
+  // backward does 2.5 times as many.
+  static double causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D);
+  // out = relu(conv2d(x, weight, bias)); the arguments are conv2d's.
+  virtual void conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                           const Tensor& out);
+  // conv2d_backward's gradients for grad_out * (y > 0), y being conv2d_relu's output (grad_out's shape).
+  virtual void conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x, const Tensor& weight,
+                                    const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
+                                    const Tensor& grad_bias);
+  // ---- end of fused ops: linear + activation, MLP, attention, conv + ReLU -------------------------------------
+
   // Copies between devices (at least one on this backend's type). Contiguous.
   virtual void copy_across(const Tensor& src, const Tensor& dst) = 0;
   // Blocks until queued work on device finishes (CPU: no-op).

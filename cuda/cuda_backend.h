@@ -46,6 +46,13 @@ struct CudaBackend final : Backend {
   void pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;  // pool.cu
   void pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
                        const Tensor& grad_x) override;  // pool.cu
+  // Fused ops (NOTE [ Fused ops are backend entries ] in core/fused_defaults.cpp): attention runs
+  // the kernels of cuda/attention.cu (fused_ops.cpp); linear_act and conv2d_relu use Backend's
+  // composed defaults (cuBLAS, cuDNN and the elementwise kernels).
+  void causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y,
+                        const Tensor& lse) override;  // fused_ops.cpp
+  void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
+                                 int64_t heads, double scale, const Tensor& grad_qkv) override;  // fused_ops.cpp
   void copy_across(const Tensor& src, const Tensor& dst) override;
   void synchronize(Device d) override;
 };

@@ -15,6 +15,7 @@
 #include <snug/core/raw_ops.h>
 #include <snug/cuda/cuda_backend.h>
 #include <snug/cuda/kernels.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::cuda {
 
@@ -247,6 +248,60 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor&
                                      static_cast<const float*>(lse.data_ptr()), static_cast<const float*>(gy.data_ptr()),
                                      static_cast<float*>(dqkv.data_ptr()), static_cast<float*>(dsum.data_ptr()),
                                      guard.stream());
+}
+
+// ---- CudaBackend's attention entries (core/backend.h) ------------------------------------
+// f32 and 16-bit qkv with heads of at most kMaxFusedAttentionHeadSize: the
+// kernels above, 16-bit through f32 copies (NOTE [ 16-bit attention ] in
+// core/cpu/attention.cpp; their products may use TF32). Anything else (f64,
+// larger heads): Backend's composed default.
+namespace {
+bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
+bool takes_fused_attention(const Tensor& qkv, int64_t heads) {
+  const DType dt = qkv.dtype();
+  return (dt == DType::f32 || is_half(dt)) && qkv.size(2) / 3 / heads <= kMaxFusedAttentionHeadSize;
+}
+}  // namespace
+
+void CudaBackend::causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
+  if (!takes_fused_attention(qkv, heads)) {
+    Backend::causal_attention(qkv, heads, scale, y, lse);
+    return;
+  }
+  if (!is_half(qkv.dtype())) {
+    cuda::causal_attention_forward(qkv, heads, scale, y, lse, false);
+    return;
+  }
+  Tensor x32, y32;  // (B, T, 3C), (B, T, C)
+  {
+    memory::TagScope tag(memory::Tag::workspace);
+    x32 = raw::to_dtype(qkv, DType::f32);
+    y32 = empty(y.shape(), x32.options());
+  }
+  cuda::causal_attention_forward(x32, heads, scale, y32, lse, /*tf32=*/true);
+  copy(y32, y);  // rounded once
+}
+
+void CudaBackend::causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse,
+                                            const Tensor& grad_y, int64_t heads, double scale,
+                                            const Tensor& grad_qkv) {
+  if (!takes_fused_attention(qkv, heads)) {
+    Backend::causal_attention_backward(qkv, y, lse, grad_y, heads, scale, grad_qkv);
+    return;
+  }
+  if (!is_half(qkv.dtype())) {
+    cuda::causal_attention_backward(qkv, y, lse, grad_y, heads, scale, grad_qkv, false);
+    return;
+  }
+  Tensor x32, y32, g32, d32;  // f32 workspace
+  {
+    memory::TagScope tag(memory::Tag::workspace);
+    x32 = raw::to_dtype(qkv, DType::f32), y32 = raw::to_dtype(y, DType::f32);
+    g32 = raw::contiguous(raw::to_dtype(grad_y, DType::f32));
+    d32 = empty(qkv.shape(), x32.options());
+  }
+  cuda::causal_attention_backward(x32, y32, lse, g32, heads, scale, d32, /*tf32=*/true);
+  copy(d32, grad_qkv);
 }
 
 }  // namespace snug::cuda

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <snug/nn/attention.h>
 
-#include <typeinfo>
-
 #include <snug/nn/fused.h>
 
 namespace snug::nn {
@@ -45,16 +43,19 @@ TransformerBlock::TransformerBlock(int64_t e, int64_t h, bool causal, double d, 
   register_module("fc", fc, std::make_shared<Linear>(e, ratio * e));
   register_module("fc_proj", fc_proj, std::make_shared<Linear>(ratio * e, e));
   register_module("drop", drop, std::make_shared<Dropout>(d));
+  built_fc_ = fc, built_fc_proj_ = fc_proj;
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
   Tensor h = x + drop->forward(attn->forward(ln_1->forward(x)));
-  // fc, GELU, fc_proj as one op (nn/fused.h: GELU in the GEMMs' stores),
-  // unless a layer was swapped for a subclass with a forward of its own.
+  // fc, GELU, fc_proj as one op (nn/fused.h: GELU in the GEMMs' stores), on
+  // purpose: the block built them as plain Linears. A layer put in their place
+  // (replace_module; quant/ converts them so) is no longer the one the block
+  // built, and runs its own forward.
   const Tensor u = ln_2->forward(h);
-  Tensor m = typeid(*fc) == typeid(Linear) && typeid(*fc_proj) == typeid(Linear)
-                 ? functional::gelu_mlp(u, fc->weight, fc->bias, fc_proj->weight, fc_proj->bias)
-                 : fc_proj->forward(gelu(fc->forward(u)));
+  const bool built = built_fc_.lock() == fc && built_fc_proj_.lock() == fc_proj;
+  Tensor m = built ? functional::gelu_mlp(u, fc->weight, fc->bias, fc_proj->weight, fc_proj->bias)
+                   : fc_proj->forward(gelu(fc->forward(u)));
   return h + drop->forward(m);
 }
 

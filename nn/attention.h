@@ -36,6 +36,13 @@ class TransformerBlock : public Module {
   std::shared_ptr<MultiheadAttention> attn;
   std::shared_ptr<Linear> fc, fc_proj;
   std::shared_ptr<Dropout> drop;
+
+ private:
+  // The Linears the constructor made: while fc and fc_proj are still those,
+  // forward runs them with the GELU between as one op (functional::gelu_mlp).
+  // Weak, so that a replaced layer is freed and can never be mistaken for a
+  // new one at its address.
+  std::weak_ptr<Linear> built_fc_, built_fc_proj_;
 };
 
 }  // namespace snug::nn

@@ -12,12 +12,8 @@
 #include <snug/autograd/engine.h>
 #include <snug/autograd/node.h>
 #include <snug/core/backend.h>
-#include <snug/core/cpu/attention.h>
-#include <snug/core/cpu/gemm.h>
 #include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>
-#include <snug/cuda/fused_api.h>
-#include <snug/memory/allocator.h>
 
 namespace snug::nn::functional {
 
@@ -28,15 +24,17 @@ using G = std::vector<Tensor>;
 // ---- linear ------------------------------------------------------------------------
 // x (..., in), weight (out, in), bias (out) -> (..., out)
 // backward: gx = g @ W, gW = g^T @ x, gb = sum over rows of g
+// The arithmetic is the backend's (core/backend.h: linear_act, linear_backward,
+// linear_backward_act; on the CPU the one-pass GEMMs of core/cpu/linear.cpp).
 namespace {
 
-// A Linear call after autocast: its checks, x flattened to (N, in), and
-// whether the CPU f32 one-pass GEMM (kernels::gemm_f32_bias[_act]) applies.
+using Act = Backend::Activation;
+
+// A Linear call after autocast: its checks, and x flattened to (N, in).
 struct LinearArgs {
   Tensor x, weight, bias, x2;  // x2: x as (N, in)
   int64_t in, outf;
   Shape out_shape;
-  bool one_pass;
 };
 
 LinearArgs linear_args(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
@@ -50,79 +48,29 @@ LinearArgs linear_args(const char* op, const Tensor& x_in, const Tensor& weight_
   if (bias.defined())
     SNUG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), ShapeError, op, ": bias of shape ",
                shape_str(bias.shape()), " does not match weight ", shape_str(weight.shape()));
+  SNUG_CHECK(x.is_floating_point(), DTypeError, op, ": expected a floating input (f32, f64, f16, bf16), got ",
+             dtype_name(x.dtype()));
+  SNUG_CHECK(weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), DTypeError, op,
+             ": input (", dtype_name(x.dtype()), "), weight (", dtype_name(weight.dtype()), ") and bias (",
+             bias.defined() ? dtype_name(bias.dtype()) : "none", ") must have the same dtype; convert with .to(dtype)");
+  SNUG_CHECK(weight.device() == x.device() && (!bias.defined() || bias.device() == x.device()), DeviceError, op,
+             ": input is on ", x.device().str(), " but weight is on ", weight.device().str(),
+             bias.defined() ? str(" and bias on ", bias.device().str()) : std::string());
   a.in = weight.size(1), a.outf = weight.size(0);
   a.out_shape = x.shape();
   a.out_shape.back() = a.outf;
   a.x2 = raw::can_view(x, {x.numel() / std::max<int64_t>(a.in, 1), a.in})
              ? raw::view(x, {-1, a.in})
              : raw::view(raw::contiguous(x), {-1, a.in});
-  const Tensor& x2 = a.x2;
-  // f32, or one 16-bit dtype throughout (an autocast region's operands):
-  // NOTE [ 16-bit one-pass linear ].
-  const DType dt = x2.dtype();
-  const bool dtype_ok = dt == DType::f32 || dt == DType::f16 || dt == DType::bf16;
-  a.one_pass = x2.device().is_cpu() && dtype_ok && weight.dtype() == dt && weight.device() == x2.device() &&
-               x2.is_contiguous() && weight.is_contiguous() &&
-               (!bias.defined() || (bias.dtype() == dt && bias.device() == x2.device() && bias.is_contiguous()));
   return a;
 }
 
-bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
-
-// NOTE [ 16-bit one-pass linear ]
-// Under autocast the operands of a Linear are f16/bf16 and so is its output;
-// what backward keeps (x, the pre-activation, the activation) stays in that
-// dtype, which is the memory mixed precision promises. The product itself is
-// the f32 GEMM's, as in NOTE [ Half-precision matmul ]: the weight and bias
-// are widened once, x a block of rows at a time, and each block's x W^T + b
-// is rounded once into 16 bits. The activation then runs on the rounded
-// values, as a separate ReLU or GELU on 16-bit storage would, so the fused
-// op stays bit for bit the composed one in 16 bits too (in f32 the GEMM's
-// store applies it). The f32 blocks are workspace of about 1 MiB.
-// r (N, out) 16-bit = act(round(x2 (N, in) W^T + b)); z = round(x2 W^T + b) when defined.
-Tensor linear_one_pass_half(const LinearArgs& a, kernels::GemmAct act, const Tensor& z) {
-  const int64_t rows = a.x2.size(0), in = a.in, outf = a.outf;
-  Tensor r = empty({rows, outf}, a.x2.options());  // (N, out), 16-bit
-  Backend& be = backend_for(a.x2.device());
-  {
-    memory::TagScope tag(memory::Tag::workspace);
-    const TensorOptions f32(DType::f32, a.x2.device());
-    const Tensor w32 = raw::to_dtype(a.weight, DType::f32);  // (out, in), contiguous
-    const Tensor b32 = a.bias.defined() ? raw::to_dtype(a.bias, DType::f32) : Tensor();
-    const int64_t blk = std::min<int64_t>(rows, std::max<int64_t>(64, (int64_t(1) << 18) / std::max(in, outf)));
-    Tensor x32 = empty({blk, in}, f32), r32 = empty({blk, outf}, f32);  // (blk, in), (blk, out)
-    const Tensor& pre = z.defined() ? z : r;  // where the rounded x W^T + b goes
-    for (int64_t m0 = 0; m0 < rows; m0 += blk) {
-      const int64_t n = std::min(blk, rows - m0);
-      auto head = [&](const Tensor& t) { return n == blk ? t : raw::slice(t, 0, 0, n, 1); };
-      be.copy(raw::slice(a.x2, 0, m0, m0 + n, 1), head(x32));
-      kernels::gemm_f32_bias_act(false, true, n, outf, in, 1.0f, static_cast<const float*>(x32.data_ptr()), in,
-                                 static_cast<const float*>(w32.data_ptr()), in, static_cast<float*>(r32.data_ptr()),
-                                 outf, b32.defined() ? static_cast<const float*>(b32.data_ptr()) : nullptr,
-                                 kernels::GemmAct::none, nullptr);
-      be.copy(head(r32), raw::slice(pre, 0, m0, m0 + n, 1));
-    }
-  }
-  if (act != kernels::GemmAct::none) {
-    const UnaryOp op = act == kernels::GemmAct::relu ? UnaryOp::relu
-                       : act == kernels::GemmAct::gelu ? UnaryOp::gelu
-                                                       : UnaryOp::gelu_tanh;
-    be.unary(op, 0.0, 0.0, z.defined() ? z : r, r);  // elementwise: in place is safe
-  }
-  return r;
-}
-
-// One-pass CPU f32 forward: r (N, out) = act(x2 W^T + b), z receiving the
-// values before the activation when it is defined.
-Tensor linear_one_pass(const LinearArgs& a, kernels::GemmAct act, const Tensor& z) {
+// r (N, out) = act(x2 W^T + b), pre receiving x2 W^T + b when it is defined.
+Tensor linear_forward(const LinearArgs& a, Act act, const Tensor& pre) {
   const int64_t rows = a.x2.size(0);
   profiler::RecordOp rec("matmul", a.x2.device(), 2.0 * double(rows) * double(a.in) * double(a.outf));
-  if (is_half(a.x2.dtype())) return linear_one_pass_half(a, act, z);
-  Tensor r = empty({rows, a.outf}, a.x2.options());  // (N, out)
-  kernels::gemm_f32_bias_act(false, true, rows, a.outf, a.in, 1.0f, static_cast<const float*>(a.x2.data_ptr()), a.in,
-                             static_cast<const float*>(a.weight.data_ptr()), a.in, static_cast<float*>(r.data_ptr()),
-                             a.outf, a.bias.defined() ? static_cast<const float*>(a.bias.data_ptr()) : nullptr, act,
-                             z.defined() ? static_cast<float*>(z.data_ptr()) : nullptr);
+  Tensor r = empty({rows, a.outf}, a.x2.options());  // inside the record: the profile counts its bytes
+  backend_for(a.x2.device()).linear_act(a.x2, a.weight, a.bias, act, r, pre);
   return r;
 }
 
@@ -139,26 +87,15 @@ LinearNeeds needs_of(const FunctionNode& self, size_t first) {
 // {gx (xs), gW, gb}, each undefined unless wanted.
 G linear_backward(LinearNeeds need, const Tensor& g2, const Tensor& x2s, const Tensor& w, const Shape& xs,
                   int64_t in, int64_t outf) {
-  Tensor gx, gw, gb;
-  if (need.x) gx = raw::view(raw::matmul(g2, w), xs);
-  // CPU f32: the bias gradient rides along with the weight gradient's
-  // GEMM, summed from its packed panels of g (kernels::gemm_f32_a_sums).
-  const bool fused_wb = need.w && need.b && g2.device().is_cpu() &&
-                        g2.dtype() == DType::f32 && x2s.dtype() == DType::f32 && x2s.device() == g2.device() &&
-                        g2.is_contiguous() && x2s.is_contiguous();
-  if (fused_wb) {
-    const int64_t rows = g2.size(0);
-    profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(rows) * double(in) * double(outf));
-    gw = empty({outf, in}, g2.options());  // (out, in) = g2^T (out, N) x2 (N, in)
-    gb = empty({outf}, g2.options());
-    kernels::gemm_f32_a_sums(true, false, outf, in, rows, 1.0f, static_cast<const float*>(g2.data_ptr()), outf,
-                             static_cast<const float*>(x2s.data_ptr()), in, 0.0f, static_cast<float*>(gw.data_ptr()),
-                             in, static_cast<float*>(gb.data_ptr()));
-    return {gx, gw, gb};
-  }
-  if (need.w) gw = raw::matmul(raw::transpose(g2, 0, 1), x2s);
-  if (need.b) gb = raw::reduce(ReduceOp::sum, g2, {0}, false);
-  return {gx, gw, gb};
+  if (!need.x && !need.w && !need.b) return {Tensor(), Tensor(), Tensor()};
+  const int64_t rows = g2.size(0);
+  const double gemms = (need.x ? 1 : 0) + (need.w ? 1 : 0);
+  profiler::RecordOp rec("matmul", g2.device(), gemms * 2.0 * double(rows) * double(in) * double(outf));
+  Tensor gx = need.x ? empty({rows, in}, g2.options()) : Tensor();   // (N, in)
+  Tensor gw = need.w ? empty({outf, in}, g2.options()) : Tensor();   // (out, in)
+  Tensor gb = need.b ? empty({outf}, g2.options()) : Tensor();       // (out)
+  backend_for(g2.device()).linear_backward(g2, need.w ? x2s : Tensor(), need.x ? w : Tensor(), gx, gw, gb);
+  return {need.x ? raw::view(gx, xs) : Tensor(), gw, gb};
 }
 
 }  // namespace
@@ -167,13 +104,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const LinearArgs a = linear_args("linear", x_in, weight_in, bias_in);
   const Tensor &x = a.x, &weight = a.weight, &bias = a.bias, &x2 = a.x2;
   Tensor y = autograd::keep_or_compute("linear", [&] {
-    // CPU f32 with contiguous operands: one GEMM that adds the bias as it stores
-    // its result (kernels::gemm_f32_bias), instead of a GEMM and a broadcast add.
-    if (a.one_pass)
-      return std::vector<Tensor>{raw::view(linear_one_pass(a, kernels::GemmAct::none, Tensor()), a.out_shape)};
-    Tensor r = raw::matmul(x2, raw::transpose(weight, 0, 1));  // (N, out)
-    if (bias.defined()) r = raw::binary(BinaryOp::add, r, bias);
-    return std::vector<Tensor>{raw::view(r, a.out_shape)};
+    return std::vector<Tensor>{raw::view(linear_forward(a, Act::none, Tensor()), a.out_shape)};
   })[0];
   if (any_requires_grad({x, weight, bias})) {
     const Shape xs = x.shape();
@@ -188,6 +119,14 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
 }
 
 namespace {
+// The derivative of an activation as an elementwise op: (g, s) -> g * act'(s),
+// s being the output for ReLU and the pre-activation for GELU.
+BinaryOp act_backward_op(Act act) {
+  return act == Act::relu ? BinaryOp::relu_backward
+         : act == Act::gelu ? BinaryOp::gelu_backward
+                            : BinaryOp::gelu_tanh_backward;
+}
+
 // g * act'(s) as (N, out), for the backward of linear_relu / linear_gelu. When
 // the incoming gradient is seen by nothing but the engine's input vector
 // (autograd::gradient_unshared with one handle), the result overwrites it: no
@@ -204,35 +143,22 @@ Tensor act_backward(BinaryOp back, const Tensor& g, const Tensor& s, int64_t out
   return g2;
 }
 
-// The derivative of a GEMM activation as an elementwise op: (g, s) -> g * act'(s),
-// s being the output for ReLU and the pre-activation for GELU.
-BinaryOp act_backward_op(kernels::GemmAct act) {
-  return act == kernels::GemmAct::relu ? BinaryOp::relu_backward
-         : act == kernels::GemmAct::gelu ? BinaryOp::gelu_backward
-                                         : BinaryOp::gelu_tanh_backward;
-}
-
-// linear_relu and linear_gelu: act(linear(x, weight, bias)). On the CPU in f32
-// one GEMM applies the activation as it stores each row panel (NOTE [ The
-// activation in the GEMM's store ] in core/cpu/gemm_avx512.cpp); elsewhere the
-// two ops. Backward: g * act'(.) in one elementwise pass (ReLU from the
-// output, GELU from the saved pre-activation), then linear's backward.
-Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
-                  kernels::GemmAct act) {
+// linear_relu and linear_gelu: act(linear(x, weight, bias)) as one op, the
+// activation applied by the backend's linear_act (on the CPU in f32, in the
+// GEMM's store: NOTE [ The activation in the GEMM's store ] in
+// core/cpu/gemm_avx512.cpp). Backward: g * act'(.) in one elementwise pass
+// (ReLU from the output, GELU from the saved pre-activation), then linear's
+// backward.
+Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Act act) {
   const LinearArgs a = linear_args(op, x_in, weight_in, bias_in);
-  const bool relu = act == kernels::GemmAct::relu;
-  const GeluApprox approx = act == kernels::GemmAct::gelu_tanh ? GeluApprox::tanh : GeluApprox::none;
-  if (!a.one_pass) {
-    Tensor y = linear(x_in, weight_in, bias_in);
-    return relu ? snug::relu(y) : snug::gelu(y, approx);
-  }
+  const bool relu = act == Act::relu;
   const Tensor &x = a.x, &weight = a.weight, &bias = a.bias, &x2 = a.x2;
   const bool grad = any_requires_grad({x, weight, bias});
   // "linear" for selective checkpointing: a policy that keeps Linear outputs
   // keeps this op's output (and GELU's pre-activation) too.
   std::vector<Tensor> outs = autograd::keep_or_compute("linear", [&] {
     Tensor z = grad && !relu ? empty({x2.size(0), a.outf}, x2.options()) : Tensor();  // (N, out)
-    Tensor h = linear_one_pass(a, act, z);
+    Tensor h = linear_forward(a, act, z);
     std::vector<Tensor> r{raw::view(h, a.out_shape)};
     if (z.defined()) r.push_back(z);
     return r;
@@ -254,28 +180,29 @@ Tensor linear_act(const char* op, const Tensor& x_in, const Tensor& weight_in, c
   }
   return y;
 }
+
+Act gelu_act(GeluApprox approximate) { return approximate == GeluApprox::tanh ? Act::gelu_tanh : Act::gelu; }
 }  // namespace
 
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_act("linear_relu", x, weight, bias, kernels::GemmAct::relu);
+  return linear_act("linear_relu", x, weight, bias, Act::relu);
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, GeluApprox approximate) {
-  return linear_act("linear_gelu", x, weight, bias,
-                    approximate == GeluApprox::tanh ? kernels::GemmAct::gelu_tanh : kernels::GemmAct::gelu);
+  return linear_act("linear_gelu", x, weight, bias, gelu_act(approximate));
 }
 
 namespace {
 // relu_mlp and gelu_mlp: linear(act(linear(x, w1, b1)), w2, b2) as one op.
-// Forward: the two one-pass GEMMs (the first with the activation in its
-// store, keeping the pre-activation z when a gradient is wanted). Backward:
-// the second layer's weight and bias gradients, then dz = (g W2) * act'(z) in
-// one GEMM (kernels::gemm_f32_act_grad) instead of dh = g W2 and an
-// elementwise pass over it, then the first layer's backward. The separate
-// (N, hidden) dh is never allocated. Elsewhere (not CPU f32, not contiguous):
-// linear_act then linear.
+// Forward: the two linear_act calls (the first with the activation, keeping
+// the pre-activation z when GELU's gradient is wanted). Backward: the second
+// layer's weight and bias gradients, then dz = (g W2) * act'(z) in one
+// backend call (linear_backward_act: on the CPU one GEMM, with the derivative
+// in its store) instead of dh = g W2 and an elementwise pass over it, then
+// the first layer's backward. ReLU's derivative comes from h, which the
+// second layer's weight gradient keeps anyway (h > 0 exactly where z > 0).
 Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in, const Tensor& w2_in,
-           const Tensor& b2_in, kernels::GemmAct act) {
+           const Tensor& b2_in, Act act) {
   const LinearArgs a1 = linear_args(op, x_in, w1_in, b1_in);
   const Tensor w2 = autocast::lower(w2_in), b2 = autocast::lower(b2_in);
   SNUG_CHECK(w2.dim() == 2 && w2.size(1) == a1.outf, ShapeError, op, ": second weight of shape ",
@@ -284,22 +211,16 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
   if (b2.defined())
     SNUG_CHECK(b2.dim() == 1 && b2.size(0) == w2.size(0), ShapeError, op, ": bias of shape ", shape_str(b2.shape()),
                " does not match the second weight ", shape_str(w2.shape()));
-  const DType dt = a1.x2.dtype();
-  const bool fast = a1.one_pass && w2.device() == a1.x2.device() && w2.dtype() == dt && w2.is_contiguous() &&
-                    (!b2.defined() || (b2.device() == w2.device() && b2.dtype() == dt && b2.is_contiguous()));
-  if (!fast) {
-    const char* first = act == kernels::GemmAct::relu ? "linear_relu" : "linear_gelu";
-    return linear(linear_act(first, x_in, w1_in, b1_in, act), w2_in, b2_in);
-  }
   const Tensor &x = a1.x, &w1 = a1.weight, &b1 = a1.bias, &x2 = a1.x2;
+  const bool relu = act == Act::relu;
   const bool first_grad = any_requires_grad({x, w1, b1}), grad = first_grad || any_requires_grad({w2, b2});
   const int64_t rows = x2.size(0), hid = a1.outf, outf = w2.size(0);
   // "linear" for selective checkpointing, as for linear_act.
   std::vector<Tensor> outs = autograd::keep_or_compute("linear", [&] {
-    Tensor z = first_grad ? empty({rows, hid}, x2.options()) : Tensor();  // (N, hidden), for act'(z)
-    Tensor h = linear_one_pass(a1, act, z);                               // (N, hidden)
+    Tensor z = first_grad && !relu ? empty({rows, hid}, x2.options()) : Tensor();  // (N, hidden), for act'(z)
+    Tensor h = linear_forward(a1, act, z);                                         // (N, hidden)
     const LinearArgs a2 = linear_args(op, h, w2, b2);
-    std::vector<Tensor> r{raw::view(linear_one_pass(a2, kernels::GemmAct::none, Tensor()), {-1, outf}), h};
+    std::vector<Tensor> r{linear_forward(a2, Act::none, Tensor()), h};  // (N, out), (N, hidden)
     if (z.defined()) r.push_back(z);
     return r;
   });
@@ -309,9 +230,9 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
   if (grad) {
     const Shape xs = x.shape();
     const int64_t in = a1.in;
-    // saved: x (N, in), W1, z, h, W2
+    // saved: x (N, in), W1, what act' reads (h for ReLU, z for GELU), h, W2
     record(op, {x, w1, b1, w2, b2}, {y},
-           {w1.requires_grad() ? x2 : Tensor(), w1, first_grad ? outs.at(2) : Tensor(),
+           {w1.requires_grad() ? x2 : Tensor(), w1, first_grad ? (relu ? outs[1] : outs.at(2)) : Tensor(),
             w2.requires_grad() ? outs[1] : Tensor(), w2},
            [xs, in, hid, outf, act](FunctionNode& self, const G& g) -> G {
              const bool die = autograd::saved_tensors_die_after_node();
@@ -320,27 +241,22 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
              // Second layer: its weight and bias gradients (its input's comes below, with act').
              const G l2 = linear_backward({false, self.needs_grad(3), self.needs_grad(4)}, g2, self.saved_at(3),
                                           self.saved_at(4), xs, hid, outf);
-             if (die) self.saved[3].release();  // h
+             if (die) self.saved[3].release();  // h (still held for ReLU's act' below)
              G l1(3);
              const LinearNeeds n1 = needs_of(self, 0);
              if (n1.x || n1.w || n1.b) {
-               const Tensor z = self.saved_at(2), w2s = self.saved_at(4);
+               // z (h for ReLU) stays alive through the first layer's backward, as it always
+               // has: the checkpoint planner's layer model (nn/planner.cpp) is an upper bound
+               // with that lifetime, and a 16-block GPT's step ran 64 KiB over its plan when
+               // the MLP freed it before the GEMMs (tests/test_planner.cpp).
+               const Tensor z = self.saved_at(2);
                Tensor dz;  // (N, hidden) = (g2 (N, out) W2 (out, hidden)) * act'(z)
-               if (is_half(z.dtype())) {
-                 // 16-bit (NOTE [ 16-bit one-pass linear ]): the product, then
-                 // the derivative in place over it, both on 16-bit storage.
-                 dz = raw::matmul(g2, w2s);
-                 backend_for(dz.device()).binary(act_backward_op(act), dz, z, dz);
-               } else {
+               {
                  profiler::RecordOp rec("matmul", g2.device(), 2.0 * double(n) * double(hid) * double(outf));
                  dz = empty({n, hid}, g2.options());  // inside the record: the profile counts its bytes
-                 kernels::gemm_f32_act_grad(false, false, n, hid, outf, 1.0f,
-                                            static_cast<const float*>(g2.data_ptr()), outf,
-                                            static_cast<const float*>(w2s.data_ptr()), hid,
-                                            static_cast<float*>(dz.data_ptr()), hid, act,
-                                            static_cast<const float*>(z.data_ptr()));
+                 backend_for(g2.device()).linear_backward_act(g2, self.saved_at(4), act, z, dz);
                }
-               if (die) self.saved[2].release();  // z
+               if (die) self.saved[2].release();
                l1 = linear_backward(n1, dz, self.saved_at(0), self.saved_at(1), xs, in, hid);
              }
              return {l1[0], l1[1], l1[2], l2[1], l2[2]};
@@ -351,13 +267,12 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
 }  // namespace
 
 Tensor relu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2) {
-  return mlp("relu_mlp", x, w1, b1, w2, b2, kernels::GemmAct::relu);
+  return mlp("relu_mlp", x, w1, b1, w2, b2, Act::relu);
 }
 
 Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
                 GeluApprox approximate) {
-  return mlp("gelu_mlp", x, w1, b1, w2, b2,
-             approximate == GeluApprox::tanh ? kernels::GemmAct::gelu_tanh : kernels::GemmAct::gelu);
+  return mlp("gelu_mlp", x, w1, b1, w2, b2, gelu_act(approximate));
 }
 
 // ---- layer_norm ------------------------------------------------------------------
@@ -614,63 +529,39 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
              " heads do not divide the width ", C);
   const int64_t D = C / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(D, 1)));
-  const bool on_gpu = qkv.device().is_cuda();
-  // NOTE [ 16-bit attention ]
-  // 16-bit qkv (an autocast region's) takes the fused op too, on both
-  // devices: the kernels compute in f32 (qkv is widened on the way in, y
-  // rounded on the way out; on a GPU the large products may run in TF32,
-  // cuda/fused_api.h), and what backward keeps is the 16-bit qkv and y (y is
-  // the output, which the next Linear keeps anyway) plus the f32 lse. The
-  // composed path below would keep (B, H, T, T) scores and probabilities,
-  // and an f32 copy of qkv would double the op's memory. Backward widens qkv,
-  // y and the gradient again for the kernel, as workspace.
-  const DType in_dt = qkv.dtype();
-  const bool half_in = in_dt == DType::f16 || in_dt == DType::bf16;
-  const DType math_dt = half_in ? DType::f32 : in_dt;
-  const bool kernel_ok = on_gpu ? (in_dt == DType::f32 || half_in) && D <= cuda::kMaxFusedAttentionHeadSize
-                                : in_dt == DType::f32 || in_dt == DType::f64 || half_in;
-  if (!fused || !kernel_ok || (dropout_p > 0 && training)) {
+  SNUG_CHECK(qkv.is_floating_point(), DTypeError, "causal_self_attention: expected a floating qkv, got ",
+             dtype_name(qkv.dtype()));
+  // The fused kernels have no dropout: with it, the composed ops.
+  if (!fused || (dropout_p > 0 && training)) {
     Tensor split = qkv.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
     Tensor y = scaled_dot_product_attention(split.select(0, 0), split.select(0, 1), split.select(0, 2), true,
                                             Tensor(), dropout_p, training);  // (B, H, T, D)
     return y.transpose(1, 2).reshape({B, T, C});
   }
-  profiler::RecordOp rec("causal_attention", qkv.device(), cpu::causal_attention_flops(B, T, heads, D));
-  const Tensor xc = raw::contiguous(qkv);  // (B, T, 3C) in qkv's dtype: what backward keeps
+  // The backend's causal_attention (NOTE [ Fused causal attention ] in
+  // core/cpu/attention.h; 16-bit qkv: NOTE [ 16-bit attention ] in
+  // core/cpu/attention.cpp). What backward keeps: qkv in its own dtype, y, and
+  // the f32 (f64 for f64) row logsumexps.
+  const double flops = Backend::causal_attention_flops(B, T, heads, D);
+  profiler::RecordOp rec("causal_attention", qkv.device(), flops);
+  const Tensor xc = raw::contiguous(qkv);  // (B, T, 3C)
   std::vector<Tensor> outs = autograd::keep_or_compute("causal_attention", [&] {
-    Tensor lse = empty({B, heads, T}, xc.options().with_dtype(math_dt));  // (B, H, T)
-    Tensor x = xc, ym;                                                      // (B, T, 3C), (B, T, C)
-    {
-      memory::TagScope tag(memory::Tag::workspace);  // the f32 copies of 16-bit operands
-      if (half_in) x = raw::to_dtype(xc, math_dt), ym = empty({B, T, C}, x.options());
-    }
-    if (!half_in) ym = empty({B, T, C}, x.options());
-    if (on_gpu) cuda::causal_attention_forward(x, heads, scale, ym, lse, half_in);
-    else cpu::causal_attention_forward(x, heads, scale, ym, lse);
-    return std::vector<Tensor>{raw::to_dtype(ym, in_dt), lse};  // ym itself unless 16-bit
+    Tensor y = empty({B, T, C}, xc.options());                                                   // (B, T, C)
+    Tensor lse = empty({B, heads, T}, xc.options().with_dtype(promote_types(xc.dtype(), DType::f32)));  // (B, H, T)
+    backend_for(xc.device()).causal_attention(xc, heads, scale, y, lse);
+    return std::vector<Tensor>{y, lse};
   });
   const Tensor& y = outs[0];
   if (any_requires_grad({qkv}))
-    record("causal_attention", {qkv}, {y}, {xc, y, outs[1]},
-           [heads, scale, half_in, in_dt, math_dt](FunctionNode& self, const G& g) -> G {
-             Tensor x = self.saved_at(0), yo = self.saved_at(1), gy = raw::contiguous(g[0]), gx;
-             {
-               memory::TagScope tag(memory::Tag::workspace);
-               if (half_in) {
-                 x = raw::to_dtype(x, math_dt), yo = raw::to_dtype(yo, math_dt);
-                 gy = raw::contiguous(raw::to_dtype(gy, math_dt));
-                 gx = empty(x.shape(), x.options());
-               }
-             }
-             if (!half_in) gx = empty(x.shape(), x.options());  // (B, T, 3C)
-             profiler::RecordOp rec("causal_attention_backward", x.device(),
-                                    2.5 * cpu::causal_attention_flops(x.size(0), x.size(1), heads, x.size(2) / 3 / heads));
-             if (x.device().is_cuda())
-               cuda::causal_attention_backward(x, yo, self.saved_at(2), gy, heads, scale, gx, half_in);
-             else
-               cpu::causal_attention_backward(x, yo, self.saved_at(2), gy, heads, scale, gx);
-             return {raw::to_dtype(gx, in_dt)};  // gx itself unless 16-bit
-           });
+    record("causal_attention", {qkv}, {y}, {xc, y, outs[1]}, [heads, scale, flops](FunctionNode& self, const G& g) -> G {
+      const Tensor x = self.saved_at(0);
+      profiler::RecordOp rec("causal_attention_backward", x.device(), 2.5 * flops);
+      Tensor gx = empty(x.shape(), x.options());  // (B, T, 3C)
+      backend_for(x.device())
+          .causal_attention_backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(raw::to_dtype(g[0], x.dtype())),
+                                     heads, scale, gx);
+      return {gx};
+    });
   return y;
 }
 

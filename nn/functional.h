@@ -48,13 +48,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // Causal self-attention from the packed projection of MultiheadAttention:
 // qkv (B, T, 3C) holding q | k | v, each (B, T, heads, C / heads) -> (B, T, C),
 // the heads merged back. The same as splitting q, k and v into heads, calling
-// scaled_dot_product_attention(causal) and merging. On the CPU in f32/f64, and
-// on a GPU in f32 with heads of up to 256, without attention dropout, this is
-// one fused op that never builds the (B, heads, T, T) scores and keeps only a
+// scaled_dot_product_attention(causal) and merging. Without attention dropout
+// this is one op, the backend's causal_attention (core/backend.h): on the CPU
+// (any float dtype) and on a GPU (f32 and 16-bit, heads of up to 256) a fused
+// kernel that never builds the (B, heads, T, T) scores and keeps only a
 // (B, heads, T) logsumexp for backward (NOTE [ Fused causal attention ] in
-// core/cpu/attention.h, NOTE [ CUDA fused attention ] in
-// cuda/attention.cu); anything else takes the unfused path. `fused = false` forces the unfused path (tests,
-// benchmarks).
+// core/cpu/attention.h, NOTE [ CUDA fused attention ] in cuda/attention.cu);
+// elsewhere the backend's composed default. `fused = false` forces the
+// unfused ops (tests, benchmarks).
 Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p = 0.0, bool training = false,
                              bool fused = true);
 

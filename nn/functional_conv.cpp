@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: MIT
 // nn::functional::conv2d (and conv2d_relu): checks, output shape, the backend
 // call and the backward beside it. The arithmetic (im2col + GEMM on the CPU) is in the
-// backend: core/cpu/conv.cpp.
+// backend: core/cpu/conv.cpp; conv2d_relu's default (conv2d, then ReLU) in core/fused_defaults.cpp.
 #include <snug/autograd/autocast.h>
 #include <array>
 
 #include <snug/autograd/node.h>
 #include <snug/core/backend.h>
-#include <snug/core/cpu/conv.h>
 #include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>
 #include <snug/nn/functional.h>
@@ -81,14 +80,16 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   p.groups = groups;
   // 2 FLOPs per multiply-add: each output takes C/groups kh kw of them.
   const double flops = 2.0 * double(N) * double(Cout) * double(Ho) * double(Wo) * double(weight.size(1)) * double(kh) * double(kw);
-  // conv2d_relu in one op: CPU f32/f64 (core/cpu/conv.h); elsewhere conv2d then relu.
-  const bool fused = relu_after && x.device().is_cpu() && (x.dtype() == DType::f32 || x.dtype() == DType::f64);
+  // conv2d_relu is one op whatever the device: the backend's conv2d_relu entry
+  // (on the CPU in f32/f64 the ReLU runs inside the convolution, core/cpu/conv.h).
+  const bool fused = relu_after;
   profiler::RecordOp rec(fused ? "conv2d_relu" : "conv2d", x.device(), flops);
   Tensor xc = raw::contiguous(x), wc = raw::contiguous(weight);
   Tensor bc = bias.defined() ? raw::contiguous(bias) : Tensor();
   Tensor y = empty({N, Cout, Ho, Wo}, x.options());
-  if (fused) cpu::conv2d_relu(xc, wc, bc, p, y);
-  else backend_for(x.device()).conv2d(xc, wc, bc, p, y);
+  Backend& be = backend_for(x.device());
+  if (fused) be.conv2d_relu(xc, wc, bc, p, y);
+  else be.conv2d(xc, wc, bc, p, y);
 
   if (any_requires_grad({x, weight, bias})) {
     // Keep only what the wanted gradients read: x for gw, w for gx (and the
@@ -112,12 +113,13 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
       Tensor gx = self.needs_grad(0) ? empty(xs, o) : Tensor();
       Tensor gw = self.needs_grad(1) ? empty(ws, o) : Tensor();
       Tensor gb = self.needs_grad(2) ? empty({ws[0]}, o) : Tensor();
-      if (fused) cpu::conv2d_relu_backward(go, self.saved_at(2), self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
-      else backend_for(go.device()).conv2d_backward(go, self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
+      Backend& bb = backend_for(go.device());
+      if (fused) bb.conv2d_relu_backward(go, self.saved_at(2), self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
+      else bb.conv2d_backward(go, self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
       return {gx, gw, gb};
     });
   }
-  return relu_after && !fused ? relu(y) : y;
+  return y;
 }
 }  // namespace
 

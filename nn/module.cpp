@@ -3,15 +3,11 @@
 
 #include <set>
 #include <sstream>
-#include <typeinfo>
 #include <unordered_set>
 
 #include <snug/autograd/grad_mode.h>
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
-#include <snug/nn/conv.h>
-#include <snug/nn/fused.h>
-#include <snug/nn/layers.h>
 
 namespace snug::nn {
 
@@ -277,52 +273,11 @@ Sequential& Sequential::push_back(std::shared_ptr<Module> m) {
   mods_.push_back(std::move(m));
   return *this;
 }
+// Runs the layers in order and nothing else: fusing layers is nn::fuse's
+// explicit rewrite of the tree (nn/fuse.h), not a pattern match here.
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (size_t i = 0; i < mods_.size(); ++i) {
-    // A Conv2d followed by a ReLU runs as one op (nn/fused.h): the same result
-    // without the separate ReLU passes. Exact types only, so that a subclass
-    // with its own forward keeps it.
-    Module& m = *mods_[i];
-    if (i + 1 < mods_.size() && typeid(m) == typeid(Conv2d) && typeid(*mods_[i + 1]) == typeid(ReLU)) {
-      const auto& c = static_cast<const Conv2d&>(m);
-      h = functional::conv2d_relu(h, c.weight, c.bias, c.stride, c.padding, c.dilation, c.groups);
-      ++i;
-      continue;
-    }
-    // A Linear followed by a ReLU or GELU: the activation in the GEMM's store
-    // (nn/fused.h), the same way; with a Linear after them, the three as one
-    // MLP op, unless that Linear is itself followed by an activation (W-MLP's
-    // Linear, ReLU, Linear, ReLU, Linear: a pair, then a triple).
-    if (i + 1 < mods_.size() && typeid(m) == typeid(Linear)) {
-      const Module& next = *mods_[i + 1];
-      const auto& l = static_cast<const Linear&>(m);
-      const bool act = typeid(next) == typeid(ReLU) || typeid(next) == typeid(GELU);
-      const bool triple = act && i + 2 < mods_.size() && typeid(*mods_[i + 2]) == typeid(Linear) &&
-                          !(i + 3 < mods_.size() && (typeid(*mods_[i + 3]) == typeid(ReLU) ||
-                                                     typeid(*mods_[i + 3]) == typeid(GELU)));
-      if (triple) {
-        const auto& l2 = static_cast<const Linear&>(*mods_[i + 2]);
-        h = typeid(next) == typeid(ReLU)
-                ? functional::relu_mlp(h, l.weight, l.bias, l2.weight, l2.bias)
-                : functional::gelu_mlp(h, l.weight, l.bias, l2.weight, l2.bias,
-                                       static_cast<const GELU&>(next).approximate);
-        i += 2;
-        continue;
-      }
-      if (typeid(next) == typeid(ReLU)) {
-        h = functional::linear_relu(h, l.weight, l.bias);
-        ++i;
-        continue;
-      }
-      if (typeid(next) == typeid(GELU)) {
-        h = functional::linear_gelu(h, l.weight, l.bias, static_cast<const GELU&>(next).approximate);
-        ++i;
-        continue;
-      }
-    }
-    h = m.forward(h);
-  }
+  for (const auto& m : mods_) h = m->forward(h);
   return h;
 }
 std::shared_ptr<Module> Sequential::operator[](size_t i) const {

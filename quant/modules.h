@@ -23,9 +23,9 @@
 // meaningful. A quantized layer's `weight` is undefined (it holds
 // weight_int8) and its `bias` is its f32 bias buffer; the observed and QAT
 // layers hold the float layer's own weight and bias tensors, so an optimizer
-// built on the float model keeps training them. The exact-type checks of the
-// fused paths (nn::Sequential, TransformerBlock) see a subclass and call its
-// forward.
+// built on the float model keeps training them. nn::fuse fuses exact types
+// only, and a TransformerBlock runs gelu_mlp only while fc and fc_proj are the
+// Linears it built, so a converted layer's own forward runs.
 #pragma once
 #include <memory>
 #include <optional>

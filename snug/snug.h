@@ -42,6 +42,7 @@
 #include <snug/nn/layers.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/attention.h>
+#include <snug/nn/fuse.h>
 #include <snug/nn/init.h>
 #include <snug/nn/optim/optimizer.h>
 #include <snug/nn/amp/grad_scaler.h>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // conv2d_relu (nn/fused.h, core/cpu/conv.h): the same values and gradients as
 // relu(conv2d(...)) on many geometries, finite differences, partial
-// gradients, nn::Sequential's use of it for Conv2d + ReLU, the composed path
+// gradients, nn::fuse's Conv2dReLU, the composed path
 // for 16-bit inputs, and the fused entry points' argument checks.
 #include <doctest/doctest.h>
 
@@ -14,6 +14,7 @@
 #include <snug/core/profiler.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/functional.h>
+#include <snug/nn/fuse.h>
 #include <snug/nn/fused.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/models/cnn.h>
@@ -119,11 +120,18 @@ TEST_CASE("conv2d_relu with only some inputs requiring grad, and without a bias"
   }
 }
 
-TEST_CASE("nn::Sequential runs Conv2d + ReLU as conv2d_relu and Linear + ReLU as linear_relu, with the unfused result") {
+TEST_CASE("nn::fuse runs Conv2d + ReLU as conv2d_relu and Linear + ReLU + Linear as relu_mlp, with the unfused result") {
   manual_seed(31);
   auto net = nn::models::make_wcnn();  // Conv2d, ReLU, Conv2d, ReLU, MaxPool2d, Flatten, Linear, ReLU, Linear
   const Tensor x = randn({4, 1, 28, 28});
-  Tensor loss_fused, loss_plain;
+  // Unfused: Sequential runs module by module.
+  Tensor loss_plain = net->forward(x).pow(2.0).mean();
+  loss_plain.backward();
+  std::vector<Tensor> g_plain;
+  for (const Tensor& p : net->parameters()) g_plain.push_back(p.grad().clone());
+  net->zero_grad();
+  REQUIRE(nn::fuse(*net).size() == 3);
+  Tensor loss_fused;
   {
     profiler::Profile prof;
     loss_fused = net->forward(x).pow(2.0).mean();
@@ -137,18 +145,10 @@ TEST_CASE("nn::Sequential runs Conv2d + ReLU as conv2d_relu and Linear + ReLU as
     CHECK(relu_ops == 0);   // the ReLU after the Linear goes into its GEMM (relu_mlp with the last Linear)
   }
   loss_fused.backward();
-  std::vector<Tensor> g_fused;
-  for (const Tensor& p : net->parameters()) g_fused.push_back(p.grad().clone());
-  net->zero_grad();
-  // Module by module: no fusion.
-  Tensor h = x;
-  for (size_t i = 0; i < net->size(); ++i) h = (*net)[i]->forward(h);
-  loss_plain = h.pow(2.0).mean();
-  loss_plain.backward();
   CHECK(loss_fused.item() == loss_plain.item());
   const auto params = net->parameters();
-  REQUIRE(params.size() == g_fused.size());
-  for (size_t i = 0; i < params.size(); ++i) check_same(g_fused[i], params[i].grad(), str("parameter ", i));
+  REQUIRE(params.size() == g_plain.size());
+  for (size_t i = 0; i < params.size(); ++i) check_same(params[i].grad(), g_plain[i], str("parameter ", i));
 }
 
 TEST_CASE("conv2d_relu on 16-bit inputs composes conv2d and relu; the fused entry points check their arguments") {

@@ -3,7 +3,7 @@
 // kernels::gemm_f32_bias_act, gemm_f32_act_grad): the same values and
 // gradients as the ops they fuse, for f32 (the one-pass GEMMs) and f64 (the
 // composed path), finite differences, partial gradients, retained graphs,
-// nn::Sequential's and the GPT block's use of them, and errors.
+// nn::fuse's and the GPT block's use of them, and errors.
 #include <doctest/doctest.h>
 
 #include <array>
@@ -16,6 +16,7 @@
 #include <snug/core/profiler.h>
 #include <snug/nn/attention.h>
 #include <snug/nn/functional.h>
+#include <snug/nn/fuse.h>
 #include <snug/nn/fused.h>
 #include <snug/nn/layers.h>
 #include <snug/autograd/node.h>
@@ -190,7 +191,7 @@ TEST_CASE("gelu_mlp: backward twice with retain_graph, then the graph is freed")
   CHECK(contains(error_of([&] { y.sum().backward(); }), "already freed by an earlier backward"));
 }
 
-TEST_CASE("nn::Sequential: W-MLP's Linear, ReLU, Linear, ReLU, Linear runs as a pair and a triple") {
+TEST_CASE("nn::fuse: W-MLP's Linear, ReLU, Linear, ReLU, Linear runs as a pair and a triple") {
   manual_seed(11);
   auto net = std::make_shared<nn::Sequential>();
   net->push_back(std::make_shared<nn::Linear>(20, 16));
@@ -199,6 +200,8 @@ TEST_CASE("nn::Sequential: W-MLP's Linear, ReLU, Linear, ReLU, Linear runs as a 
   net->push_back(std::make_shared<nn::ReLU>());
   net->push_back(std::make_shared<nn::Linear>(16, 4));
   const Tensor x = randn({9, 20});
+  const Tensor h = net->forward(x);  // unfused: module by module
+  REQUIRE(nn::fuse(*net).size() == 2);
   profiler::Profile prof;
   Tensor a = net->forward(x);
   prof.stop();
@@ -209,8 +212,6 @@ TEST_CASE("nn::Sequential: W-MLP's Linear, ReLU, Linear, ReLU, Linear runs as a 
   CHECK(a.grad_fn() != nullptr);
   CHECK(std::string(a.grad_fn()->name()) == "relu_mlp");
   CHECK(std::string(a.grad_fn()->next[0].fn->name()) == "linear_relu");
-  Tensor h = x;
-  for (size_t i = 0; i < net->size(); ++i) h = (*net)[i]->forward(h);
   check_same(a, h, "Sequential");
 }
 
@@ -248,16 +249,17 @@ TEST_CASE("f32 on the CPU: one GEMM, no separate activation pass") {
   CHECK(others == 0);
 }
 
-TEST_CASE("nn::Sequential runs Linear + GELU as linear_gelu; the GPT block's MLP too") {
+TEST_CASE("nn::fuse runs Linear, GELU, Linear as gelu_mlp; the GPT block's MLP is gelu_mlp on its own") {
   manual_seed(5);
   auto net = std::make_shared<nn::Sequential>();
   net->push_back(std::make_shared<nn::Linear>(12, 20));
   net->push_back(std::make_shared<nn::GELU>(GeluApprox::tanh));
   net->push_back(std::make_shared<nn::Linear>(20, 3));
   const Tensor x = randn({6, 12});
+  const Tensor h = net->forward(x);  // module by module: no fusion
+  REQUIRE(nn::fuse(*net).size() == 1);
   Tensor a = net->forward(x);
-  Tensor h = x;
-  for (size_t i = 0; i < net->size(); ++i) h = (*net)[i]->forward(h);  // module by module: no fusion
+  CHECK(std::string(a.grad_fn()->name()) == "gelu_mlp");
   check_same(a, h, "Sequential");
 
   nn::TransformerBlock block(16, 2);
@@ -267,6 +269,32 @@ TEST_CASE("nn::Sequential runs Linear + GELU as linear_gelu; the GPT block's MLP
   Tensor u = t + block.attn->forward(block.ln_1->forward(t));
   Tensor ref = u + block.fc_proj->forward(gelu(block.fc->forward(block.ln_2->forward(u))));
   check_same(y, ref, "TransformerBlock");
+  // The MLP is one node: the residual add's second input is gelu_mlp's output.
+  CHECK(std::string(y.grad_fn()->next[1].fn->name()) == "gelu_mlp");
+}
+
+TEST_CASE("TransformerBlock: a layer put in fc's place runs its own forward") {
+  // A Linear subclass with a forward of its own stands in for fc (as quant/'s
+  // layers do): the block must call it, not read its weight into gelu_mlp.
+  struct Doubled : nn::Linear {
+    explicit Doubled(const nn::Linear& l) : nn::Linear("Doubled", l), inner(l.weight), inner_bias(l.bias) {
+      register_parameter("weight", inner);
+      register_parameter("bias", inner_bias);
+    }
+    Tensor forward(const Tensor& x) override { return F::linear(x, inner, inner_bias) * 2.0; }
+    Tensor inner, inner_bias;
+  };
+  manual_seed(6);
+  nn::TransformerBlock block(16, 2);
+  block.eval();
+  const Tensor t = randn({2, 5, 16});
+  const Tensor before = block.forward(t);
+  block.replace_module("fc", std::make_shared<Doubled>(*block.fc));
+  const Tensor after = block.forward(t);
+  Tensor u = t + block.attn->forward(block.ln_1->forward(t));
+  Tensor ref = u + block.fc_proj->forward(gelu(block.fc->forward(block.ln_2->forward(u))));
+  check_same(after, ref, "replaced fc");
+  CHECK(after.to_vector<double>() != before.to_vector<double>());
 }
 
 TEST_CASE("linear_relu / linear_gelu: bad input names the op and the problem") {

@@ -11,10 +11,13 @@
 #include <type_traits>
 #include <vector>
 
+#include <snug/core/cpu/cpu_backend.h>
 #include <snug/core/cpu/loop.h>
 #include <snug/base/error.h>
 #include <snug/core/functors.h>
 #include <snug/core/cpu/tile_gemm.h>
+#include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
 
 #if defined(__AVX512F__)
 #include <snug/core/cpu/simd_avx512.h>
@@ -339,3 +342,63 @@ double causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D) {
 }
 
 }  // namespace snug::cpu
+
+// ---- CpuBackend's attention entries (core/backend.h) ------------------------------------
+namespace snug {
+
+namespace {
+bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
+}  // namespace
+
+// NOTE [ 16-bit attention ]
+// 16-bit qkv (an autocast region's) takes the fused kernels too, on both
+// devices (this file and cuda/fused_ops.cpp): they compute in f32 (qkv is
+// widened on the way in, y rounded on the way out; on a GPU the large
+// products may run in TF32, cuda/fused_api.h), and what backward keeps is the
+// 16-bit qkv and y (y is the output, which the next Linear keeps anyway) plus
+// the f32 lse. The composed attention would keep (B, H, T, T) scores and
+// probabilities, and an f32 copy of qkv would double the op's memory.
+// Backward widens qkv, y and the gradient again for the kernel, as workspace.
+void CpuBackend::causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
+  const DType dt = qkv.dtype();
+  if (dt == DType::f32 || dt == DType::f64) {
+    cpu::causal_attention_forward(qkv, heads, scale, y, lse);
+    return;
+  }
+  if (!is_half(dt)) {
+    Backend::causal_attention(qkv, heads, scale, y, lse);
+    return;
+  }
+  Tensor x32, y32;  // (B, T, 3C), (B, T, C)
+  {
+    memory::TagScope tag(memory::Tag::workspace);
+    x32 = raw::to_dtype(qkv, DType::f32);
+    y32 = empty(y.shape(), x32.options());
+  }
+  cpu::causal_attention_forward(x32, heads, scale, y32, lse);
+  copy(y32, y);  // rounded once
+}
+
+void CpuBackend::causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
+                                           int64_t heads, double scale, const Tensor& grad_qkv) {
+  const DType dt = qkv.dtype();
+  if (dt == DType::f32 || dt == DType::f64) {
+    cpu::causal_attention_backward(qkv, y, lse, grad_y, heads, scale, grad_qkv);
+    return;
+  }
+  if (!is_half(dt)) {
+    Backend::causal_attention_backward(qkv, y, lse, grad_y, heads, scale, grad_qkv);
+    return;
+  }
+  Tensor x32, y32, g32, d32;  // NOTE [ 16-bit attention ]: f32 workspace
+  {
+    memory::TagScope tag(memory::Tag::workspace);
+    x32 = raw::to_dtype(qkv, DType::f32), y32 = raw::to_dtype(y, DType::f32);
+    g32 = raw::contiguous(raw::to_dtype(grad_y, DType::f32));
+    d32 = empty(qkv.shape(), x32.options());
+  }
+  cpu::causal_attention_backward(x32, y32, lse, g32, heads, scale, d32);
+  copy(d32, grad_qkv);
+}
+
+}  // namespace snug

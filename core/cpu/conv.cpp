@@ -312,6 +312,15 @@ void check_fused(const char* op, std::initializer_list<const Tensor*> ts) {
       SNUG_CHECK(t->device().is_cpu() && t->dtype() == dt && t->is_contiguous(), ValueError, "cpu::", op,
                  ": every tensor must be a contiguous ", dtype_name(dt), " CPU tensor");
 }
+// What check_fused accepts, as a question: whether CpuBackend's conv2d_relu
+// entries can take the fused kernels or fall back to the composed default.
+bool takes_fused_conv(std::initializer_list<const Tensor*> ts) {
+  const DType dt = (*ts.begin())->dtype();
+  if (dt != DType::f32 && dt != DType::f64) return false;
+  for (const Tensor* t : ts)
+    if (t->defined() && (t->dtype() != dt || !t->is_contiguous())) return false;
+  return true;
+}
 }  // namespace
 
 void cpu::conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
@@ -351,6 +360,33 @@ void CpuBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const 
     return;
   }
   conv2d_backward_run(grad_out, Tensor(), x, weight, p, grad_x, grad_weight, grad_bias);
+}
+
+}  // namespace snug
+
+namespace snug {
+
+// f32/f64, contiguous: the ReLU applied to each image's output, and in
+// backward its mask, inside the convolution (core/cpu/conv.h). 16-bit: the
+// composed default (conv2d computed in f32 and rounded, then ReLU on the
+// 16-bit values), as conv2d then relu would give.
+void CpuBackend::conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                             const Tensor& out) {
+  if (!takes_fused_conv({&out, &x, &weight, &bias})) {
+    Backend::conv2d_relu(x, weight, bias, p, out);
+    return;
+  }
+  cpu::conv2d_relu(x, weight, bias, p, out);
+}
+
+void CpuBackend::conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x, const Tensor& weight,
+                                      const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
+                                      const Tensor& grad_bias) {
+  if (!takes_fused_conv({&grad_out, &y, &x, &weight, &grad_x, &grad_weight, &grad_bias})) {
+    Backend::conv2d_relu_backward(grad_out, y, x, weight, p, grad_x, grad_weight, grad_bias);
+    return;
+  }
+  cpu::conv2d_relu_backward(grad_out, y, x, weight, p, grad_x, grad_weight, grad_bias);
 }
 
 }  // namespace snug

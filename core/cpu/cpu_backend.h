@@ -2,7 +2,8 @@
 // The CPU backend (Eigen + OpenMP + snug's GEMM). Serves "cpu" and every
 // virtual device "cpu:N". Its methods are spread over core/cpu/*.cpp by
 // family, each file named like its CUDA twin in cuda/: elementwise, reduce,
-// softmax, index, matmul, random, layer_norm, conv, pool.
+// softmax, index, matmul, random, layer_norm, conv, pool; linear (the Linear
+// layer's fused entries) and attention.
 #pragma once
 #include <snug/core/backend.h>
 
@@ -40,6 +41,23 @@ struct CpuBackend final : Backend {
   void pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;  // cpu/pool.cpp
   void pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
                        const Tensor& grad_x) override;                                     // cpu/pool.cpp
+  // Fused ops (NOTE [ Fused ops are backend entries ] in core/fused_defaults.cpp): the fast kernels where
+  // they apply, Backend's composed defaults elsewhere.
+  void linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act, const Tensor& out,
+                  const Tensor& pre) override;                                             // cpu/linear.cpp
+  void linear_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& grad_x,
+                       const Tensor& grad_weight, const Tensor& grad_bias) override;       // cpu/linear.cpp
+  void linear_backward_act(const Tensor& grad_out, const Tensor& weight, Activation act, const Tensor& z,
+                           const Tensor& grad_z) override;                                 // cpu/linear.cpp
+  void causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y,
+                        const Tensor& lse) override;                                       // cpu/attention.cpp
+  void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
+                                 int64_t heads, double scale, const Tensor& grad_qkv) override;  // cpu/attention.cpp
+  void conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
+                   const Tensor& out) override;                                            // cpu/conv.cpp
+  void conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x, const Tensor& weight,
+                            const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
+                            const Tensor& grad_bias) override;                             // cpu/conv.cpp
   void copy_across(const Tensor& src, const Tensor& dst) override;                         // cpu/elementwise.cpp
   void synchronize(Device) override {}
 };

@@ -5,6 +5,7 @@
 #include <snug/autograd/autocast.h>
 #include <snug/autograd/grad_mode.h>
 #include <snug/core/raw_ops.h>
+#include <snug/nn/fuse.h>
 #include <snug/nn/models/cnn.h>
 #include <snug/nn/models/vit.h>
 
@@ -32,6 +33,7 @@ Model make_model(const Args& a) {
   } else {
     cli::fail("unknown --model ", a.model, " (expected cnn, mlp, mobilenet or vit)");  // add_flags checks it first
   }
+  if (a.prune.empty() && a.quantize.empty()) nn::fuse(*m.net);  // fused layers (nn/fuse.h); prune/quant want plain ones
   m.opt = std::make_unique<nn::optim::SGD>(m.net->parameters(), nn::optim::SGDOptions{.lr = lr, .momentum = 0.9});
   return m;
 }

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: MIT
+// The fused backend entries (core/backend.h; NOTE [ Fused ops are backend
+// entries ] in core/fused_defaults.cpp): each composed default (called as
+// Backend::X on the CPU backend, which is what a backend without the fused
+// kernel runs) against the CPU's fast kernel, and against the unfused ops;
+// and the CPU overrides falling back to the default where the kernel does not
+// apply, with the unfused results.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <snug/autograd/ops.h>
+#include <snug/core/backend.h>
+#include <snug/core/generator.h>
+#include <snug/core/raw_ops.h>
+#include <snug/nn/functional.h>
+#include <snug/nn/fused.h>
+#include "test_util.h"
+
+using namespace snug;
+namespace F = snug::nn::functional;
+using Act = Backend::Activation;
+
+namespace {
+
+Backend& cpu() { return backend_for(Device()); }
+
+// max |a - b| / (1 + max |b|)
+double rel_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double d = 0, m = 0;
+  for (size_t i = 0; i < va.size(); ++i) d = std::max(d, std::abs(va[i] - vb[i])), m = std::max(m, std::abs(vb[i]));
+  return d / (1 + m);
+}
+
+void check_same(const Tensor& a, const Tensor& b, const std::string& what) {
+  CAPTURE(what);
+  REQUIRE(a.shape() == b.shape());
+  CHECK(a.to_vector<double>() == b.to_vector<double>());
+}
+
+}  // namespace
+
+TEST_CASE("linear_act: the default is matmul, bias, activation; the CPU kernel agrees with it") {
+  Generator g(1);
+  for (Act act : {Act::none, Act::relu, Act::gelu, Act::gelu_tanh}) {
+    CAPTURE(int(act));
+    const Tensor x = randn({37, 300}, {}, &g), w = randn({70, 300}, {}, &g), b = randn({70}, {}, &g);
+    Tensor out_d = empty({37, 70}), pre_d = empty({37, 70}), out_k = empty({37, 70}), pre_k = empty({37, 70});
+    cpu().Backend::linear_act(x, w, b, act, out_d, pre_d);
+    cpu().linear_act(x, w, b, act, out_k, pre_k);
+    // The default is the unfused ops, bit for bit.
+    const Tensor z = raw::binary(BinaryOp::add, raw::matmul(x, raw::transpose(w, 0, 1)), b);
+    check_same(pre_d, z, "default pre-activation");
+    const UnaryOp op = act == Act::relu ? UnaryOp::relu : act == Act::gelu ? UnaryOp::gelu : UnaryOp::gelu_tanh;
+    check_same(out_d, act == Act::none ? z : raw::unary(op, z), "default output");
+    // The one-pass GEMM adds the bias in its first K block: equal up to rounding.
+    CHECK(rel_diff(pre_k, pre_d) < 1e-5);
+    CHECK(rel_diff(out_k, out_d) < 1e-5);
+  }
+}
+
+TEST_CASE("linear_backward and linear_backward_act: defaults against the CPU kernels") {
+  Generator g(2);
+  const Tensor go = randn({90, 40}, {}, &g), x = randn({90, 300}, {}, &g), w = randn({40, 300}, {}, &g);
+  Tensor gx[2], gw[2], gb[2];
+  for (int k = 0; k < 2; ++k) {
+    gx[k] = empty({90, 300}), gw[k] = empty({40, 300}), gb[k] = empty({40});
+    if (k == 0) cpu().Backend::linear_backward(go, x, w, gx[k], gw[k], gb[k]);
+    else cpu().linear_backward(go, x, w, gx[k], gw[k], gb[k]);  // gemm_f32_a_sums for gW and gb
+  }
+  check_same(gx[1], gx[0], "grad x");  // the same GEMM either way
+  CHECK(rel_diff(gw[1], gw[0]) < 1e-5);
+  CHECK(rel_diff(gb[1], gb[0]) < 1e-5);
+  check_same(gb[0], raw::reduce(ReduceOp::sum, go, {0}, false), "default grad bias");
+
+  // (g W) * act'(z): the GEMM with the derivative in its store, and for ReLU
+  // the output h in place of z (same sign, so the same bits).
+  const Tensor w2 = randn({40, 64}, {}, &g), z = randn({90, 64}, {}, &g);
+  for (Act act : {Act::relu, Act::gelu, Act::gelu_tanh}) {
+    CAPTURE(int(act));
+    Tensor d = empty({90, 64}), k = empty({90, 64});
+    cpu().Backend::linear_backward_act(go, w2, act, z, d);
+    cpu().linear_backward_act(go, w2, act, z, k);
+    const BinaryOp back = act == Act::relu ? BinaryOp::relu_backward
+                          : act == Act::gelu ? BinaryOp::gelu_backward
+                                             : BinaryOp::gelu_tanh_backward;
+    check_same(d, raw::binary(back, raw::matmul(go, w2), z), "default");
+    CHECK(rel_diff(k, d) < 1e-5);
+    if (act == Act::relu) {
+      Tensor from_h = empty({90, 64});
+      cpu().linear_backward_act(go, w2, act, raw::unary(UnaryOp::relu, z), from_h);
+      check_same(from_h, k, "relu from its output");
+    }
+  }
+}
+
+TEST_CASE("causal_attention: the default equals the unfused attention and agrees with the CPU kernel") {
+  Generator g(3);
+  for (DType dt : {DType::f32, DType::f64}) {
+    CAPTURE(dtype_name(dt));
+    const int64_t B = 2, T = 37, H = 3, D = 8, C = H * D;  // T past one block of query rows
+    const Tensor qkv = randn({B, T, 3 * C}, dt, &g), gy = randn({B, T, C}, dt, &g);
+    const double scale = 1.0 / std::sqrt(double(D));
+    Tensor y[2], lse[2], dq[2];
+    for (int k = 0; k < 2; ++k) {
+      y[k] = empty({B, T, C}, dt), lse[k] = empty({B, H, T}, dt), dq[k] = empty({B, T, 3 * C}, dt);
+      if (k == 0) {
+        cpu().Backend::causal_attention(qkv, H, scale, y[k], lse[k]);
+        cpu().Backend::causal_attention_backward(qkv, y[k], lse[k], gy, H, scale, dq[k]);
+      } else {
+        cpu().causal_attention(qkv, H, scale, y[k], lse[k]);
+        cpu().causal_attention_backward(qkv, y[k], lse[k], gy, H, scale, dq[k]);
+      }
+    }
+    const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
+    CHECK(rel_diff(y[1], y[0]) < tol);
+    CHECK(rel_diff(lse[1], lse[0]) < tol);
+    CHECK(rel_diff(dq[1], dq[0]) < tol);
+    // The default's forward is the composed attention, bit for bit.
+    check_same(y[0], F::causal_self_attention(qkv, H, 0.0, false, /*fused=*/false), "default y");
+    // And its backward the composed attention's gradient, up to the sign of zero.
+    Tensor q1 = qkv.clone().requires_grad_(true);
+    (F::causal_self_attention(q1, H, 0.0, false, false) * gy).sum().backward();
+    CHECK(rel_diff(dq[0], q1.grad()) == 0.0);
+  }
+}
+
+TEST_CASE("conv2d_relu: the default is conv2d then relu, the CPU kernel equal to it bit for bit") {
+  Generator g(4);
+  const Tensor x = randn({3, 4, 9, 9}, {}, &g), w = randn({6, 2, 3, 3}, {}, &g), b = randn({6}, {}, &g);
+  Conv2dParams p;
+  p.stride[0] = 2, p.padding[1] = 1, p.groups = 2;
+  const Shape ys{3, 6, 4, 9};
+  Tensor y[2];
+  for (int k = 0; k < 2; ++k) {
+    y[k] = empty(ys);
+    if (k == 0) cpu().Backend::conv2d_relu(x, w, b, p, y[k]);
+    else cpu().conv2d_relu(x, w, b, p, y[k]);
+  }
+  check_same(y[1], y[0], "forward");
+  const Tensor go = randn(ys, {}, &g);
+  Tensor gx[2], gw[2], gb[2];
+  for (int k = 0; k < 2; ++k) {
+    gx[k] = empty(x.shape()), gw[k] = empty(w.shape()), gb[k] = empty({6});
+    if (k == 0) cpu().Backend::conv2d_relu_backward(go, y[0], x, w, p, gx[k], gw[k], gb[k]);
+    else cpu().conv2d_relu_backward(go, y[0], x, w, p, gx[k], gw[k], gb[k]);
+  }
+  check_same(gx[1], gx[0], "grad x");
+  check_same(gw[1], gw[0], "grad w");
+  check_same(gb[1], gb[0], "grad b");
+}
+
+TEST_CASE("the CPU overrides fall back to the default where their kernel does not apply") {
+  Generator g(5);
+  // A transposed (non-contiguous) weight: linear_relu takes the default, and
+  // still equals relu after linear.
+  const Tensor x = randn({6, 10}, {}, &g), wt = randn({10, 7}, {}, &g).transpose(0, 1), b = randn({7}, {}, &g);
+  REQUIRE_FALSE(wt.is_contiguous());
+  check_same(F::linear_relu(x, wt, b), relu(F::linear(x, wt, b)), "non-contiguous weight");
+  check_same(F::linear_relu(x, wt, b), relu(F::linear(x, wt.contiguous(), b)), "and the contiguous one");
+  // 16-bit convolution: the fused CPU kernel takes f32/f64 only.
+  const Tensor xh = randn({2, 2, 6, 6}, {}, &g).to(DType::bf16), wh = randn({3, 2, 3, 3}, {}, &g).to(DType::bf16);
+  Tensor yk = empty({2, 3, 4, 4}, DType::bf16), yd = empty({2, 3, 4, 4}, DType::bf16);
+  cpu().conv2d_relu(xh, wh, Tensor(), Conv2dParams{}, yk);
+  cpu().Backend::conv2d_relu(xh, wh, Tensor(), Conv2dParams{}, yd);
+  check_same(yk, yd, "bf16 conv2d_relu");
+}
+
+TEST_CASE("linear: mismatched dtypes and devices are errors naming the op") {
+  using snug::testing::contains;
+  using snug::testing::error_of;
+  const Tensor x = zeros({2, 3});
+  CHECK(contains(error_of([&] { F::linear(x, zeros({4, 3}, DType::f64)); }),
+                 "linear: input (f32), weight (f64) and bias (none) must have the same dtype"));
+  CHECK(contains(error_of([&] { F::linear_relu(x, zeros({4, 3}), zeros({4}, DType::f64)); }),
+                 "linear_relu: input (f32), weight (f32) and bias (f64) must have the same dtype"));
+  CHECK(contains(error_of([&] { F::linear(zeros({2, 3}, DType::i64), zeros({4, 3}, DType::i64)); }),
+                 "linear: expected a floating input"));
+  CHECK(contains(error_of([&] { F::causal_self_attention(zeros({1, 2, 6}, DType::i64), 1); }),
+                 "causal_self_attention: expected a floating qkv"));
+}
