@@ -25,8 +25,11 @@
 
 namespace snug::cuda {
 
-// Bump when the table changes (a field added, removed or retyped).
-inline constexpr uint32_t kPluginAbiVersion = 1;
+// Bump when the table changes (a field added, removed or retyped) or the
+// Backend interface of core/backend.h does (the plugin's CudaBackend overrides
+// its virtual methods, so a plugin built against another layout must be refused).
+//   2: the fused ops became Backend methods (linear_act, causal_attention, ...).
+inline constexpr uint32_t kPluginAbiVersion = 2;
 inline constexpr const char* kPluginEntry = "snug_cuda_plugin";
 
 struct PluginApi {
