@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include <snug/quant/gemm_int8.h>
+#include <snug/core/cpu/gemm_int8.h>
 #include "test_util.h"
 
 using namespace snug;
