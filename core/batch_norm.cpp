@@ -84,7 +84,8 @@ void Backend::batch_norm_forward_inference(const Tensor& x, const Tensor& weight
                                            const Tensor& y) {
   const DType cd = stats_dtype(x.dtype());
   const Channels ch(x);
-  const Tensor rstd = raw::unary(UnaryOp::rsqrt, raw::unary(UnaryOp::affine, ch.per_channel(running_var, cd), 1.0, eps));
+  const Tensor rstd =
+      raw::unary(UnaryOp::rsqrt, raw::unary(UnaryOp::affine, ch.per_channel(running_var, cd), 1.0, eps));
   const Tensor xc = raw::binary(BinaryOp::sub, raw::to_dtype(x, cd), ch.per_channel(running_mean, cd));
   normalize_to(*this, ch, xc, rstd, weight, bias, y);
 }
@@ -99,9 +100,11 @@ void Backend::batch_norm_backward(const Tensor& gy, const Tensor& x, const Tenso
   const DType cd = stats_dtype(x.dtype());
   const Channels ch(x);
   const Tensor rs = ch.per_channel(invstd, cd);
-  const Tensor xh = raw::binary(BinaryOp::mul, raw::binary(BinaryOp::sub, raw::to_dtype(x, cd), ch.per_channel(mean, cd)), rs);
+  const Tensor xc = raw::binary(BinaryOp::sub, raw::to_dtype(x, cd), ch.per_channel(mean, cd));
+  const Tensor xh = raw::binary(BinaryOp::mul, xc, rs);
   const Tensor go = raw::to_dtype(gy, cd);
-  if (gweight.defined()) raw::copy_(gweight, raw::reduce(ReduceOp::sum, raw::binary(BinaryOp::mul, go, xh), ch.dims, false));
+  if (gweight.defined())
+    raw::copy_(gweight, raw::reduce(ReduceOp::sum, raw::binary(BinaryOp::mul, go, xh), ch.dims, false));
   if (gbias.defined()) raw::copy_(gbias, raw::reduce(ReduceOp::sum, go, ch.dims, false));
   if (!gx.defined()) return;
   Tensor gh = weight.defined() ? raw::binary(BinaryOp::mul, go, ch.per_channel(weight, cd)) : go;

@@ -64,8 +64,9 @@ void Backend::sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, co
   SNUG_CHECK(a.momentum == 0 || buf.defined(), ValueError, "sgd_update: momentum ", a.momentum,
              " needs a momentum buffer");
   const Tensor grad = grad_like(g, p);
-  Tensor d = a.weight_decay != 0 ? raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, a.weight_decay))
-                                 : grad;
+  Tensor d = a.weight_decay != 0
+                 ? raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, a.weight_decay))
+                 : grad;
   if (a.momentum != 0) {
     if (a.first) {
       raw::copy_(buf, d);

@@ -50,21 +50,24 @@ struct CudaBackend final : Backend {
   void copy_across(const Tensor& src, const Tensor& dst) override;
   void synchronize(Device d) override;
 
-  // ---- fused ops: batch norm, optimizer updates, loss-scaler unscale (NOTE [ Composed defaults, fused overrides ]) ----
+  // ---- fused ops: batch norm, optimizer updates, loss-scaler unscale
+  // (NOTE [ Composed defaults, fused overrides ]) ----
+  // batch_norm.cpp (cuDNN):
   void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                    const Tensor& running_mean, const Tensor& running_var, double momentum, double eps,
-                                   const Tensor& y, const Tensor& mean, const Tensor& invstd) override;  // batch_norm.cpp (cuDNN)
+                                   const Tensor& y, const Tensor& mean, const Tensor& invstd) override;
   void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                     const Tensor& running_mean, const Tensor& running_var, double eps,
-                                    const Tensor& y) override;  // batch_norm.cpp
+                                    const Tensor& y) override;
   void batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                            const Tensor& invstd, bool training, double eps, const Tensor& gx, const Tensor& gweight,
-                           const Tensor& gbias) override;  // batch_norm.cpp
+                           const Tensor& gbias) override;
+  // fused_ops.cpp (the kernels of fused.cu):
   void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                   const update::AdamArgs& a) override;  // fused_ops.cpp (kernels: fused.cu)
-  void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) override;  // fused_ops.cpp
+                   const update::AdamArgs& a) override;
+  void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) override;
   void unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags,
-                         int64_t slot) override;  // fused_ops.cpp
+                         int64_t slot) override;
 };
 
 CudaBackend& cuda_backend();

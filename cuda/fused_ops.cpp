@@ -92,7 +92,8 @@ void CudaBackend::sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf
 void CudaBackend::unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags,
                                     int64_t slot) {
   const DType cd = g.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  const bool floating = g.dtype() == DType::f32 || g.dtype() == DType::f16 || g.dtype() == DType::bf16 || cd == DType::f64;
+  const bool floating = cd == DType::f64 || g.dtype() == DType::f32 || g.dtype() == DType::f16 ||
+                        g.dtype() == DType::bf16;
   const bool in_place = out.is_same(g);
   const bool takes = floating && g.device().is_cuda() && out.device() == g.device() && out.dtype() == cd &&
                      out.numel() == g.numel() && (in_place || out.storage() != g.storage()) && flags.defined() &&

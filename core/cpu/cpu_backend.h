@@ -43,13 +43,14 @@ struct CpuBackend final : Backend {
   void copy_across(const Tensor& src, const Tensor& dst) override;                         // cpu/elementwise.cpp
   void synchronize(Device) override {}
 
-  // ---- fused ops: optimizer updates, loss-scaler unscale (NOTE [ Composed defaults, fused overrides ]) ----
-  // Batch norm is the composed default (core/batch_norm.cpp).
+  // ---- fused ops: optimizer updates, loss-scaler unscale
+  // (NOTE [ Composed defaults, fused overrides ]), in cpu/update.cpp. Batch
+  // norm is the composed default (core/batch_norm.cpp).
   void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                   const update::AdamArgs& a) override;                                    // cpu/update.cpp
-  void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) override;  // cpu/update.cpp
+                   const update::AdamArgs& a) override;
+  void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) override;
   void unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags,
-                         int64_t slot) override;                                           // cpu/update.cpp
+                         int64_t slot) override;
 };
 
 }  // namespace snug

@@ -26,13 +26,14 @@ namespace {
 constexpr int64_t kParallelGrain = 1 << 15;
 
 template <class G>
-void adam_loop(float* p, const G* g, float* m, float* v, int64_t n, const update::AdamConsts k) {  // by value: no aliasing with p
+// k by value: no aliasing with p.
+void adam_loop(float* p, const G* g, float* m, float* v, int64_t n, const update::AdamConsts k) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) update::adam(p[i], static_cast<float>(g[i]), m[i], v[i], k);
 }
 
 template <class G>
-void sgd_loop(float* p, const G* g, float* buf, int64_t n, const update::SgdConsts k) {  // by value: no aliasing with p
+void sgd_loop(float* p, const G* g, float* buf, int64_t n, const update::SgdConsts k) {  // k by value, as above
   if (buf) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) update::sgd_momentum(p[i], static_cast<float>(g[i]), buf[i], k);
@@ -106,7 +107,8 @@ void CpuBackend::unscale_and_check(const Tensor& g, const Tensor& out, double in
                                    int64_t slot) {
   const DType cd = g.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const bool in_place = out.is_same(g);
-  const bool floating = g.dtype() == DType::f32 || g.dtype() == DType::f16 || g.dtype() == DType::bf16 || cd == DType::f64;
+  const bool floating = cd == DType::f64 || g.dtype() == DType::f32 || g.dtype() == DType::f16 ||
+                        g.dtype() == DType::bf16;
   const bool takes = floating && g.device().is_cpu() && out.device() == g.device() && flags.device() == g.device() &&
                      g.is_contiguous() && out.is_contiguous() && out.dtype() == cd && out.numel() == g.numel() &&
                      (in_place || out.storage() != g.storage()) && flags.defined() && flags.dtype() == DType::i32 &&

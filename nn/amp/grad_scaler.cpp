@@ -88,7 +88,8 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
     if (!out.is_same(g)) p.set_grad(out);
   }
   for (size_t d = 0; d < devices.size(); ++d) {
-    const std::vector<int32_t> host = flags[d].to(kCPU).to_vector<int32_t>();  // waits for the device: the one read back
+    // Waits for the device: the one read back.
+    const std::vector<int32_t> host = flags[d].to(kCPU).to_vector<int32_t>();
     for (Entry& e : entries)
       if (e.device == d) e.finite = host[static_cast<size_t>(e.slot)] == 0;
   }
