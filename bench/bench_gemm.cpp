@@ -22,7 +22,7 @@
 
 #include "bench/bench.h"
 #include <snug/core/cpu/gemm.h>
-#include <snug/quant/gemm_int8.h>
+#include <snug/core/cpu/gemm_int8.h>
 
 namespace {
 

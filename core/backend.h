@@ -13,6 +13,7 @@
 #include <snug/core/functors.h>
 #include <snug/core/philox.h>
 #include <snug/core/tensor.h>
+#include <snug/core/update_math.h>
 
 namespace snug {
 
@@ -164,6 +165,58 @@ struct Backend {
   virtual void copy_across(const Tensor& src, const Tensor& dst) = 0;
   // Blocks until queued work on device finishes (CPU: no-op).
   virtual void synchronize(Device d) = 0;
+
+  // ---- fused ops: batch norm, optimizer updates, loss-scaler unscale (NOTE [ Composed defaults, fused overrides ]) ----
+  // NOTE [ Composed defaults, fused overrides ]
+  // Each entry below has a default composed from the primitives above
+  // (core/batch_norm.cpp, core/update.cpp), which is the definition: it takes
+  // any tensors the formulas make sense for. A backend overrides an entry with
+  // a fused kernel for the cases that kernel takes, and hands every other case
+  // to the default (Backend::X), so callers (nn/) never test a device, dtype
+  // or layout. CPU: the updates and the unscale (core/cpu/update.cpp); its
+  // batch norm is the default. CUDA: all of them (cuda/batch_norm.cpp with
+  // cuDNN, cuda/fused_ops.cpp with the kernels of cuda/fused.cu).
+
+  // Batch norm of x (N, C, *), contiguous, per channel over its M = N prod(*)
+  // values (the formulas: nn/functional_norm.cpp). weight, bias, running_mean,
+  // running_var: (C), any floating dtype, or undefined (weight 1, bias 0; no
+  // running statistics). y like x. Statistics are f32 (f64 for f64 x): call it
+  // the stats dtype. Training writes y, mean and invstd = 1 / sqrt(biased var
+  // + eps) ((C), stats dtype), and updates running_mean/var in place when
+  // given: r = (1 - momentum) r + momentum * batch value (unbiased variance).
+  virtual void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                           const Tensor& running_mean, const Tensor& running_var, double momentum,
+                                           double eps, const Tensor& y, const Tensor& mean, const Tensor& invstd);
+  // Evaluation: y from running_mean and running_var (both defined).
+  virtual void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                            const Tensor& running_mean, const Tensor& running_var, double eps,
+                                            const Tensor& y);
+  // gy (x's shape and dtype, contiguous) -> gx like x, gweight (C) and gbias
+  // (C) in their own dtypes; each undefined when not wanted. training: mean
+  // and invstd are the training forward's (eps as given to it); otherwise the
+  // running mean and 1 / sqrt(running_var + eps) in the stats dtype (then
+  // gx = gy weight invstd).
+  virtual void batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& invstd, bool training, double eps, const Tensor& gx,
+                                   const Tensor& gweight, const Tensor& gbias);
+
+  // One optimizer step on one parameter, in place (the math:
+  // core/update_math.h). p (n) floating, any strides; g (n) any floating
+  // dtype (taken in p's); m, v, buf like p (buf undefined without momentum).
+  // The fused overrides take contiguous f32 p and state with an f32/f16/bf16
+  // g on one device (CPU: any CPU devices, which share host memory) and
+  // allocate nothing (NOTE [ Failure-atomic optimizer steps ] in
+  // nn/optim/optimizer.cpp); the default allocates temporaries.
+  virtual void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                           const update::AdamArgs& a);
+  virtual void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a);
+  // The loss scaler's unscale: out = g * inv, in f32 for f32/f16/bf16 g and
+  // f64 for f64 g, and flags[slot] = 1 when an element of out is inf or NaN
+  // (flags is left alone otherwise, so it starts at 0). g any strides; out is
+  // g itself (f32/f64 g: in place) or an f32 tensor of g's shape; flags i32
+  // (slots), contiguous, on g's device. Nothing is read back to the host: a
+  // caller unscaling many gradients reads the flags once.
+  virtual void unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot);
 };
 
 // The backend for a device type; throws DeviceError if none is registered

@@ -2,9 +2,11 @@
 // The per-element math of the fused optimizer updates and of the loss
 // scaler's unscale, written once for the host and the GPU (NOTE [ One
 // definition of each op's math ] in core/functors.h). The CPU loops
-// (nn/optim/fused.cpp) and the CUDA kernels (cuda/fused.cu) both call these,
+// (core/cpu/update.cpp) and the CUDA kernels (cuda/fused.cu) both call these,
 // with constants prepared once on the host by the make_* functions, so both
-// devices start from the same f32 constants.
+// devices start from the same f32 constants. The step's hyperparameters
+// (AdamArgs, SgdArgs) are what Backend::adam_update / sgd_update take
+// (core/backend.h); the composed default (core/update.cpp) uses them as they are.
 //
 // A leaf header apart from base/macros.h: nvcc compiles it too.
 #pragma once
@@ -19,6 +21,12 @@ namespace snug::update {
 //   AdamW: p *= 1 - lr wd        Adam: g += wd p
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)      (bc = 1 - beta^t)
+struct AdamArgs {
+  double lr, beta1, beta2, eps, weight_decay;
+  double bias_correction1, bias_correction2;  // 1 - beta^t
+  bool decoupled;                             // AdamW: p -= lr wd p; Adam: g += wd p
+};
+
 struct AdamConsts {
   float b1, b2, c1, c2, eps, wd, decay, inv_sqrt_bc2, step;
   bool decoupled;
@@ -38,6 +46,10 @@ inline AdamConsts make_adam_consts(double lr, double beta1, double beta2, double
   k.step = static_cast<float>(lr / bias_correction1);
   k.decoupled = decoupled;
   return k;
+}
+inline AdamConsts make_adam_consts(const AdamArgs& a) {
+  return make_adam_consts(a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.bias_correction1, a.bias_correction2,
+                          a.decoupled);
 }
 
 // p, m, v: the element's f32 parameter and moments, updated in place; g: its
@@ -62,6 +74,12 @@ SNUG_HOST_DEVICE SNUG_INLINE void adam(float& p, float g, float& m, float& v, co
 // Per element, in f32:
 //   d = g + wd p;  buf = first ? d : momentum buf + (1 - dampening) d
 //   step = nesterov ? d + momentum buf : buf (or d without momentum);  p -= lr step
+struct SgdArgs {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+  bool first;  // the momentum buffer's first step: buf = d (as PyTorch)
+};
+
 struct SgdConsts {
   float lr, mom, damp, wd;
   bool nesterov, first;
@@ -71,6 +89,9 @@ inline SgdConsts make_sgd_consts(double lr, double momentum, double dampening, d
                                  bool first) {
   return {static_cast<float>(lr), static_cast<float>(momentum), static_cast<float>(1 - dampening),
           static_cast<float>(weight_decay), nesterov, first};
+}
+inline SgdConsts make_sgd_consts(const SgdArgs& a) {
+  return make_sgd_consts(a.lr, a.momentum, a.dampening, a.weight_decay, a.nesterov, a.first);
 }
 
 // With a momentum buffer (momentum != 0) and without: two functions rather

@@ -3,7 +3,8 @@
 // through backend_for(DeviceType::CUDA) once cuda/register.cpp has run).
 // Methods are spread by family: cuda_backend.cpp (elementwise, reductions,
 // softmax, norms, index, random, copies), matmul.cpp (matmul via cuBLAS),
-// conv.cpp (convolution via cuDNN), pool.cu and pool_cudnn.cpp (pooling).
+// conv.cpp (convolution via cuDNN), pool.cu and pool_cudnn.cpp (pooling),
+// batch_norm.cpp (cuDNN), fused_ops.cpp (optimizer updates, unscale).
 // Every kernel is queued on the device's current stream (memory/stream.h; the
 // default stream unless a memory::StreamGuard says otherwise); copies to the
 // host wait for that stream.
@@ -55,6 +56,25 @@ struct CudaBackend final : Backend {
                                  int64_t heads, double scale, const Tensor& grad_qkv) override;  // fused_ops.cpp
   void copy_across(const Tensor& src, const Tensor& dst) override;
   void synchronize(Device d) override;
+
+  // ---- fused ops: batch norm, optimizer updates, loss-scaler unscale
+  // (NOTE [ Composed defaults, fused overrides ]) ----
+  // batch_norm.cpp (cuDNN):
+  void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                   const Tensor& running_mean, const Tensor& running_var, double momentum, double eps,
+                                   const Tensor& y, const Tensor& mean, const Tensor& invstd) override;
+  void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& running_mean, const Tensor& running_var, double eps,
+                                    const Tensor& y) override;
+  void batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& invstd, bool training, double eps, const Tensor& gx, const Tensor& gweight,
+                           const Tensor& gbias) override;
+  // fused_ops.cpp (the kernels of fused.cu):
+  void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                   const update::AdamArgs& a) override;
+  void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) override;
+  void unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags,
+                         int64_t slot) override;
 };
 
 CudaBackend& cuda_backend();

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
-// cuda/fused_api.h: checks the tensors, makes their device current and
-// queues the kernel of cuda/fused.cu on its current stream (memory/stream.h).
+// CudaBackend's optimizer updates and loss-scaler unscale (core/backend.h;
+// the composed default, core/update.cpp, takes what the kernels do not), and
+// cuda/fused_api.h's attention: each checks the tensors, makes their device
+// current and queues the kernel of cuda/fused.cu (cuda/attention.cu) on its
+// current stream (memory/stream.h).
 #include <snug/cuda/fused_api.h>
 
 #include <algorithm>
@@ -26,23 +29,6 @@ struct Named {
   const Tensor* t;
 };
 
-// Every tensor defined, contiguous, on the first one's CUDA device, with n
-// elements; returns that device's index.
-int check_operands(const char* op, int64_t n, std::initializer_list<Named> ts) {
-  const Device d = ts.begin()->t->device();
-  SNUG_CHECK(d.is_cuda(), DeviceError, "cuda::", op, ": ", ts.begin()->name, " is on ", d.str(),
-             ", not on a CUDA device");
-  for (const Named& x : ts) {
-    SNUG_CHECK(x.t->defined(), ValueError, "cuda::", op, ": ", x.name, " is undefined");
-    SNUG_CHECK(x.t->device() == d, DeviceError, "cuda::", op, ": ", x.name, " is on ", x.t->device().str(),
-               " but ", ts.begin()->name, " is on ", d.str());
-    SNUG_CHECK(x.t->is_contiguous(), ValueError, "cuda::", op, ": ", x.name, " must be contiguous");
-    SNUG_CHECK(x.t->numel() == n, ValueError, "cuda::", op, ": ", x.name, " has ", x.t->numel(),
-               " elements, expected ", n);
-  }
-  return d.index;
-}
-
 void check_dtype(const char* op, const char* name, const Tensor& t, std::initializer_list<DType> ok) {
   for (DType d : ok)
     if (t.dtype() == d) return;
@@ -62,53 +48,69 @@ void check_disjoint(const char* op, std::initializer_list<Named> ts) {
 
 }  // namespace
 
-void fused_adam(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const update::AdamConsts& k) {
-  const int64_t n = p.numel();
-  const int dev = check_operands("fused_adam", n, {{"parameter", &p}, {"gradient", &g}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
-  check_dtype("fused_adam", "parameter", p, {DType::f32});
-  check_dtype("fused_adam", "exp_avg", m, {DType::f32});
-  check_dtype("fused_adam", "exp_avg_sq", v, {DType::f32});
-  check_dtype("fused_adam", "gradient", g, {DType::f32, DType::f16, DType::bf16});
-  check_disjoint("fused_adam", {{"parameter", &p}, {"gradient", &g}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
-  OnDevice guard(dev);
-  kernels::fused_adam(g.dtype(), n, static_cast<float*>(p.data_ptr()), g.data_ptr(), static_cast<float*>(m.data_ptr()),
-                      static_cast<float*>(v.data_ptr()), k, guard.stream());
+namespace {
+// Whether the kernels take these: all on the first one's CUDA device,
+// contiguous, of its n elements; target and state f32, the gradient f32, f16
+// or bf16. Undefined state (no momentum buffer) is fine.
+bool kernels_take(const Tensor& target, const Tensor& grad, std::initializer_list<const Tensor*> state) {
+  const Device d = target.device();
+  auto f32_here = [&](const Tensor& t) {
+    return t.device() == d && t.dtype() == DType::f32 && t.is_contiguous() && t.numel() == target.numel();
+  };
+  if (!d.is_cuda() || !f32_here(target) || grad.device() != d || !grad.is_contiguous() ||
+      grad.numel() != target.numel())
+    return false;
+  if (grad.dtype() != DType::f32 && grad.dtype() != DType::f16 && grad.dtype() != DType::bf16) return false;
+  for (const Tensor* s : state)
+    if (s->defined() && !f32_here(*s)) return false;
+  return true;
+}
+}  // namespace
+
+void CudaBackend::adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                              const update::AdamArgs& a) {
+  if (!m.defined() || !v.defined() || !kernels_take(p, g, {&m, &v})) return Backend::adam_update(p, g, m, v, a);
+  check_disjoint("adam_update", {{"parameter", &p}, {"gradient", &g}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
+  profiler::RecordOp rec("fused_adam", p.device());
+  OnDevice guard(p.device().index);
+  kernels::fused_adam(g.dtype(), p.numel(), static_cast<float*>(p.data_ptr()), g.data_ptr(),
+                      static_cast<float*>(m.data_ptr()), static_cast<float*>(v.data_ptr()), update::make_adam_consts(a),
+                      guard.stream());
 }
 
-void fused_sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdConsts& k) {
-  const int64_t n = p.numel();
-  int dev;
-  if (buf.defined()) {
-    dev = check_operands("fused_sgd", n, {{"parameter", &p}, {"gradient", &g}, {"momentum_buffer", &buf}});
-    check_dtype("fused_sgd", "momentum_buffer", buf, {DType::f32});
-  } else {
-    dev = check_operands("fused_sgd", n, {{"parameter", &p}, {"gradient", &g}});
-  }
-  check_dtype("fused_sgd", "parameter", p, {DType::f32});
-  check_dtype("fused_sgd", "gradient", g, {DType::f32, DType::f16, DType::bf16});
-  check_disjoint("fused_sgd", {{"parameter", &p}, {"gradient", &g}, {"momentum_buffer", &buf}});
-  OnDevice guard(dev);
-  kernels::fused_sgd(g.dtype(), n, static_cast<float*>(p.data_ptr()), g.data_ptr(),
-                     buf.defined() ? static_cast<float*>(buf.data_ptr()) : nullptr, k, guard.stream());
+void CudaBackend::sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) {
+  if ((a.momentum != 0 && !buf.defined()) || !kernels_take(p, g, {&buf})) return Backend::sgd_update(p, g, buf, a);
+  check_disjoint("sgd_update", {{"parameter", &p}, {"gradient", &g}, {"momentum_buffer", &buf}});
+  profiler::RecordOp rec("fused_sgd", p.device());
+  OnDevice guard(p.device().index);
+  kernels::fused_sgd(g.dtype(), p.numel(), static_cast<float*>(p.data_ptr()), g.data_ptr(),
+                     buf.defined() ? static_cast<float*>(buf.data_ptr()) : nullptr, update::make_sgd_consts(a),
+                     guard.stream());
 }
 
-void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot) {
-  const int dev = check_operands("unscale_check", g.numel(), {{"gradient", &g}, {"output", &out}});
-  check_dtype("unscale_check", "gradient", g, {DType::f32, DType::f16, DType::bf16, DType::f64});
-  check_dtype("unscale_check", "output", out, {g.dtype() == DType::f64 ? DType::f64 : DType::f32});
-  const auto g0 = reinterpret_cast<std::uintptr_t>(g.data_ptr()), o0 = reinterpret_cast<std::uintptr_t>(out.data_ptr());
-  const bool in_place = o0 == g0 && out.dtype() == g.dtype();
-  const bool apart = g0 + g.nbytes() <= o0 || o0 + out.nbytes() <= g0;
-  SNUG_CHECK(in_place || apart, ValueError,
-             "cuda::unscale_check: output partly overlaps the gradient (it must be the gradient itself or separate)");
-  SNUG_CHECK(flags.defined() && flags.device() == g.device() && flags.dtype() == DType::i32 && flags.is_contiguous(),
-             ValueError, "cuda::unscale_check: flags must be a contiguous i32 tensor on ", g.device().str());
-  SNUG_CHECK(slot >= 0 && slot < flags.numel(), ValueError, "cuda::unscale_check: slot ", slot, " is outside flags (",
-             flags.numel(), " slots)");
+// A strided gradient is unscaled in a contiguous copy, written back when the
+// unscale is in place.
+void CudaBackend::unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags,
+                                    int64_t slot) {
+  const DType cd = g.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const bool floating = cd == DType::f64 || g.dtype() == DType::f32 || g.dtype() == DType::f16 ||
+                        g.dtype() == DType::bf16;
+  const bool in_place = out.is_same(g);
+  const bool takes = floating && g.device().is_cuda() && out.device() == g.device() && out.dtype() == cd &&
+                     out.numel() == g.numel() && (in_place || out.storage() != g.storage()) && flags.defined() &&
+                     flags.device() == g.device() && flags.dtype() == DType::i32 && flags.is_contiguous() &&
+                     slot >= 0 && slot < flags.numel();
+  if (!takes) return Backend::unscale_and_check(g, out, inv, flags, slot);
+  const Tensor src = raw::contiguous(g);
+  const Tensor dst = in_place ? src : (out.is_contiguous() ? out : empty(out.shape(), out.options()));
   profiler::RecordOp rec("unscale_check", g.device());
-  OnDevice guard(dev);
-  kernels::unscale_check(g.dtype(), out.dtype(), g.numel(), g.data_ptr(), out.data_ptr(), inv,
-                         static_cast<int32_t*>(flags.data_ptr()) + slot, guard.stream());
+  {
+    OnDevice guard(g.device().index);
+    kernels::unscale_check(src.dtype(), dst.dtype(), src.numel(), src.data_ptr(), dst.data_ptr(), inv,
+                           static_cast<int32_t*>(flags.data_ptr()) + slot, guard.stream());
+  }
+  if (!dst.is_same(out)) raw::copy_(out, dst);
+  out.bump_version();
 }
 
 namespace {

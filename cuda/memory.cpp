@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Raw memory for the caching allocator (memory/raw_backend.h): device memory
-// (cudaMalloc) for every cuda:N pool, and pinned host memory (cudaHostAlloc)
-// for a separate pool that stages host <-> device copies. Both implement the
+// (cudaMalloc) for every cuda:N pool, with its streams, and pinned host
+// memory (cudaHostAlloc) for memory/pinned.h's pool that stages host <-> device
+// copies. Both implement the
 // allocator's events with CUDA events, which is what NOTE [ Stream-aware
 // reuse ] (memory/caching_allocator.h) needs: a block used on a second stream
 // goes back to the pool only when the event recorded on that stream at free
@@ -15,6 +16,7 @@
 #include <snug/cuda/cuda_api.h>
 #include <snug/cuda/cuda_backend.h>
 #include <snug/memory/caching_allocator.h>
+#include <snug/memory/pinned.h>
 #include <snug/memory/raw_backend.h>
 
 namespace snug::cuda {
@@ -77,6 +79,16 @@ class DeviceMemoryBackend final : public memory::RawBackend {
     SNUG_CUDA_CHECK(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(e)));
   }
   void destroy_event(EventHandle e) override { SNUG_CUDA_CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e))); }
+  StreamId create_stream() override {
+    DeviceGuard g(device_);
+    return cuda::create_stream();
+  }
+  void destroy_stream(StreamId s) override {
+    DeviceGuard g(device_);
+    cuda::synchronize_stream(s);
+    cuda::destroy_stream(s);
+  }
+  void make_current() override { set_device(device_); }
 
  private:
   int device_;
@@ -108,17 +120,6 @@ class PinnedHostBackend final : public memory::RawBackend {
   void destroy_event(EventHandle e) override { SNUG_CUDA_CHECK(cudaEventDestroy(reinterpret_cast<cudaEvent_t>(e))); }
 };
 
-// The pinned pool: its own CachingAllocator (labelled cpu, since the bytes are
-// host memory), created on first use and never destroyed (NOTE [ Allocator
-// registry lifetime ] in memory/allocator.cpp).
-memory::CachingAllocator& pinned_pool() {
-  static memory::CachingAllocator* a = [] {
-    SNUG_CHECK(device_count() > 0, DeviceError, "cuda::pinned_allocate: no CUDA GPU is present");
-    return new memory::CachingAllocator(kCPU, std::make_unique<PinnedHostBackend>());
-  }();
-  return *a;
-}
-
 }  // namespace
 
 std::unique_ptr<memory::RawBackend> make_device_memory_backend(Device d) {
@@ -128,10 +129,15 @@ std::unique_ptr<memory::RawBackend> make_device_memory_backend(Device d) {
   return std::make_unique<DeviceMemoryBackend>(d.index);
 }
 
-void* pinned_allocate(std::size_t bytes) { return pinned_pool().allocate(bytes, 0, memory::Tag::data, "pinned"); }
-void pinned_free(void* p) {
-  if (p) pinned_pool().deallocate(p);
+std::unique_ptr<memory::RawBackend> make_pinned_memory_backend() { return std::make_unique<PinnedHostBackend>(); }
+
+// cuda/cuda_api.h's pinned memory is memory/pinned.h's pool, which
+// ensure_registered gives this backend when a GPU is present.
+void* pinned_allocate(std::size_t bytes) {
+  ensure_registered();
+  return memory::pinned_allocate(bytes);
 }
-void pinned_record_stream(void* p, std::uintptr_t stream) { pinned_pool().record_stream(p, stream); }
+void pinned_free(void* p) { memory::pinned_free(p); }
+void pinned_record_stream(void* p, std::uintptr_t stream) { memory::pinned_record_stream(p, stream); }
 
 }  // namespace snug::cuda

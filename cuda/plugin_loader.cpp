@@ -150,15 +150,6 @@ void binary_f32(BinaryOp op, const float* x, const float* y, float* out, int64_t
 }
 
 // ---- cuda/fused_api.h ------------------------------------------------------------
-void fused_adam(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v, const update::AdamConsts& k) {
-  need("fused_adam").fused_adam(p, g, m, v, k);
-}
-void fused_sgd(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdConsts& k) {
-  need("fused_sgd").fused_sgd(p, g, buf, k);
-}
-void unscale_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot) {
-  need("unscale_check").unscale_check(g, out, inv, flags, slot);
-}
 void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse,
                               bool tf32) {
   need("causal_attention_forward").causal_attention_forward(qkv, heads, scale, y, lse, tf32);
@@ -169,22 +160,6 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor&
 }
 std::size_t set_attention_chunk_bytes(std::size_t bytes) {
   return need("set_attention_chunk_bytes").set_attention_chunk_bytes(bytes);
-}
-void batch_norm_forward_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                 const Tensor& running_mean, const Tensor& running_var, double momentum, double eps,
-                                 const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd) {
-  need("batch_norm_forward_training")
-      .batch_norm_forward_training(x, weight, bias, running_mean, running_var, momentum, eps, y, save_mean,
-                                   save_invstd);
-}
-void batch_norm_forward_inference(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                  const Tensor& running_mean, const Tensor& running_var, double eps, const Tensor& y) {
-  need("batch_norm_forward_inference").batch_norm_forward_inference(x, weight, bias, running_mean, running_var, eps, y);
-}
-void batch_norm_backward(const Tensor& x, const Tensor& gy, const Tensor& weight, const Tensor& save_mean,
-                         const Tensor& save_invstd, double eps, const Tensor& gx, const Tensor& gweight,
-                         const Tensor& gbias) {
-  need("batch_norm_backward").batch_norm_backward(x, gy, weight, save_mean, save_invstd, eps, gx, gweight, gbias);
 }
 
 }  // namespace snug::cuda

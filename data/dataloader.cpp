@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include <snug/core/raw_ops.h>
-#include <snug/cuda/cuda_api.h>  // plain C++: is_available, pinned_allocate
 
 #include <omp.h>
 
@@ -15,7 +14,9 @@
 #include <thread>
 
 #include <snug/autograd/grad_mode.h>
+#include <snug/core/backend.h>
 #include <snug/memory/allocator.h>
+#include <snug/memory/pinned.h>
 
 namespace snug::data {
 
@@ -23,9 +24,9 @@ namespace {
 // A copy of t (on the host) in pinned memory, freed back to the pinned pool.
 Tensor pin(const Tensor& t) {
   const Tensor c = raw::contiguous(raw::to_device(t, kCPU));
-  void* p = cuda::pinned_allocate(c.nbytes());
+  void* p = memory::pinned_allocate(c.nbytes());
   if (c.nbytes()) std::memcpy(p, c.data_ptr(), c.nbytes());
-  return from_blob(p, c.shape(), c.dtype(), [](void* q) { cuda::pinned_free(q); });
+  return from_blob(p, c.shape(), c.dtype(), [](void* q) { memory::pinned_free(q); });
 }
 }  // namespace
 
@@ -118,7 +119,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   SNUG_CHECK(opt_.prefetch_factor >= 1, ValueError, "DataLoader: prefetch_factor must be >= 1, got ",
              opt_.prefetch_factor);
   if (!opt_.collate) opt_.collate = stack_collate;
-  if (opt_.pin_memory && cuda::is_available()) {
+  // Pinned memory stages copies to a GPU: only when one is present. Asking
+  // loads the CUDA plugin, which provides the pinned pool (memory/pinned.h).
+  if (opt_.pin_memory && has_backend(DeviceType::CUDA) && memory::pinned_available()) {
     // Each batch's tensors are copied into the pinned pool once collated, on
     // the worker, so the copy to the GPU can start from page-locked memory.
     pinned_ = true;

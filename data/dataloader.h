@@ -47,7 +47,7 @@ struct DataLoaderOptions {
   int prefetch_factor = 2;  // batches in flight per worker (NOTE [ DataLoader bounded prefetch ])
   bool drop_last = false;   // drop a final batch smaller than batch_size
   bool persistent_workers = false;  // keep the threads between epochs
-  // Stage batches in pinned (page-locked) host memory (cuda::pinned_allocate)
+  // Stage batches in pinned (page-locked) host memory (memory/pinned.h)
   // for fast copies to a GPU. Accepted everywhere; a no-op without a GPU
   // (pin_memory_active() says which).
   bool pin_memory = false;

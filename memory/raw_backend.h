@@ -8,8 +8,9 @@
 // Backends here: HostBackend (page-aligned host memory, used for cpu and
 // every virtual cpu:N) and SimulatedBackend (address ranges that are never
 // touched, so a trace from an 80 GB GPU replays on a laptop). cuda/ adds
-// device memory and pinned host memory through register_backend_factory()
-// (memory/allocator.h); nothing in memory/ includes a CUDA header.
+// device memory through register_backend_factory() (memory/allocator.h) and
+// pinned host memory through register_pinned_backend() (memory/pinned.h);
+// nothing in memory/ includes a CUDA header.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +43,14 @@ class RawBackend {
   virtual bool query_event(EventHandle /*e*/) { return true; }
   virtual void synchronize_event(EventHandle /*e*/) {}
   virtual void destroy_event(EventHandle /*e*/) {}
+
+  // Streams of one's own (memory/stream.h). The defaults suit a device with
+  // one stream (the CPU): there is no other to make, and no device to bind.
+  virtual StreamId create_stream() { return 0; }
+  // Waits for the work queued on s, then releases it.
+  virtual void destroy_stream(StreamId /*s*/) {}
+  // Makes this device the calling thread's current one (CUDA: cudaSetDevice).
+  virtual void make_current() {}
 };
 
 // Host memory from mmap: page-aligned (>= 4096, so AVX-512 loads are aligned)

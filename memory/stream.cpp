@@ -4,6 +4,7 @@
 #include <array>
 
 #include <snug/base/error.h>
+#include <snug/memory/caching_allocator.h>
 
 namespace snug::memory {
 
@@ -35,5 +36,11 @@ StreamGuard::StreamGuard(Device d, StreamId s) : device_(d), prev_(0) {
 }
 
 StreamGuard::~StreamGuard() { t_current[static_cast<std::size_t>(device_.index)] = prev_; }
+
+StreamId create_stream(Device d) { return allocator_for(d).backend().create_stream(); }
+void destroy_stream(Device d, StreamId s) {
+  if (s) allocator_for(d).backend().destroy_stream(s);
+}
+void set_current_device(Device d) { allocator_for(d).backend().make_current(); }
 
 }  // namespace snug::memory

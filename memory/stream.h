@@ -43,4 +43,17 @@ class StreamGuard {
   StreamId prev_;
 };
 
+// ---- streams of one's own, made by the raw backend of d's memory
+// (memory/raw_backend.h: the CUDA plugin's for cuda:N) -------------------------
+// A new stream on d, whose work overlaps other streams' (CUDA: an ordinary
+// stream, ordered with the legacy default stream); 0 on devices that have
+// one stream (CPU), so callers need not ask which kind d is.
+StreamId create_stream(Device d);
+// Waits for the work queued on s, then releases it; 0 is a no-op.
+void destroy_stream(Device d, StreamId s);
+// Makes d the calling thread's current device, so that work on d that follows
+// needs no device switch (CUDA: cudaSetDevice; nothing for CPU devices). For a
+// thread that works on one device, such as a pipeline stage.
+void set_current_device(Device d);
+
 }  // namespace snug::memory

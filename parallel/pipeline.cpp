@@ -21,7 +21,6 @@
 #include <snug/autograd/node.h>
 #include <snug/autograd/ops.h>
 #include <snug/core/backend.h>
-#include <snug/cuda/cuda_api.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stream.h>
 #include <snug/nn/accumulate.h>
@@ -118,26 +117,16 @@ Pipeline::Pipeline(LayerStack& stack, Placement placement, PipelineOptions optio
   // then), and the receiving stage records the tensor's block as used by its
   // own stream (memory::record_stream), so the allocator does not reuse the
   // block for the sender's stream while the receiver's kernels may still read it.
+  // (memory::create_stream gives 0, no stream of its own, for a CPU device.)
   streams_.assign(placement_.devices.size(), 0);
-  for (size_t k = 0; k < placement_.devices.size(); ++k) {
-    const Device d = placement_.devices[k];
-    if (!d.is_cuda()) continue;
-    const int prev = cuda::current_device();
-    cuda::set_device(static_cast<int>(d.index));
-    streams_[k] = cuda::create_stream();
-    cuda::set_device(prev);
-  }
+  for (size_t k = 0; k < placement_.devices.size(); ++k) streams_[k] = memory::create_stream(placement_.devices[k]);
 }
 
 Pipeline::~Pipeline() {
   for (size_t k = 0; k < streams_.size(); ++k) {
     if (!streams_[k]) continue;
     try {
-      const int prev = cuda::current_device();
-      cuda::set_device(static_cast<int>(placement_.devices[k].index));
-      cuda::synchronize_stream(streams_[k]);
-      cuda::destroy_stream(streams_[k]);
-      cuda::set_device(prev);
+      memory::destroy_stream(placement_.devices[k], streams_[k]);  // waits for its work first
     } catch (...) {  // a destructor must not throw; the stream dies with the context
     }
   }
@@ -189,7 +178,7 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
       const std::uintptr_t stream = streams_[static_cast<size_t>(k)];
       std::optional<memory::StreamGuard> on_stream;
       if (stream) {
-        cuda::set_device(static_cast<int>(dev.index));
+        memory::set_current_device(dev);
         on_stream.emplace(dev, stream);
       }
       auto received = [&](const Tensor& t) {  // a tensor another stage made: our stream uses it too
@@ -198,7 +187,7 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
         return t;
       };
       auto handing_off = [&](const Tensor& t) {  // t (on the next stage's device) is complete before we send it
-        if (t.defined() && t.device().is_cuda()) backend_for(t.device()).synchronize(t.device());
+        if (t.defined()) backend_for(t.device()).synchronize(t.device());  // a no-op on CPU devices
         if (stream) backend_for(dev).synchronize(dev);
         return t;
       };

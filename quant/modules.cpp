@@ -40,9 +40,9 @@ Tensor QuantizedWeights::init(nn::Module& owner, const Tensor& w_float, const Te
 
 void QuantizedWeights::repack() {
   const int64_t N = weight_int8.size(0), K = weight_int8.numel() / std::max<int64_t>(N, 1);
-  Tensor w = raw::contiguous(weight_int8);
+  Tensor w = raw::view(raw::contiguous(weight_int8), {N, K});
   const int8_t* p = w.data<int8_t>();
-  packed_ = kernels::pack_int8_b(N, K, p, K);
+  packed_ = raw::pack_int8_weight(w);
   colsum_.assign(size_t(N), 0);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) colsum_[size_t(n)] += p[n * K + k];
@@ -64,12 +64,11 @@ QParams QuantizedWeights::input_qparams(const Tensor& x) const {
 // xq (M, K) u8 quantized with qx -> (M, N) f32
 Tensor QuantizedWeights::matmul_quantized(const Tensor& xq, const QParams& qx, const Tensor& bias,
                                           const nn::Module& who) {
-  if (!packed_.data.defined()) repack();
-  const int64_t M = xq.size(0), K = xq.size(1), N = packed_.N;
-  SNUG_CHECK(K == packed_.K, ShapeError, who.repr(), ": input rows of length ", K, " but the weights expect ",
-             packed_.K);
-  Tensor acc = empty({M, N}, DType::i32);
-  kernels::gemm_u8s8s32_packed(M, xq.data<uint8_t>(), K, packed_, acc.data<int32_t>(), N);
+  if (!packed_.defined()) repack();
+  const int64_t M = xq.size(0), K = xq.size(1), N = packed_.rows();
+  SNUG_CHECK(K == packed_.cols(), ShapeError, who.repr(), ": input rows of length ", K, " but the weights expect ",
+             packed_.cols());
+  const Tensor acc = raw::gemm_u8s8s32(xq, packed_);  // (M, N)
   Tensor y = empty({M, N}, DType::f32);
   const int32_t* a = acc.data<int32_t>();
   float* out = y.data<float>();

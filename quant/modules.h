@@ -10,6 +10,8 @@
 //
 //   y[m, n] = s_x * s_w[n] * (acc[m, n] - z_x * sum_k W_q[n, k]) + b[n]
 //
+// The GEMM is core/raw_int8.h's (the CPU backend's kernels).
+//
 // Activations travel between layers in f32, so ReLU, pooling and Flatten need
 // no quantized versions. No autograd: these are for inference.
 //
@@ -33,7 +35,7 @@
 
 #include <snug/nn/conv.h>
 #include <snug/nn/layers.h>
-#include <snug/quant/gemm_int8.h>
+#include <snug/core/raw_int8.h>
 #include <snug/quant/observer.h>
 
 namespace snug::quant {
@@ -64,7 +66,7 @@ class QuantizedWeights {
   QParams input_qparams(const Tensor& x) const;
 
  private:
-  kernels::PackedInt8B packed_;
+  raw::PackedInt8Weight packed_;
   std::vector<int32_t> colsum_;  // sum_k W_q[n, k]
 };
 

@@ -78,7 +78,7 @@
 #include <snug/prune/compact.h>
 #include <snug/prune/prune.h>
 #include <snug/quant/convert.h>
-#include <snug/quant/gemm_int8.h>
+#include <snug/core/raw_int8.h>
 #include <snug/quant/modules.h>
 
 // cuda: device queries, in every build (no CUDA headers; 0 devices without CUDA)

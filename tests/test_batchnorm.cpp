@@ -9,6 +9,7 @@
 #include <snug/autograd/grad_mode.h>
 #include <snug/autograd/gradcheck.h>
 #include <snug/autograd/ops.h>
+#include <snug/core/backend.h>
 #include <snug/core/generator.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/functional.h>
@@ -120,4 +121,26 @@ TEST_CASE("batch_norm errors") {
                        doctest::Contains("evaluation mode needs running_mean"), ValueError);
   nn::BatchNorm2d bn(3);
   CHECK_THROWS_WITH_AS(bn(randn({2, 4, 2, 2})), doctest::Contains("does not have 3 channels"), ShapeError);
+}
+
+TEST_CASE("the backend's batch norm entries: the batch statistics, and each gradient only when asked") {
+  Backend& be = backend_for(kCPU);
+  Generator gen(4);
+  const Tensor x = randn({4, 3, 5}, DType::f32, &gen) * 2.0 + 1.0;
+  const Tensor w = randn({3}, DType::f32, &gen), b = randn({3}, DType::f32, &gen), gy = randn({4, 3, 5}, DType::f32, &gen);
+  const Tensor y = empty({4, 3, 5}), mean = empty({3}), invstd = empty({3});
+  be.batch_norm_forward_training(x, w, b, Tensor(), Tensor(), 0.1, 1e-5, y, mean, invstd);
+  const Tensor mu = snug::mean(x, {0, 2}), var = snug::var(x, {0, 2}, 0);
+  CHECK(max_abs_diff(mean, mu) < 1e-6);
+  CHECK(max_abs_diff(invstd, rsqrt(var + 1e-5)) < 1e-5);
+  CHECK(max_abs_diff(y, F::batch_norm(x, Tensor(), Tensor(), w, b, true)) == 0.0);
+  const Tensor gx = empty({4, 3, 5}), gw = empty({3}), gb = empty({3});
+  be.batch_norm_backward(gy, x, w, mean, invstd, true, 1e-5, gx, gw, gb);
+  const Tensor gx_only = empty({4, 3, 5}), gb_only = empty({3}, DType::f64);  // gb in its own dtype
+  be.batch_norm_backward(gy, x, w, mean, invstd, true, 1e-5, gx_only, Tensor(), Tensor());
+  be.batch_norm_backward(gy, x, w, mean, invstd, true, 1e-5, Tensor(), Tensor(), gb_only);
+  CHECK(max_abs_diff(gx_only, gx) == 0.0);
+  CHECK(max_abs_diff(gb_only, sum(gy, {0, 2})) < 1e-5);
+  CHECK(max_abs_diff(gb, gb_only) < 1e-6);
+  CHECK(max_abs_diff(gw, sum(gy * ((x - mu.view({1, 3, 1})) * rsqrt(var + 1e-5).view({1, 3, 1})), {0, 2})) < 1e-4);
 }

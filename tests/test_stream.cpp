@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // memory/stream.h: the current stream per thread and CUDA device, its guard,
-// and that new storage on a device takes its block from the pool of that
-// device's current stream. The CUDA side is played by a fake raw backend
+// that new storage on a device takes its block from the pool of that
+// device's current stream, and streams of one's own made by the device's raw
+// backend. The CUDA side is played by a fake raw backend
 // with events registered for DeviceType::CUDA, so all of this runs without a
 // GPU (this test process touches no real GPU memory).
 #include <doctest/doctest.h>
@@ -39,7 +40,16 @@ class EventBackend final : public RawBackend {
   }
   bool query_event(EventHandle e) override { return done->count(e) != 0; }
   void synchronize_event(EventHandle e) override { done->insert(e); }
+  StreamId create_stream() override {
+    live_streams.insert(next_stream);
+    return next_stream++;
+  }
+  void destroy_stream(StreamId s) override { live_streams.erase(s); }
+  void make_current() override { ++made_current; }
 
+  std::set<StreamId> live_streams;
+  StreamId next_stream = 0x100;
+  int made_current = 0;
   std::uintptr_t next = std::uintptr_t{1} << 40;
   EventHandle next_event = 1;
   std::set<StreamId> recorded_on;
@@ -126,4 +136,30 @@ TEST_CASE("storage takes its block from the pool of the current stream; record_s
     CHECK(s.data() == used_on_side);
   }
   allocator_for(d).check_invariants();
+}
+
+TEST_CASE("streams of one's own come from the device's raw backend; CPU devices have none") {
+  register_backend_factory(DeviceType::CUDA, [](Device) {
+    auto b = std::make_unique<EventBackend>();
+    b->done = &g_done;
+    return b;
+  });
+  // CPU devices have one stream: nothing to make, nothing to release, no device to bind.
+  CHECK(create_stream(kCPU) == 0);
+  CHECK(create_stream(Device("cpu:3")) == 0);
+  destroy_stream(kCPU, 0);
+  set_current_device(kCPU);
+  const Device d("cuda:7");
+  auto& backend = static_cast<EventBackend&>(allocator_for(d).backend());
+  const StreamId a = create_stream(d), b = create_stream(d);
+  CHECK(a != 0);
+  CHECK(b != a);
+  CHECK(backend.live_streams == std::set<StreamId>{a, b});
+  destroy_stream(d, a);
+  destroy_stream(d, 0);  // a no-op
+  CHECK(backend.live_streams == std::set<StreamId>{b});
+  set_current_device(d);
+  CHECK(backend.made_current == 1);
+  destroy_stream(d, b);
+  CHECK(backend.live_streams.empty());
 }

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // core/update_math.h: the per-element optimizer updates and the loss
 // scaler's unscale that the CPU loops and the CUDA kernels share, checked
-// here against plain double arithmetic; and the host side of the CUDA entry
-// points (cuda/fused_api.h), which refuse tensors that are not on a GPU in
-// every build. The kernels themselves are compared with the CPU loops in
-// tests/test_cuda_parity.cpp (skipped without a GPU).
+// here against plain double arithmetic; and the backend entries built on
+// them (Backend::adam_update, sgd_update, unscale_and_check in
+// core/backend.h): which tensors the CPU's fused loops take, and that the
+// loops agree with the composed default that takes the rest. The CUDA
+// kernels are compared with the CPU loops in tests/test_cuda_parity.cpp
+// (skipped without a GPU).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,10 +14,9 @@
 #include <random>
 #include <string>
 
+#include <snug/core/backend.h>
+#include <snug/core/profiler.h>
 #include <snug/core/update_math.h>
-#include <snug/cuda/cuda_api.h>
-#include <snug/cuda/fused_api.h>
-#include <snug/nn/optim/fused.h>
 #include "test_util.h"
 
 using namespace snug;
@@ -105,34 +106,120 @@ TEST_CASE("update::unscale: the unscaled value and whether it is finite, in f32 
   CHECK_FALSE(finite);
 }
 
-TEST_CASE("fused::supported: CPU devices together, or one CUDA device; contiguous f32 state") {
-  using nn::optim::fused::supported;
-  const Tensor p = zeros({6}), g = zeros({6}, kFloat16), m = zeros({6});
-  CHECK(supported(p, g, m, m));
-  CHECK(supported(p, zeros({6}, TensorOptions(kBFloat16, Device("cpu:1"))), m));  // host memory is shared
-  CHECK_FALSE(supported(p, zeros({6}, kFloat64)));                                // gradient dtype
-  CHECK_FALSE(supported(p, g, zeros({7})));                                       // state size
-  CHECK_FALSE(supported(zeros({2, 3}).t(), zeros({3, 2})));                       // strided target
-  CHECK_FALSE(supported(p.to(kFloat16), g));                                      // the target must be f32
+namespace {
+
+// How many times `op` was recorded while fn ran.
+template <class Fn>
+int64_t recorded(const char* op, Fn fn) {
+  profiler::Profile prof;
+  fn();
+  prof.stop();
+  int64_t n = 0;
+  for (const auto& e : prof.events()) n += e.name == op;
+  return n;
 }
 
-TEST_CASE("cuda fused entry points refuse tensors that are not on a GPU, in every build") {
-  const Tensor p = zeros({4}), g = zeros({4}), m = zeros({4}), v = zeros({4});
-  const auto ak = update::make_adam_consts(1e-3, 0.9, 0.999, 1e-8, 0, 0.1, 0.001, true);
-  const auto sk = update::make_sgd_consts(0.1, 0, 0, 0, false, false);
-  // Without CUDA compiled in the stand-in names the missing support; with it,
-  // the check names the tensor's device.
-  const std::string want = cuda::compiled() ? "not on a CUDA device" : "no CUDA support";
-  CHECK(error_of<DeviceError>([&] { cuda::fused_adam(p, g, m, v, ak); }).find(want) != std::string::npos);
-  CHECK(error_of<DeviceError>([&] { cuda::fused_sgd(p, g, Tensor(), sk); }).find(want) != std::string::npos);
-  CHECK(error_of<DeviceError>([&] { cuda::unscale_check(g, g, 1.0, zeros({1}, kInt32), 0); }).find(want) !=
+double max_diff(const Tensor& a, const Tensor& b) {
+  return a.numel() == 0 ? 0.0 : max(abs(a.to(kFloat64) - b.to(kFloat64))).item();
+}
+
+}  // namespace
+
+TEST_CASE("CPU fused updates: which tensors the loops take (the rest go to the composed default)") {
+  Backend& cpu = backend_for(kCPU);
+  const update::AdamArgs ak{1e-2, 0.9, 0.999, 1e-8, 0.1, 0.1, 0.001, true};
+  auto adam_fused = [&](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v) {
+    return recorded("fused_adam", [&] { cpu.adam_update(p, g, m, v, ak); }) == 1;
+  };
+  const Tensor g16 = randn({6}).to(kFloat16);
+  CHECK(adam_fused(randn({6}), g16, zeros({6}), zeros({6})));
+  CHECK(adam_fused(randn({6}), randn({6}, TensorOptions(kBFloat16, Device("cpu:1"))), zeros({6}),
+                   zeros({6})));  // CPU devices share host memory
+  CHECK_FALSE(adam_fused(randn({6}).to(kFloat64), randn({6}).to(kFloat64), zeros({6}, kFloat64),
+                         zeros({6}, kFloat64)));                                  // f64
+  CHECK_FALSE(adam_fused(randn({6}), randn({6}).to(kFloat64), zeros({6}), zeros({6})));  // gradient dtype
+  CHECK_FALSE(adam_fused(randn({3, 2}).t(), randn({2, 3}), zeros({2, 3}), zeros({2, 3})));  // strided target
+  const update::SgdArgs sk{0.1, 0.9, 0, 0, false, true};
+  auto sgd_fused = [&](const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) {
+    return recorded("fused_sgd", [&] { cpu.sgd_update(p, g, buf, a); }) == 1;
+  };
+  CHECK(sgd_fused(randn({6}), g16, zeros({6}), sk));
+  CHECK(sgd_fused(randn({6}), g16, Tensor(), {0.1, 0, 0, 0, false, false}));  // no momentum, no buffer
+  CHECK_FALSE(sgd_fused(randn({6}), g16, zeros({6}, kFloat64), sk));          // the buffer must be f32
+  // Momentum without a buffer is a clear error, not a crash in the loop.
+  CHECK(error_of<ValueError>([&] { cpu.sgd_update(randn({6}), g16, Tensor(), sk); }).find("momentum") !=
         std::string::npos);
-  // cuDNN's batch norm: x (N, C) = (3, 4), per-channel tensors (4).
-  const Tensor x = zeros({3, 4}), y = zeros({3, 4});
-  CHECK(error_of<DeviceError>([&] { cuda::batch_norm_forward_training(x, p, p, m, v, 0.1, 1e-5, y, g, g); })
-            .find(want) != std::string::npos);
-  CHECK(error_of<DeviceError>([&] { cuda::batch_norm_forward_inference(x, p, p, m, v, 1e-5, y); }).find(want) !=
-        std::string::npos);
-  CHECK(error_of<DeviceError>([&] { cuda::batch_norm_backward(x, y, p, m, v, 1e-5, y, g, g); }).find(want) !=
-        std::string::npos);
+}
+
+TEST_CASE("CPU fused Adam and SGD agree with the composed default (f32, f16 and bf16 gradients)") {
+  Backend& cpu = backend_for(kCPU);
+  for (DType gd : {kFloat32, kFloat16, kBFloat16}) {
+    CAPTURE(dtype_name(gd));
+    manual_seed(7);
+    const Tensor p0 = randn({1000}), g = randn({1000}).to(gd), m0 = randn({1000}) * 0.1, v0 = rand({1000}) * 0.01;
+    for (bool decoupled : {false, true}) {
+      const update::AdamArgs a{1e-2, 0.9, 0.999, 1e-8, 0.1, 1 - 0.9 * 0.9, 1 - 0.999 * 0.999, decoupled};
+      Tensor pf = p0.clone(), mf = m0.clone(), vf = v0.clone(), pd = p0.clone(), md = m0.clone(), vd = v0.clone();
+      cpu.adam_update(pf, g, mf, vf, a);
+      cpu.Backend::adam_update(pd, g, md, vd, a);  // the composed default, called past the override
+      CHECK(max_diff(pf, p0) > 1e-4);              // it did update
+      CHECK(max_diff(pf, pd) < 1e-6);
+      CHECK(max_diff(mf, md) < 1e-6);
+      CHECK(max_diff(vf, vd) < 1e-6);
+    }
+    for (const update::SgdArgs& a : {update::SgdArgs{0.1, 0, 0, 0.01, false, false},
+                                     update::SgdArgs{0.1, 0.9, 0, 0, false, true},
+                                     update::SgdArgs{0.05, 0.8, 0.3, 0.01, false, false},
+                                     update::SgdArgs{0.1, 0.9, 0, 0.01, true, false}}) {
+      CAPTURE(a.momentum);
+      Tensor pf = p0.clone(), bf = m0.clone(), pd = p0.clone(), bd = m0.clone();
+      const Tensor buf_f = a.momentum != 0 ? bf : Tensor(), buf_d = a.momentum != 0 ? bd : Tensor();
+      cpu.sgd_update(pf, g, buf_f, a);
+      cpu.Backend::sgd_update(pd, g, buf_d, a);
+      CHECK(max_diff(pf, p0) > 1e-4);
+      CHECK(max_diff(pf, pd) < 1e-6);
+      CHECK(max_diff(bf, bd) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("unscale_and_check: out = g / scale, and only a non-finite result sets its slot") {
+  Backend& cpu = backend_for(kCPU);
+  const double inv = 1.0 / 1024;
+  for (bool fused : {true, false}) {
+    CAPTURE(fused);
+    auto unscale = [&](const Tensor& g, const Tensor& out, const Tensor& flags, int64_t slot) {
+      if (fused) cpu.unscale_and_check(g, out, inv, flags, slot);
+      else cpu.Backend::unscale_and_check(g, out, inv, flags, slot);
+    };
+    const Tensor flags = from_vector<int32_t>({0, 0, 1, 0}, {4});
+    // f32 in place; f16 widened into a new f32 tensor; f64 in place.
+    const Tensor g32 = from_vector<float>({1024, -2048, 0.5f}, {3});
+    unscale(g32, g32, flags, 0);
+    CHECK(g32.to_vector<float>() == std::vector<float>{1, -2, 0.5f / 1024});
+    const Tensor g16 = from_vector<float>({3072, -1}, {2}).to(kFloat16), o16 = empty({2}, kFloat32);
+    unscale(g16, o16, flags, 1);
+    CHECK(o16.to_vector<float>() == std::vector<float>{3, -1.0f / 1024});
+    const Tensor g64 = from_vector<double>({1e300, 2048}, {2}, TensorOptions(kFloat64));
+    unscale(g64, g64, flags, 3);
+    CHECK(g64.to_vector<double>() == std::vector<double>{1e300 / 1024, 2});
+    CHECK(flags.to_vector<int32_t>() == std::vector<int32_t>{0, 0, 1, 0});  // all finite: flags untouched
+    // inf in a bf16 gradient; NaN in an f32 one; each sets its own slot only.
+    const Tensor gi = from_vector<float>({1, std::numeric_limits<float>::infinity()}, {2}).to(kBFloat16);
+    unscale(gi, empty({2}, kFloat32), flags, 1);
+    const Tensor gn = from_vector<float>({std::numeric_limits<float>::quiet_NaN(), 1}, {2});
+    unscale(gn, gn, flags, 3);
+    CHECK(flags.to_vector<int32_t>() == std::vector<int32_t>{0, 1, 1, 1});
+    // Finite in, inf out: a scale below 1 overflows f32.
+    const Tensor f0 = zeros({1}, kInt32), big = from_vector<float>({3e38f}, {1});
+    if (fused) cpu.unscale_and_check(big, big, 1024.0, f0, 0);
+    else cpu.Backend::unscale_and_check(big, big, 1024.0, f0, 0);
+    CHECK(f0.item() == 1);
+  }
+  // A strided gradient takes the default, in place: same values.
+  const Tensor s = from_vector<float>({1024, 2048, 3072, 4096, 5120, 6144}, {2, 3}).t();
+  const Tensor f = zeros({1}, kInt32);
+  CHECK(recorded("unscale_check", [&] { cpu.unscale_and_check(s, s, inv, f, 0); }) == 0);
+  CHECK(s.contiguous().to_vector<float>() == std::vector<float>{1, 4, 2, 5, 3, 6});
+  CHECK(f.item() == 0);
 }

@@ -60,6 +60,15 @@ struct CpuBackend final : Backend {
                             const Tensor& grad_bias) override;                             // cpu/conv.cpp
   void copy_across(const Tensor& src, const Tensor& dst) override;                         // cpu/elementwise.cpp
   void synchronize(Device) override {}
+
+  // ---- fused ops: optimizer updates, loss-scaler unscale
+  // (NOTE [ Composed defaults, fused overrides ]), in cpu/update.cpp. Batch
+  // norm is the composed default (core/batch_norm.cpp).
+  void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                   const update::AdamArgs& a) override;
+  void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) override;
+  void unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags,
+                         int64_t slot) override;
 };
 
 }  // namespace snug

@@ -12,7 +12,7 @@
 #include <snug/prune/compact.h>
 #include <snug/prune/prune.h>
 #include <snug/quant/convert.h>
-#include <snug/quant/gemm_int8.h>
+#include <snug/core/raw_int8.h>
 
 #include "mnist/mnist.h"
 
@@ -157,7 +157,7 @@ void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& tr
   c.json += str(", \"quantize\": \"", a.quantize, "\", \"test_accuracy_float\": ", acc_float,
                 ", \"file_bytes_f32\": ", f32_bytes, ", \"file_bytes_int8\": ", q_bytes,
                 ", \"file_ratio\": ", double(q_bytes) / double(f32_bytes), ", \"reload_test_accuracy\": ", acc_reload,
-                ", \"int8_gemm\": \"", kernels::gemm_int8_backend(), "\"", ", \"layers_quantized\": ",
+                ", \"int8_gemm\": \"", raw::int8_gemm_kernel(), "\"", ", \"layers_quantized\": ",
                 report.converted.size(), ", \"modules_left_float\": ", report.left_float.size());
   if (!qat_ms.empty()) c.json += str(", \"qat_ms_per_step\": ", median(qat_ms));
 }

@@ -8,7 +8,7 @@
 #include <snug/autograd/grad_mode.h>
 #include <snug/autograd/ops.h>
 #include <snug/core/raw_ops.h>
-#include <snug/cuda/fused_api.h>
+#include <snug/core/backend.h>
 #include <snug/memory/allocator.h>
 
 namespace snug::nn::amp {
@@ -37,14 +37,14 @@ void GradScaler::name_parameters(const NamedTensors& named) {
   for (const auto& [n, t] : named) names_[t.impl()] = n;
 }
 
-// NOTE [ Unscaling on the GPU ]
-// A gradient on a CUDA device is unscaled and checked by one kernel
-// (cuda::unscale_check) that sets its own slot of a per-device i32 flag
-// array; the flags of each device are read back once, after every gradient
-// of the optimizer was queued, so the step waits for the GPU once rather than
-// once per parameter (the CPU path's probe item() would). The result is the
-// same: the gradient times 1/scale, in f32 (f64 for f64), and "inf/NaN" when
-// any unscaled element is not finite.
+// NOTE [ Unscaling reads back once per device ]
+// Each gradient is unscaled and checked by its backend's unscale_and_check
+// (core/backend.h: one loop on the CPU, one kernel on a GPU), which sets the
+// gradient's own slot of a per-device i32 flag array; the flags of each
+// device are read back once, after every gradient of the optimizer was
+// queued, so a step waits for a GPU once rather than once per parameter. The
+// result: the gradient times 1/scale, in f32 (f64 for f64), and "inf/NaN"
+// when any unscaled element is not finite.
 void GradScaler::unscale_(optim::Optimizer& opt) {
   if (!enabled_) return;
   PerOptimizer& st = per_opt_[&opt];
@@ -55,55 +55,43 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   const double inv = 1.0 / scale_;
   struct Entry {
     size_t gi, pi;
+    size_t device;  // index into `devices`: the result is in flags[device][slot]
+    int64_t slot;
     bool finite = true;
-    int device = -1;  // >= 0: on cuda:device, result in flags[device][slot]
-    int64_t slot = 0;
   };
   std::vector<Entry> entries;
-  std::map<int, int64_t> slots;  // CUDA device -> gradients on it
+  std::vector<Device> devices;  // the gradients' devices, in order of first use
+  std::vector<int64_t> slots;   // gradients per device
   const auto& groups = opt.param_groups();
   for (size_t gi = 0; gi < groups.size(); ++gi)
     for (size_t pi = 0; pi < groups[gi].params.size(); ++pi) {
       const Tensor& g = groups[gi].params[pi].grad();
       if (!g.defined()) continue;
-      Entry e{gi, pi};
-      if (g.device().is_cuda()) {
-        e.device = g.device().index;
-        e.slot = slots[e.device]++;
+      const size_t d = size_t(std::find(devices.begin(), devices.end(), g.device()) - devices.begin());
+      if (d == devices.size()) {
+        devices.push_back(g.device());
+        slots.push_back(0);
       }
-      entries.push_back(e);
+      entries.push_back({gi, pi, d, slots[d]++});
     }
-  std::map<int, Tensor> flags;
-  for (auto& [dev, n] : slots) flags[dev] = zeros({n}, TensorOptions(DType::i32, Device(DeviceType::CUDA, dev)));
+  std::vector<Tensor> flags;
+  for (size_t d = 0; d < devices.size(); ++d) flags.push_back(zeros({slots[d]}, TensorOptions(DType::i32, devices[d])));
   for (Entry& e : entries) {
     const Tensor& p = groups[e.gi].params[e.pi];
-    Tensor g = p.grad();
-    if (e.device >= 0) {
-      // Widen half gradients into a new f32 tensor; f32/f64 ones in place.
-      Tensor src = g.is_contiguous() ? g : raw::contiguous(g);
-      Tensor out = src.dtype() == DType::f32 || src.dtype() == DType::f64
-                       ? src
-                       : empty(src.shape(), TensorOptions(DType::f32, src.device()));
-      cuda::unscale_check(src, out, inv, flags[e.device], e.slot);
-      if (!out.is_same(g)) p.set_grad(out);
-      continue;
-    }
-    // Widen half gradients first: g / scale in f16 would flush small values to zero.
-    Tensor g32 = g.dtype() == DType::f64 ? g : raw::to_dtype(g, DType::f32);
-    if (g32.is_same(g)) {
-      g32.mul_(inv);
-    } else {
-      g32 = raw::binary_scalar(BinaryOp::mul, g32, inv);
-      p.set_grad(g32);
-    }
-    // sum(g * 0) is 0 for finite g and NaN as soon as one element is inf or NaN.
-    const double probe = raw::reduce(ReduceOp::sum, raw::binary_scalar(BinaryOp::mul, g32, 0.0), {}, false).item();
-    e.finite = std::isfinite(probe);
+    const Tensor g = p.grad();
+    // f32/f64 gradients in place; half ones widened into a new f32 tensor
+    // (g / scale in f16 would flush small values to zero).
+    const Tensor out = g.dtype() == DType::f32 || g.dtype() == DType::f64
+                           ? g
+                           : empty(g.shape(), TensorOptions(DType::f32, g.device()));
+    backend_for(g.device()).unscale_and_check(g, out, inv, flags[e.device], e.slot);
+    if (!out.is_same(g)) p.set_grad(out);
   }
-  for (auto& [dev, f] : flags) {
-    const std::vector<int32_t> host = f.to(kCPU).to_vector<int32_t>();  // waits for the kernels: the one read back
+  for (size_t d = 0; d < devices.size(); ++d) {
+    // Waits for the device: the one read back.
+    const std::vector<int32_t> host = flags[d].to(kCPU).to_vector<int32_t>();
     for (Entry& e : entries)
-      if (e.device == dev) e.finite = host[static_cast<size_t>(e.slot)] == 0;
+      if (e.device == d) e.finite = host[static_cast<size_t>(e.slot)] == 0;
   }
   std::string report;
   int bad = 0;

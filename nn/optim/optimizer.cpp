@@ -5,7 +5,6 @@
 #include <mutex>
 
 #include <snug/autograd/grad_mode.h>
-#include <snug/nn/optim/fused.h>
 #include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
@@ -130,13 +129,14 @@ Tensor Optimizer::grad_as(const Tensor& param, const Tensor& target) const {
 // A step first creates every state tensor it lacks (the f32 master of a half
 // parameter, moments, momentum buffers) into a staging list, and installs
 // them only once all exist: running out of memory there leaves the optimizer
-// exactly as it was. The update then runs the fused kernels
-// (nn/optim/fused.h), which allocate nothing, so it cannot stop halfway
-// through the parameters. tests/test_alloc_failure.cpp fails every
-// allocation of a training step in turn and checks that the next step equals
-// one that never failed. Tensors the fused kernels do not take (other
-// devices, strided) use the op-by-op path, which allocates temporaries and is
-// not failure-atomic.
+// exactly as it was. The update then runs the backend's fused kernels
+// (Backend::adam_update / sgd_update in core/backend.h: core/cpu/update.cpp,
+// cuda/fused.cu), which allocate nothing, so it cannot stop halfway through
+// the parameters. tests/test_alloc_failure.cpp fails every allocation of a
+// training step in turn and checks that the next step equals one that never
+// failed. Tensors the fused kernels do not take (f64, strided, spread over
+// devices) get the backend's composed default (core/update.cpp), which
+// allocates temporaries and is not failure-atomic.
 void Optimizer::stage_state(const std::vector<std::string>& names) {
   struct Fresh {
     size_t gi, pi;
@@ -386,24 +386,8 @@ void SGD::step() {
       if (!param.grad().defined()) continue;
       Tensor p = master(gi, pi, param);  // NOTE [ Master weights ]
       Tensor buf = mom != 0 ? state_[gi][pi]["momentum_buffer"] : Tensor();
-      if (fused::supported(p, param.grad(), buf)) {
-        fused::sgd(p, param.grad(), buf, {lr, mom, damp, wd, nesterov, first[gi][pi]});
-        write_back(param, p);
-        continue;
-      }
-      // The reference path (and the definition the fused kernel follows).
-      Tensor grad = grad_as(param, p);
-      Tensor d = wd != 0 ? raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, wd)) : grad;
-      if (mom != 0) {
-        if (first[gi][pi]) {
-          raw::copy_(buf, d);
-        } else {
-          buf.mul_(mom);
-          buf.add_(d, 1 - damp);
-        }
-        d = nesterov ? raw::binary(BinaryOp::add, d, raw::binary_scalar(BinaryOp::mul, buf, mom)) : buf;
-      }
-      p.add_(d, -lr);
+      // Fused when the backend's kernel takes these tensors (NOTE [ Failure-atomic optimizer steps ]).
+      backend_for(p.device()).sgd_update(p, param.grad(), buf, {lr, mom, damp, wd, nesterov, first[gi][pi]});
       write_back(param, p);
     }
   }
@@ -455,25 +439,8 @@ void Adam::step() {
       Tensor p = master(gi, pi, param);  // NOTE [ Master weights ]
       Tensor& m = state(gi, pi, "exp_avg", p);
       Tensor& v = state(gi, pi, "exp_avg_sq", p);
-      if (fused::supported(p, param.grad(), m, v)) {
-        fused::adam(p, param.grad(), m, v, {lr, b1, b2, eps, wd, bc1, bc2, decoupled_});
-        write_back(param, p);
-        continue;
-      }
-      // The reference path (and the definition the fused kernel follows).
-      Tensor grad = grad_as(param, p);
-      if (decoupled_) {
-        if (wd != 0) p.mul_(1 - lr * wd);
-      } else if (wd != 0) {
-        grad = raw::binary(BinaryOp::add, grad, raw::binary_scalar(BinaryOp::mul, p, wd));
-      }
-      m.mul_(b1);
-      m.add_(grad, 1 - b1);
-      v.mul_(b2);
-      v.add_(raw::binary(BinaryOp::mul, grad, grad), 1 - b2);
-      // denom = sqrt(v) / sqrt(bc2) + eps;  p -= (lr / bc1) * m / denom
-      Tensor denom = raw::unary(UnaryOp::affine, raw::unary(UnaryOp::sqrt, v), 1.0 / std::sqrt(bc2), eps);
-      p.add_(raw::binary(BinaryOp::div, m, denom), -lr / bc1);
+      // Fused when the backend's kernel takes these tensors (NOTE [ Failure-atomic optimizer steps ]).
+      backend_for(p.device()).adam_update(p, param.grad(), m, v, {lr, b1, b2, eps, wd, bc1, bc2, decoupled_});
       write_back(param, p);
     }
   }

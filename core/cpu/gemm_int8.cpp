@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include <snug/quant/gemm_int8.h>
+#include <snug/core/cpu/gemm_int8.h>
 
 #include <immintrin.h>
 
