@@ -170,17 +170,16 @@ void CpuBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& ou
       int64_t* iq = ip ? ip + pl * Ho * Wo : nullptr;
       for (int64_t oh = 0; oh < Ho; ++oh) {
         const Span r = rows[size_t(oh)];
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const Span c = cols[size_t(ow)];
-          if (p.kind == PoolKind::max) {
+        if (p.kind == PoolKind::max) {
+          for (int64_t ow = 0; ow < Wo; ++ow) {
             A best;
             int64_t arg;
-            pool_max_window(xq, W, r, c, best, arg);
+            pool_max_window(xq, W, r, cols[size_t(ow)], best, arg);
             oq[oh * Wo + ow] = T(best);
             if (iq) iq[oh * Wo + ow] = arg;
-          } else {
-            oq[oh * Wo + ow] = T(pool_avg_window<A>(xq, W, r, c));
           }
+        } else {
+          for (int64_t ow = 0; ow < Wo; ++ow) oq[oh * Wo + ow] = T(pool_avg_window<A>(xq, W, r, cols[size_t(ow)]));
         }
       }
     }
