@@ -12,6 +12,7 @@
 
 #include <snug/core/functors.h>
 #include <snug/core/philox.h>
+#include <snug/core/pool_window.h>
 #include <snug/core/tensor.h>
 #include <snug/core/update_math.h>
 
@@ -28,18 +29,7 @@ struct Conv2dParams {
   int64_t groups = 1;
 };
 
-// Geometry of a 2-D pooling window. max/avg: window kernel, moved by stride,
-// over the input padded by padding (Ho = (H + 2 padding - kernel) / stride + 1);
-// avg divides by the window clipped to the padded input (count_include_pad).
-// adaptive_avg: output cell o covers rows [floor(o H / Ho), ceil((o + 1) H / Ho)),
-// and kernel/stride/padding are unused.
-enum class PoolKind { max, avg, adaptive_avg };
-struct Pool2dParams {
-  PoolKind kind = PoolKind::max;
-  int64_t kernel[2] = {1, 1};
-  int64_t stride[2] = {1, 1};
-  int64_t padding[2] = {0, 0};
-};
+// PoolKind and Pool2dParams, the geometry of a 2-D pooling window: core/pool_window.h.
 
 struct Backend {
   virtual ~Backend() = default;

@@ -126,4 +126,11 @@ SNUG_HOST_DEVICE SNUG_INLINE float normal_at(PhiloxState s, uint64_t i) {
   return (j & 1) ? z.z1 : z.z0;
 }
 
+// A fill's element from its standard draw v (uniform_at or normal_at): uniform
+// on [a, b), or normal with mean a and standard deviation b. In double, then
+// rounded by the caller to the output type (core/cpu/random.cpp, cuda/random.cu).
+SNUG_HOST_DEVICE SNUG_INLINE double random_value(bool normal, double a, double b, float v) {
+  return normal ? a + b * static_cast<double>(v) : a + (b - a) * static_cast<double>(v);
+}
+
 }  // namespace snug

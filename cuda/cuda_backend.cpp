@@ -230,23 +230,7 @@ void CudaBackend::causal_softmax(const Tensor& x, double scale, const Tensor& ou
   kernels::causal_softmax(x.dtype(), rows, Tq, Tk, scale, x.data_ptr(), out.data_ptr(), g.stream());
 }
 
-// ---- pooling: the windows of core/cpu/pool.cpp, kernels in pool.cu ------------------
-
-namespace {
-PoolGeometry pool_geometry(const Pool2dParams& p, int64_t planes, int64_t H, int64_t W, int64_t Ho,
-                                    int64_t Wo) {
-  PoolGeometry g;
-  g.kind = p.kind == PoolKind::max ? 0 : (p.kind == PoolKind::avg ? 1 : 2);
-  g.planes = planes;
-  g.H = H, g.W = W, g.Ho = Ho, g.Wo = Wo;
-  for (int d = 0; d < 2; ++d) {
-    g.kernel[d] = p.kernel[d];
-    g.stride[d] = p.stride[d];
-    g.padding[d] = p.padding[d];
-  }
-  return g;
-}
-}  // namespace
+// ---- pooling: the windows of core/pool_window.h, kernels in pool.cu ----------------
 
 // x (N, C, H, W) -> out (N, C, Ho, Wo), indices (max pooling that will be
 // differentiated); contiguous. cuDNN takes average pooling, and max pooling

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
-// Index kernels (gather / index_select, scatter_add / index_add) and random
-// fills. The geometry is prepared by CudaBackend exactly as core/cpu/index.cpp
-// prepares it for the CPU loop: index_select is a gather whose 1-D index is
-// broadcast over the other dims, index_add the same trick on scatter_add.
+// Index kernels (gather / index_select, scatter_add / index_add), the CUDA
+// twin of core/cpu/index.cpp. The geometry is prepared by CudaBackend exactly
+// as core/cpu/index.cpp prepares it for the CPU loop: index_select is a
+// gather whose 1-D index is broadcast over the other dims, index_add the same
+// trick on scatter_add.
 #include <cuda_runtime.h>
 
 #include <type_traits>
 
-#include <snug/core/philox.h>
 #include <snug/cuda/launch.cuh>
 
 namespace snug::cuda::kernels {
@@ -43,18 +43,6 @@ struct ScatterAddBody {
   }
 };
 
-// Element i of a draw at st, exactly as core/cpu/random.cpp computes it.
-template <class T>
-__global__ void random_kernel(bool normal, PhiloxState st, double a, double b, int64_t n, T* out) {
-  using C = compute_t<T>;
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
-    const double v = normal ? a + b * double(normal_at(st, uint64_t(i)))
-                            : a + (b - a) * double(uniform_at(st, uint64_t(i)));
-    out[i] = static_cast<T>(static_cast<C>(v));
-  }
-}
-
 }  // namespace
 
 void gather(std::size_t elem_size, const Geometry<3>& g, int64_t jump, void* out, const int64_t* index,
@@ -79,14 +67,6 @@ void scatter_add(DType t, const Geometry<3>& outer, int64_t len, int64_t ostep, 
                           ScatterAddBody<T>{static_cast<T*>(out), index, static_cast<const T*>(src), len, ostep,
                                             istep, sstep},
                           s);
-  });
-}
-
-void random(bool normal, DType t, PhiloxState st, double a, double b, int64_t n, void* out, StreamHandle s) {
-  if (n == 0) return;
-  dispatch_floating(t, "random", [&]<class T>() {
-    random_kernel<T><<<grid_for(n), kThreads, 0, as_stream(s)>>>(normal, st, a, b, n, static_cast<T*>(out));
-    check_launch("random");
   });
 }
 

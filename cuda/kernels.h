@@ -4,7 +4,11 @@
 // DType. Each launcher is asynchronous on the stream given (a cudaStream_t as
 // an integer; 0 is the default stream) and throws DeviceError naming the
 // kernel if the launch fails. The math is in core/functors.h (NOTE [ One
-// definition of each op's math ]).
+// definition of each op's math ]), core/softmax_math.h, core/layer_norm_math.h,
+// core/pool_window.h and core/update_math.h, shared with the CPU loops.
+// cuda/X.cu holds the kernels of core/cpu/X.cpp (softmax, layer_norm, pool,
+// index, random, reduce, elementwise, attention); fused.cu those of
+// nn/optim/fused.cpp.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,9 +16,9 @@
 #include <snug/core/dtype.h>
 #include <snug/core/functors.h>
 #include <snug/core/philox.h>
+#include <snug/core/pool_window.h>
 #include <snug/core/update_math.h>
 #include <snug/cuda/geometry.h>
-#include <snug/cuda/pool_window.h>
 
 namespace snug::cuda::kernels {
 
@@ -40,8 +44,11 @@ void gather(std::size_t elem_size, const Geometry<3>& g, int64_t jump, void* out
 // One thread per position and no atomics: NOTE [ Deterministic scatter ].
 void scatter_add(DType t, const Geometry<3>& outer, int64_t len, int64_t ostep, int64_t istep, int64_t sstep,
                  void* out, const int64_t* index, const void* src, StreamHandle s);
+
+// ---- random.cu -----------------------------------------------------------------
 // out (n,) contiguous floating: element i from the Philox stream at st
-// (NOTE [ Philox element mapping ]); uniform: a + (b - a) u; normal: a + b z.
+// (NOTE [ Philox element mapping ]); uniform: a + (b - a) u; normal: a + b z
+// (random_value, core/philox.h).
 void random(bool normal, DType t, PhiloxState st, double a, double b, int64_t n, void* out, StreamHandle s);
 
 // ---- reduce.cu -----------------------------------------------------------------
@@ -69,6 +76,8 @@ void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale,
 // dS = scale P (dp - D_r), D_r = sum_j P_rj dp_rj.
 void causal_softmax_lse_backward(int64_t rows, int64_t T, float scale, float* s, float* dp, const float* lse,
                                  StreamHandle st);
+
+// ---- layer_norm.cu -------------------------------------------------------------
 // x, y (R, C) contiguous; w, b (C) or null; mean, rstd (R) f32.
 void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const void* w, const void* b, void* y,
                 float* mean, float* rstd, StreamHandle s);
@@ -81,7 +90,7 @@ void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const voi
                          StreamHandle s);
 
 // ---- pool.cu --------------------------------------------------------------------
-// Windows over (H, W) as core/cpu/pool.cpp defines them (cuda/pool_window.h).
+// Windows over (H, W) of core/pool_window.h, shared with core/cpu/pool.cpp.
 // x (planes, H, W), out/indices (planes, Ho, Wo), contiguous; indices only for max.
 void pool2d(DType t, const PoolGeometry& g, const void* x, void* out, int64_t* indices, StreamHandle s);
 // grad_x written whole; one thread per input element gathers the outputs whose

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Shared by the .cu files: launch sizes, launch-error checks, the grid-stride
-// elementwise kernel and a block reduction. Only for files in cuda/.
+// elementwise kernel, a block reduction and the row kernels' grid. Only for
+// files in cuda/.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -61,6 +62,14 @@ __device__ A block_reduce(A v, F combine, A* buf) {
   __syncthreads();
   return r;
 }
+
+template <class A> struct SumOp {
+  __device__ A operator()(A a, A b) const { return a + b; }
+};
+
+// The grid of the row kernels (softmax.cu, layer_norm.cu): a block per row,
+// up to 65535 * 8 blocks, each then striding over rows.
+inline unsigned row_grid(int64_t rows) { return unsigned(rows < 65535 * 8 ? (rows < 1 ? 1 : rows) : 65535 * 8); }
 
 // dispatch on dtype with the device-side storage type (same as the host's).
 template <class F>

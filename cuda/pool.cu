@@ -3,13 +3,14 @@
 // forward and backward: a thread per output forward, a thread per input
 // element backward (it gathers the outputs whose windows hold it, so no
 // atomics, in the CPU's order). The per-element work and the windows are in
-// cuda/pool_window.h, which tests/test_cuda_host.cpp runs on the CPU.
+// core/pool_window.h, shared with core/cpu/pool.cpp; tests/test_cuda_host.cpp
+// runs them on the CPU.
 #include <cuda_runtime.h>
 
 #include <type_traits>
 
 #include <snug/cuda/launch.cuh>
-#include <snug/cuda/pool_window.h>
+#include <snug/core/pool_window.h>
 
 namespace snug::cuda::kernels {
 

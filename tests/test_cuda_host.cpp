@@ -16,7 +16,6 @@
 #include <snug/cuda/gemm_plan.h>
 #include <snug/cuda/geometry.h>
 #include <snug/cuda/plan.h>
-#include <snug/cuda/pool_window.h>
 #include <snug/core/backend.h>
 
 using namespace snug;
@@ -208,18 +207,15 @@ TEST_CASE("cuda pooling: the kernels' per-element work equals the CPU pooling, f
     const Tensor gx = empty({N, C, H, W}, TensorOptions(dt));
     cpu.pool2d_backward(gout, p, idx, gx);
 
-    cuda::PoolGeometry g;
-    g.kind = p.kind == PoolKind::max ? 0 : (p.kind == PoolKind::avg ? 1 : 2);
-    g.planes = N * C, g.H = H, g.W = W, g.Ho = Ho, g.Wo = Wo;
-    for (int d = 0; d < 2; ++d) g.kernel[d] = p.kernel[d], g.stride[d] = p.stride[d], g.padding[d] = p.padding[d];
+    const PoolGeometry g = pool_geometry(p, N * C, H, W, Ho, Wo);
     const Tensor out2 = empty(out.shape(), TensorOptions(dt)), gx2 = empty(gx.shape(), TensorOptions(dt));
     const Tensor idx2 = empty({N, C, Ho, Wo}, TensorOptions(kInt64));
     dispatch_floating(dt, "test", [&]<class T>() {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         for (int64_t e = 0; e < out.numel(); ++e)
-          cuda::pool_forward_at(g, x.data<T>(), out2.data<T>(), idx2.data<int64_t>(), e);
+          pool_forward_at(g, x.data<T>(), out2.data<T>(), idx2.data<int64_t>(), e);
         const int64_t* ip = p.kind == PoolKind::max ? idx2.data<int64_t>() : nullptr;
-        for (int64_t e = 0; e < gx.numel(); ++e) cuda::pool_backward_at(g, gout.data<T>(), ip, gx2.data<T>(), e);
+        for (int64_t e = 0; e < gx.numel(); ++e) pool_backward_at(g, gout.data<T>(), ip, gx2.data<T>(), e);
       }
     });
     CHECK(out2.to_vector<double>() == out.to_vector<double>());

@@ -369,6 +369,24 @@ TEST_CASE("causal_softmax: Tq != Tk is aligned to the end (query i sees j <= i +
   CHECK(yv[9] > 0.0);
 }
 
+// The rows share softmax's formulas (core/softmax_math.h): a NaN in a visible
+// column makes that row's visible part NaN in every dtype, as softmax does;
+// masked entries stay 0 and the other rows are untouched.
+TEST_CASE("causal_softmax: a visible NaN makes its row NaN, in every floating dtype") {
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    CAPTURE(dt);
+    std::vector<double> v = rnd({3, 3}, 31).to_vector<double>();
+    v[2 * 3 + 1] = std::nan("");  // row 2 sees columns 0..2
+    const auto y = F::causal_softmax(make(v, {3, 3}, dt), 0.9).to_vector<double>();
+    for (int j = 0; j < 3; ++j) CHECK(std::isnan(y[2 * 3 + j]));
+    CHECK(y[0] == 1.0);
+    CHECK(y[1] == 0.0);
+    CHECK(y[2] == 0.0);
+    CHECK(y[3] + y[4] == doctest::Approx(1).epsilon(1e-2));
+    CHECK(y[5] == 0.0);
+  }
+}
+
 TEST_CASE("causal_softmax: gradcheck, square and offset") {
   check_grad([](const std::vector<Tensor>& a) { return F::causal_softmax(a[0], 0.5); }, {rnd({2, 3, 3}, 28)});
   check_grad([](const std::vector<Tensor>& a) { return F::causal_softmax(a[0], 1.3); }, {rnd({2, 4}, 29)});

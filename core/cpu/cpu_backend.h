@@ -33,7 +33,7 @@ struct CpuBackend final : Backend {
   void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
                            const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
                            const Tensor& grad_bias) override;                              // cpu/layer_norm.cpp
-  void causal_softmax(const Tensor& x, double scale, const Tensor& out) override;         // cpu/causal_softmax.cpp
+  void causal_softmax(const Tensor& x, double scale, const Tensor& out) override;         // cpu/softmax.cpp
   void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
               const Tensor& out) override;                                                  // cpu/conv.cpp
   void conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,

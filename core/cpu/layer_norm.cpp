@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
-// CPU layer norm over the last dim, forward and backward side by side.
+// CPU layer norm over the last dim, forward and backward side by side (the
+// CUDA twin is cuda/layer_norm.cu).
 //   y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps)  (biased var)
 //   backward, with xhat = (x - mean) * rstd and gh = g * w:
 //     gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat))
 //     gw = sum_rows(g * xhat),  gb = sum_rows(g)
+// The formulas are core/layer_norm_math.h's (layer_norm_row::), shared with
+// the CUDA kernels; the AVX-512 rows below are the same formulas in vectors.
 #include <omp.h>
 
 #include <cmath>
@@ -16,6 +19,7 @@
 
 #include <snug/core/cpu/cpu_backend.h>
 #include <snug/core/cpu/loop.h>
+#include <snug/core/layer_norm_math.h>
 
 namespace snug {
 
@@ -70,18 +74,20 @@ inline float row_sum16(int64_t C, F f) {
 
 void ln_forward_row_f32(const float* x, const float* w, const float* b, float* y, int64_t C, float eps,
                         float* mean, float* rstd) {
-  const float mu = row_sum16(C, [&](int64_t c, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x + c); }) / float(C);
+  const float mu =
+      layer_norm_row::mean(row_sum16(C, [&](int64_t c, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x + c); }), C);
   const __m512 vmu = _mm512_set1_ps(mu);
-  const float var = row_sum16(C, [&](int64_t c, __mmask16 m) {
-                      __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + c), vmu);
-                      return _mm512_mul_ps(d, d);
-                    }) / float(C);
-  const float rs = 1.0f / std::sqrt(var + eps);
+  const float sq = row_sum16(C, [&](int64_t c, __mmask16 m) {
+    __m512 d = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + c), vmu);
+    return _mm512_mul_ps(d, d);
+  });
+  const float rs = layer_norm_row::rstd(sq, C, eps);
   *mean = mu;
   *rstd = rs;
   const __m512 vrs = _mm512_set1_ps(rs);
   for (int64_t c = 0; c < C; c += 16) {
     const __mmask16 m = head_mask(C - c);
+    // layer_norm_row::normalize_at, 16 columns at a time.
     __m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + c), vmu), vrs);
     if (w) h = _mm512_mul_ps(h, _mm512_maskz_loadu_ps(m, w + c));
     if (b) h = _mm512_add_ps(h, _mm512_maskz_loadu_ps(m, b + c));
@@ -101,8 +107,9 @@ void ln_backward_row_f32(const float* g, const float* x, const float* w, float m
     __m512 gv = _mm512_maskz_loadu_ps(m, g + c);
     return w ? _mm512_mul_ps(gv, _mm512_maskz_loadu_ps(m, w + c)) : gv;
   };
-  const float m1 = row_sum16(C, ghat) / float(C);
-  const float m2 = row_sum16(C, [&](int64_t c, __mmask16 m) { return _mm512_mul_ps(ghat(c, m), xhat(c, m)); }) / float(C);
+  const float m1 = layer_norm_row::mean(row_sum16(C, ghat), C);
+  const float m2 =
+      layer_norm_row::mean(row_sum16(C, [&](int64_t c, __mmask16 m) { return _mm512_mul_ps(ghat(c, m), xhat(c, m)); }), C);
   const __m512 vm1 = _mm512_set1_ps(m1), vm2 = _mm512_set1_ps(m2);
   for (int64_t c = 0; c < C; c += 16) {
     const __mmask16 m = head_mask(C - c);
@@ -122,7 +129,7 @@ void ln_backward_row_f32(const float* g, const float* x, const float* w, float m
       }
     }
     if (gx) {
-      // rs * (gh - m1 - xh * m2)
+      // layer_norm_row::grad_x_at: rs * (gh - m1 - xh * m2), the last two fused
       const __m512 t = _mm512_fnmadd_ps(xh, vm2, _mm512_sub_ps(ghat(c, m), vm1));
       _mm512_mask_storeu_ps(gx + c, m, _mm512_mul_ps(vrs, t));
     }
@@ -167,22 +174,20 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
       A s = 0;
 #pragma omp simd reduction(+ : s)
       for (int64_t c = 0; c < C; ++c) s += xr[c];
-      A mu = s / A(C);
+      const A mu = layer_norm_row::mean(s, C);
       A v = 0;
 #pragma omp simd reduction(+ : v)
       for (int64_t c = 0; c < C; ++c) {
         A d = xr[c] - mu;
         v += d * d;
       }
-      A rs = A(1) / std::sqrt(v / A(C) + A(eps));
+      const A rs = layer_norm_row::rstd(v, C, A(eps));
       mp[r] = float(mu);
       rp[r] = float(rs);
       T* yr = yp + r * C;
       if constexpr (half) ybuf.resize(size_t(C));
       for (int64_t c = 0; c < C; ++c) {
-        A h = (xr[c] - mu) * rs;
-        if (wp) h *= wp[c];
-        if (bp) h += bp[c];
+        const A h = layer_norm_row::normalize_at(xr[c], mu, rs, wp, bp, c);
         if constexpr (half) ybuf[c] = h;
         else yr[c] = T(h);
       }
@@ -232,9 +237,9 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
         // NOTE [ Vector row sums ]; pw and pb are per column, no dependence.
 #pragma omp simd reduction(+ : sum_gh, sum_ghx)
         for (int64_t c = 0; c < C; ++c) {
-          A xh = (xr[c] - mu) * rs;
-          A g = gr[c];
-          A gh = wp ? g * wp[c] : g;
+          const A xh = layer_norm_row::xhat(xr[c], mu, rs);
+          const A g = gr[c];
+          const A gh = layer_norm_row::ghat(g, wp, c);
           sum_gh += gh;
           sum_ghx += gh * xh;
           if (pw) {
@@ -243,13 +248,13 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
           }
         }
         if (gxp) {
-          A m1 = sum_gh / A(C), m2 = sum_ghx / A(C);
+          const A m1 = layer_norm_row::mean(sum_gh, C), m2 = layer_norm_row::mean(sum_ghx, C);
           T* gxr = gxp + r * C;
           for (int64_t c = 0; c < C; ++c) {
-            A xh = (xr[c] - mu) * rs;
-            A gh = wp ? gr[c] * wp[c] : gr[c];
-            if constexpr (half) obuf[c] = rs * (gh - m1 - xh * m2);
-            else gxr[c] = T(rs * (gh - m1 - xh * m2));
+            const A gx = layer_norm_row::grad_x_at(layer_norm_row::ghat(gr[c], wp, c),
+                                                   layer_norm_row::xhat(xr[c], mu, rs), m1, m2, rs);
+            if constexpr (half) obuf[c] = gx;
+            else gxr[c] = T(gx);
           }
           if constexpr (half) cpu::store_from_float(obuf.data(), gxr, C);
         }

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // CPU pooling over (H, W): max, average and adaptive average, forward beside
-// backward (the CUDA twin is cuda/pool.cu). Pool2dParams: core/backend.h.
+// backward (the CUDA twin is cuda/pool.cu). The windows and the per-window
+// math (Pool2dParams, pool_span, pool_max_window, ...) are core/pool_window.h,
+// shared with the CUDA kernels; this file walks planes and keeps the
+// vectorized max-pool rows.
 #include <omp.h>
 
 #if defined(__AVX512F__)
@@ -17,6 +20,7 @@
 
 #include <snug/core/cpu/cpu_backend.h>
 #include <snug/core/cpu/loop.h>
+#include <snug/core/pool_window.h>
 #include <snug/core/raw_ops.h>
 
 namespace snug {
@@ -24,38 +28,21 @@ namespace snug {
 // Output cell (oh, ow) of a plane reads input rows [h0, h1) and columns
 // [w0, w1) (already clipped to the input) and, for avg, divides by the
 // window size. Windows are separable: each output row and column has its
-// span, computed once per call. Planes (n, c) are independent and spread
-// over threads.
+// span (pool_span), computed once per call. Planes (n, c) are independent
+// and spread over threads.
 namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <class T>
 T* ptr(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
 }
 
-struct Span {
-  int64_t lo, hi, size;  // clipped [lo, hi); size: the divisor's share (counts padding for avg)
-};
+using Span = PoolSpan;
 
 // The spans of one dim d (0 = rows, 1 = columns): input length n, output length no.
 std::vector<Span> spans_of(const Pool2dParams& p, int d, int64_t n, int64_t no) {
   std::vector<Span> out(static_cast<size_t>(no));
-  for (int64_t o = 0; o < no; ++o) {
-    Span& s = out[size_t(o)];
-    if (p.kind == PoolKind::adaptive_avg) {
-      s.lo = o * n / no;
-      s.hi = ceil_div((o + 1) * n, no);
-      s.size = s.hi - s.lo;
-      continue;
-    }
-    const int64_t start = o * p.stride[d] - p.padding[d];
-    // count_include_pad: the window clipped to the padded input, as PyTorch.
-    s.size = std::min(start + p.kernel[d], n + p.padding[d]) - start;
-    s.lo = std::max<int64_t>(start, 0);
-    s.hi = std::min(start + p.kernel[d], n);
-  }
+  for (int64_t o = 0; o < no; ++o) out[size_t(o)] = pool_span(p, d, o, n, no);
   return out;
 }
 
@@ -90,7 +77,7 @@ void max_pool_row_f32(const float* x, int64_t W, int64_t h0, int64_t c0, int64_t
           const __m512 a = _mm512_maskz_loadu_ps(m0, x + w0), b = _mm512_maskz_loadu_ps(m1, x + w0 + 16);
           v = _mm512_permutex2var_ps(a, evens, b);
         }
-        // take = v > best or v is NaN (NaN propagates, as in PyTorch)
+        // take = v > best or v is NaN (pool_max_takes; NaN propagates, as in PyTorch)
         const __mmask16 take =
             _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
         best = _mm512_mask_blend_ps(take, best, v);
@@ -163,7 +150,7 @@ void CpuBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& ou
 #pragma omp simd
               for (int64_t ow = 0; ow < Wo; ++ow) {
                 const A v = A(xq[w0 + ow * sw]);
-                const bool take = (v > bq[ow]) | (v != v);  // NaN propagates, as in PyTorch
+                const bool take = pool_max_takes(v, bq[ow]);  // NaN propagates, as in PyTorch
                 bq[ow] = take ? v : bq[ow];
                 aq[ow] = take ? w0 + ow * sw : aq[ow];
               }
@@ -183,27 +170,16 @@ void CpuBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& ou
       int64_t* iq = ip ? ip + pl * Ho * Wo : nullptr;
       for (int64_t oh = 0; oh < Ho; ++oh) {
         const Span r = rows[size_t(oh)];
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          const Span c = cols[size_t(ow)];
-          if (p.kind == PoolKind::max) {
-            A best = -std::numeric_limits<A>::infinity();
-            int64_t arg = r.lo * W + c.lo;
-            for (int64_t h = r.lo; h < r.hi; ++h)
-              for (int64_t w = c.lo; w < c.hi; ++w) {
-                const A v = A(xq[h * W + w]);
-                if (v > best || v != v) {  // NaN propagates, as in PyTorch
-                  best = v;
-                  arg = h * W + w;
-                }
-              }
+        if (p.kind == PoolKind::max) {
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            A best;
+            int64_t arg;
+            pool_max_window(xq, W, r, cols[size_t(ow)], best, arg);
             oq[oh * Wo + ow] = T(best);
             if (iq) iq[oh * Wo + ow] = arg;
-          } else {
-            A s = 0;
-            for (int64_t h = r.lo; h < r.hi; ++h)
-              for (int64_t w = c.lo; w < c.hi; ++w) s += A(xq[h * W + w]);
-            oq[oh * Wo + ow] = T(s / A(r.size * c.size));
           }
+        } else {
+          for (int64_t ow = 0; ow < Wo; ++ow) oq[oh * Wo + ow] = T(pool_avg_window<A>(xq, W, r, cols[size_t(ow)]));
         }
       }
     }
@@ -234,7 +210,7 @@ void CpuBackend::pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, 
             continue;
           }
           const Span c = cols[size_t(ow)];
-          const A share = go / A(r.size * c.size);
+          const A share = pool_avg_divide(go, r, c);
           for (int64_t h = r.lo; h < r.hi; ++h)
             for (int64_t w = c.lo; w < c.hi; ++w) acc[size_t(h * W + w)] += share;
         }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // CPU random fill from the Philox stream (element i -> counter offset + i/4,
-// word i%4; see core/philox.h), so CUDA draws the very same numbers.
+// word i%4; see core/philox.h), so CUDA (cuda/random.cu) draws the same
+// numbers: uniforms bit for bit, normals to a few ulp (box_muller).
 #include <omp.h>
 
 #include <snug/core/cpu/cpu_backend.h>
@@ -28,7 +29,7 @@ void CpuBackend::random(RandomKind kind, PhiloxState st, double a, double b, con
         v[0] = z0.z0, v[1] = z0.z1, v[2] = z1.z0, v[3] = z1.z1;
       }
       for (int j = 0; j < 4 && blk * 4 + j < n; ++j) {
-        double x = kind == RandomKind::uniform ? a + (b - a) * static_cast<double>(v[j]) : a + b * static_cast<double>(v[j]);
+        const double x = random_value(kind == RandomKind::normal, a, b, v[j]);
         o[blk * 4 + j] = static_cast<T>(static_cast<C>(x));
       }
     }

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: MIT
-// CPU softmax and log-softmax along one dim, forward and backward.
+// CPU softmax and log-softmax along one dim, forward and backward, and the
+// causal softmax of attention (the CUDA twin of this file is cuda/softmax.cu).
 //
 //   softmax:      y_i = exp(x_i - m) / s,        s = sum_j exp(x_j - m), m = max_j x_j
 //   log_softmax:  y_i = x_i - m - log(s)
 //   backward:     softmax      dx_i = y_i (g_i - sum_j g_j y_j)
 //                 log_softmax  dx_i = g_i - exp(y_i) sum_j g_j
+//   causal:       softmax(scale x) over the last dim, column j of row i
+//                 visible only when j <= i + (Tk - Tq)
 //
-// Subtracting the row max keeps exp() from overflowing. f16/bf16 compute in
-// f32; row sums accumulate in double for f32/f64 (NOTE [ Reduction
-// accumulators ] in cpu/reduce.cpp) and in f32 for the half types.
+// The formulas are core/softmax_math.h's (softmax_row::), shared with the CUDA
+// kernels; this file walks the rows. f16/bf16 compute in f32; row sums
+// accumulate in double for f32/f64 (NOTE [ Reduction accumulators ] in
+// cpu/reduce.cpp) and in f32 for the half types.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,7 +22,7 @@
 
 #include <snug/core/cpu/cpu_backend.h>
 #include <snug/core/cpu/loop.h>
-#include <snug/core/cpu/softmax_row.h>
+#include <snug/core/softmax_math.h>
 
 #if defined(__AVX512F__)
 #include <snug/core/cpu/simd_avx512.h>
@@ -28,8 +32,9 @@ namespace snug {
 
 namespace {
 
-template <class T> using sum_t = std::conditional_t<std::is_same_v<compute_t<T>, float> &&
-                                                        !std::is_same_v<T, float>, float, double>;
+using softmax_row::sum_t;
+using softmax_row::ExactExp;
+using softmax_row::FastExp;
 
 // The rows along `dim`: every index of the other dims, with per-operand
 // base offsets computed from the operands' own strides (in elements).
@@ -62,37 +67,29 @@ struct Rows {
 
 constexpr int kLanes = 16;  // independent partial results, so the loops vectorize
 
+// The backward of one contiguous f32 row: c = sum_j backward_term(g_j, y_j)
+// in 16 lanes of f64 partial sums (as the forward's sums, NOTE [ One f32
+// softmax row ]), then dx_i by softmax_row's formulas with exp_approx.
 void softmax_backward_row_f32(const float* g, const float* y, float* d, int64_t L, bool log) {
   double sl[kLanes] = {};
   int64_t i = 0;
+  // The branch on `log` is outside the loops, so each vectorizes on its own.
   if (log) {
     for (; i + kLanes <= L; i += kLanes)
-      for (int j = 0; j < kLanes; ++j) sl[j] += g[i + j];
-    for (int j = 0; i + j < L; ++j) sl[j] += g[i + j];
+      for (int j = 0; j < kLanes; ++j) sl[j] += softmax_row::backward_term(g[i + j], y[i + j], true);
+    for (int j = 0; i + j < L; ++j) sl[j] += softmax_row::backward_term(g[i + j], y[i + j], true);
   } else {
     for (; i + kLanes <= L; i += kLanes)
-      for (int j = 0; j < kLanes; ++j) sl[j] += g[i + j] * y[i + j];
-    for (int j = 0; i + j < L; ++j) sl[j] += g[i + j] * y[i + j];
+      for (int j = 0; j < kLanes; ++j) sl[j] += softmax_row::backward_term(g[i + j], y[i + j], false);
+    for (int j = 0; i + j < L; ++j) sl[j] += softmax_row::backward_term(g[i + j], y[i + j], false);
   }
   double s = 0;
   for (double v : sl) s += v;
   const float cs = static_cast<float>(s);
   if (log) {
-    for (i = 0; i < L; ++i) d[i] = g[i] - fmath::exp_approx(y[i]) * cs;
+    for (i = 0; i < L; ++i) d[i] = softmax_row::log_softmax_backward_at(g[i], y[i], cs, FastExp{});
   } else {
-    for (i = 0; i < L; ++i) d[i] = y[i] * (g[i] - cs);
-  }
-}
-
-// exp for the strided loops: f32 takes fmath::exp_approx, plain arithmetic that
-// vectorizes (NOTE [ Vectorizable exp and erf for float ]); softmax evaluates
-// it only at x - max <= 0 and at log-probabilities.
-template <class C>
-inline C exp_c(C v) {
-  if constexpr (std::is_same_v<C, float>) {
-    return fmath::exp_approx(v);
-  } else {
-    return fmath::exp(v);
+    for (i = 0; i < L; ++i) d[i] = softmax_row::softmax_backward_at(g[i], y[i], cs);
   }
 }
 
@@ -118,45 +115,40 @@ void softmax_cols(const T* x, T* y, int64_t outer, int64_t L, int64_t inner, boo
       s[j] = 0;
     }
     for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j < w; ++j) {
-        const C v = static_cast<C>(xb[i * inner + j]);
-        m[j] = (v != v || v > m[j]) ? v : m[j];
-      }
+      for (int64_t j = 0; j < w; ++j) m[j] = softmax_row::max_nan(m[j], static_cast<C>(xb[i * inner + j]));
     for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j < w; ++j) s[j] += exp_c(static_cast<C>(xb[i * inner + j]) - m[j]);
+      for (int64_t j = 0; j < w; ++j) s[j] += softmax_row::shifted_exp(static_cast<C>(xb[i * inner + j]), m[j], FastExp{});
     if (log) {
       C ls[kBlock];
-      for (int64_t j = 0; j < w; ++j) ls[j] = static_cast<C>(std::log(s[j]));
-      for (int64_t i = 0; i < L; ++i)
-        for (int64_t j = 0; j < w; ++j) yb[i * inner + j] = static_cast<T>((static_cast<C>(xb[i * inner + j]) - m[j]) - ls[j]);
-    } else {
-      C inv[kBlock];
-      for (int64_t j = 0; j < w; ++j) inv[j] = static_cast<C>(1 / s[j]);
+      for (int64_t j = 0; j < w; ++j) ls[j] = softmax_row::log_sum<C>(s[j]);
       for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j < w; ++j)
-          yb[i * inner + j] = static_cast<T>(exp_c(static_cast<C>(xb[i * inner + j]) - m[j]) * inv[j]);
+          yb[i * inner + j] = static_cast<T>(softmax_row::log_softmax_at(static_cast<C>(xb[i * inner + j]), m[j], ls[j]));
+    } else {
+      C inv[kBlock];
+      for (int64_t j = 0; j < w; ++j) inv[j] = softmax_row::inverse_sum<C>(s[j]);
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < w; ++j)
+          yb[i * inner + j] = static_cast<T>(softmax_row::softmax_at(static_cast<C>(xb[i * inner + j]), m[j], inv[j], FastExp{}));
     }
   }
 }
 
-}  // namespace
-
-namespace cpu {
-
-// NOTE [ One f32 softmax row ] in core/cpu/softmax_row.h.
+// NOTE [ One f32 softmax row ]
+// y[0, L) = softmax(scale * x[0, L)), or log_softmax when `log`, for one
+// contiguous f32 row: softmax, and the causal softmax (scale = 1/sqrt(head
+// size), L = the visible part of the row). Max and sum keep 16 lanes of
+// partial results so the loops vectorize without reassociating one
+// accumulator (the compiler may not without -ffast-math); the sum is in f64;
+// exp is fmath::exp_approx (NOTE [ Vectorizable exp and erf for float ]). A
+// NaN input makes the row NaN.
 void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log) {
   float ml[kLanes];
   for (float& m : ml) m = -INFINITY;
   int64_t i = 0;
   for (; i + kLanes <= L; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const float v = scale * x[i + j];
-      ml[j] = (v != v || v > ml[j]) ? v : ml[j];
-    }
-  for (int j = 0; i + j < L; ++j) {
-    const float v = scale * x[i + j];
-    ml[j] = (v != v || v > ml[j]) ? v : ml[j];
-  }
+    for (int j = 0; j < kLanes; ++j) ml[j] = softmax_row::max_nan(ml[j], scale * x[i + j]);
+  for (int j = 0; i + j < L; ++j) ml[j] = softmax_row::max_nan(ml[j], scale * x[i + j]);
   // The lanes folded by a fixed vector tree: folded one scalar op after another
   // they were a chain of 16 dependent compares (and 16 adds below) per row,
   // most of a short row's time (W-GPT's log-softmax rows hold 65 logits). A
@@ -166,11 +158,11 @@ void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log)
   float m = _mm512_reduce_max_ps(_mm512_loadu_ps(ml));
 #else
   float m = ml[0];
-  for (int j = 1; j < kLanes; ++j) m = (ml[j] != ml[j] || ml[j] > m) ? ml[j] : m;
+  for (int j = 1; j < kLanes; ++j) m = softmax_row::max_nan(m, ml[j]);
 #endif
   // exp into y first (log_softmax overwrites it below): a loop without a
   // reduction vectorizes; the sum then runs over y.
-  for (i = 0; i < L; ++i) y[i] = fmath::exp_approx(scale * x[i] - m);
+  for (i = 0; i < L; ++i) y[i] = softmax_row::shifted_exp(scale * x[i], m, FastExp{});
   double sl[kLanes] = {};
   for (i = 0; i + kLanes <= L; i += kLanes)
     for (int j = 0; j < kLanes; ++j) sl[j] += y[i + j];
@@ -182,15 +174,15 @@ void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log)
   for (double v : sl) s += v;
 #endif
   if (log) {
-    const float ls = static_cast<float>(std::log(s));
-    for (i = 0; i < L; ++i) y[i] = (scale * x[i] - m) - ls;
+    const float ls = softmax_row::log_sum<float>(s);
+    for (i = 0; i < L; ++i) y[i] = softmax_row::log_softmax_at(scale * x[i], m, ls);
   } else {
-    const float inv = static_cast<float>(1 / s);
-    for (i = 0; i < L; ++i) y[i] *= inv;
+    const float inv = softmax_row::inverse_sum<float>(s);
+    for (i = 0; i < L; ++i) y[i] = softmax_row::normalize(y[i], inv);
   }
 }
 
-}  // namespace cpu
+}  // namespace
 
 // x (any strides) -> out (x's shape).
 void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
@@ -215,7 +207,7 @@ void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& o
       T* yr = op + off[1];
       if constexpr (std::is_same_v<T, float>) {
         if (sx == 1 && so == 1) {
-          cpu::softmax_row_f32(xr, yr, L, 1.0f, log);
+          softmax_row_f32(xr, yr, L, 1.0f, log);
           continue;
         }
       } else if constexpr (cpu::is_half_storage_v<T>) {
@@ -223,38 +215,34 @@ void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& o
           thread_local std::vector<float> buf;
           buf.resize(size_t(2 * L));
           cpu::load_as_float(xr, buf.data(), L);
-          cpu::softmax_row_f32(buf.data(), buf.data() + L, L, 1.0f, log);
+          softmax_row_f32(buf.data(), buf.data() + L, L, 1.0f, log);
           cpu::store_from_float(buf.data() + L, yr, L);
           continue;
         }
       }
       // A NaN anywhere makes m NaN, and the whole row NaN, as in PyTorch.
       C m = -INFINITY;
-      for (int64_t i = 0; i < L; ++i) {
-        C v = static_cast<C>(xr[i * sx]);
-        m = (v != v || v > m) ? v : m;
-      }
+      for (int64_t i = 0; i < L; ++i) m = softmax_row::max_nan(m, static_cast<C>(xr[i * sx]));
       S s = 0;
       if (log) {
-        for (int64_t i = 0; i < L; ++i) s += fmath::exp(static_cast<C>(xr[i * sx]) - m);
-        // (x - m) - log(s), not x - (m + log(s)): x - m is exact near the
-        // max, and m + log(s) would round away log(s)'s low bits when |m| is large.
-        const C ls = static_cast<C>(std::log(s));
-        for (int64_t i = 0; i < L; ++i) yr[i * so] = static_cast<T>((static_cast<C>(xr[i * sx]) - m) - ls);
+        for (int64_t i = 0; i < L; ++i) s += softmax_row::shifted_exp(static_cast<C>(xr[i * sx]), m, ExactExp{});
+        const C ls = softmax_row::log_sum<C>(s);
+        for (int64_t i = 0; i < L; ++i) yr[i * so] = static_cast<T>(softmax_row::log_softmax_at(static_cast<C>(xr[i * sx]), m, ls));
       } else if constexpr (std::is_same_v<T, C>) {
         // Store exp() in out, then scale it: one exp per element.
         for (int64_t i = 0; i < L; ++i) {
-          C e = fmath::exp(xr[i * sx] - m);
+          C e = softmax_row::shifted_exp(xr[i * sx], m, ExactExp{});
           yr[i * so] = e;
           s += e;
         }
-        const C inv = static_cast<C>(1 / s);
-        for (int64_t i = 0; i < L; ++i) yr[i * so] *= inv;
+        const C inv = softmax_row::inverse_sum<C>(s);
+        for (int64_t i = 0; i < L; ++i) yr[i * so] = softmax_row::normalize(yr[i * so], inv);
       } else {
         // 16-bit out would round exp() before the scaling: recompute instead.
-        for (int64_t i = 0; i < L; ++i) s += fmath::exp(static_cast<C>(xr[i * sx]) - m);
-        const C inv = static_cast<C>(1 / s);
-        for (int64_t i = 0; i < L; ++i) yr[i * so] = static_cast<T>(fmath::exp(static_cast<C>(xr[i * sx]) - m) * inv);
+        for (int64_t i = 0; i < L; ++i) s += softmax_row::shifted_exp(static_cast<C>(xr[i * sx]), m, ExactExp{});
+        const C inv = softmax_row::inverse_sum<C>(s);
+        for (int64_t i = 0; i < L; ++i)
+          yr[i * so] = static_cast<T>(softmax_row::softmax_at(static_cast<C>(xr[i * sx]), m, inv, ExactExp{}));
       }
     }
   });
@@ -296,17 +284,60 @@ void CpuBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64
         }
       }
       S s = 0;
-      if (log) {
-        for (int64_t i = 0; i < L; ++i) s += static_cast<C>(g[i * sg]);
-        const C cs = static_cast<C>(s);
-        for (int64_t i = 0; i < L; ++i)
-          d[i * sd] = static_cast<T>(static_cast<C>(g[i * sg]) - fmath::exp(static_cast<C>(yr[i * sy])) * cs);
-      } else {
-        for (int64_t i = 0; i < L; ++i) s += static_cast<C>(g[i * sg]) * static_cast<C>(yr[i * sy]);
-        const C cs = static_cast<C>(s);
-        for (int64_t i = 0; i < L; ++i)
-          d[i * sd] = static_cast<T>(static_cast<C>(yr[i * sy]) * (static_cast<C>(g[i * sg]) - cs));
+      for (int64_t i = 0; i < L; ++i)
+        s += softmax_row::backward_term(static_cast<C>(g[i * sg]), static_cast<C>(yr[i * sy]), log);
+      const C cs = static_cast<C>(s);
+      for (int64_t i = 0; i < L; ++i) {
+        const C gi = static_cast<C>(g[i * sg]), yi = static_cast<C>(yr[i * sy]);
+        d[i * sd] = static_cast<T>(log ? softmax_row::log_softmax_backward_at(gi, yi, cs, ExactExp{})
+                                       : softmax_row::softmax_backward_at(gi, yi, cs));
       }
+    }
+  });
+}
+
+// x (..., Tq, Tk) contiguous -> out (same shape, contiguous): softmax(scale *
+// x) over the last dim with column j of row i visible only when j <= i + (Tk
+// - Tq). Masked entries are written as 0 and never read, so no Tq x Tk mask
+// exists. f32 and f16/bf16 rows take the f32 row kernel (NOTE [ One f32
+// softmax row ]); f64 rows the same formulas in a plain loop.
+void CpuBackend::causal_softmax(const Tensor& x, double scale, const Tensor& out) {
+  const int64_t Tk = x.size(-1), Tq = x.size(-2);
+  const int64_t rows = Tk ? x.numel() / Tk : 0;
+  const int64_t shift = Tk - Tq;
+  dispatch_floating(x.dtype(), "causal_softmax", [&]<class T>() {
+    using A = compute_t<T>;
+    const T* xp = static_cast<const T*>(x.data_ptr());
+    T* yp = static_cast<T*>(out.data_ptr());
+    const A sc = A(scale);
+#pragma omp parallel for if (rows * Tk > cpu::kParallelGrain) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r % Tq;
+      const int64_t visible = std::min<int64_t>(std::max<int64_t>(i + shift + 1, 0), Tk);
+      const T* xr = xp + r * Tk;
+      T* yr = yp + r * Tk;
+      if constexpr (std::is_same_v<T, float>) {
+        softmax_row_f32(xr, yr, visible, sc, false);
+      } else if constexpr (cpu::is_half_storage_v<T>) {
+        // Widen the row, run the f32 row kernel, round once on the way out.
+        thread_local std::vector<float> buf;
+        buf.resize(size_t(2 * visible));
+        cpu::load_as_float(xr, buf.data(), visible);
+        softmax_row_f32(buf.data(), buf.data() + visible, visible, sc, false);
+        cpu::store_from_float(buf.data() + visible, yr, visible);
+      } else {
+        A m = -INFINITY;
+        for (int64_t j = 0; j < visible; ++j) m = softmax_row::max_nan(m, sc * A(xr[j]));
+        sum_t<T> s = 0;
+        for (int64_t j = 0; j < visible; ++j) {
+          const A e = softmax_row::shifted_exp(sc * A(xr[j]), m, FastExp{});
+          yr[j] = T(e);
+          s += e;
+        }
+        const A inv = softmax_row::inverse_sum<A>(s);
+        for (int64_t j = 0; j < visible; ++j) yr[j] = T(softmax_row::normalize(A(yr[j]), inv));
+      }
+      for (int64_t j = visible; j < Tk; ++j) yr[j] = T(0);
     }
   });
 }
