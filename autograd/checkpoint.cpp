@@ -56,7 +56,7 @@ struct CheckpointFrame : std::enable_shared_from_this<CheckpointFrame> {
     std::weak_ptr<Storage> storage;
     uint32_t version = 0;
     bool released = false;
-    Tensor value;           // the recomputed tensor, between recomputation and release
+    Tensor value;  // the recomputed tensor, between recomputation and release
   };
 
   SegmentFn fn;
@@ -197,11 +197,15 @@ void recompute(CheckpointFrame& f) {
     std::vector<Tensor> outs = f.fn(ins);
     Scope& s = push.scope();
     SNUG_CHECK(s.cursor == f.slots.size() && s.extra_saves == 0, AutogradError, f.opts.name,
-               ": recomputing the segment saved ", s.cursor + s.extra_saves, " tensors for backward, but its forward "
-               "saved ", f.slots.size(), "; the segment is not deterministic (it must depend only on its inputs, "
+               ": recomputing the segment saved ", s.cursor + s.extra_saves,
+               " tensors for backward, but its forward "
+               "saved ",
+               f.slots.size(),
+               "; the segment is not deterministic (it must depend only on its inputs, "
                "parameters and the RNG; pass other generators in CheckpointOptions::generators)");
     SNUG_CHECK(s.kept_cursor == f.kept.size(), AutogradError, f.opts.name, ": recomputing the segment used ",
-               s.kept_cursor, " of the ", f.kept.size(), " op outputs its forward kept; the segment is not "
+               s.kept_cursor, " of the ", f.kept.size(),
+               " op outputs its forward kept; the segment is not "
                "deterministic");
     if (s.first_mismatch) {
       const auto& slot = f.slots[*s.first_mismatch];
@@ -257,8 +261,8 @@ bool pack_saved(const Tensor& t, const char* op, std::shared_ptr<CheckpointFrame
       ++s.cursor;
       CheckpointFrame::Slot& sl = f.slots[k];
       auto original = sl.storage.lock();
-      SNUG_CHECK(!(original && original == t.storage() && t.version() != sl.version), AutogradError,
-                 "backward of '", op, "': a tensor it saved (shape ", shape_str(t.shape()), ", in ", f.opts.name,
+      SNUG_CHECK(!(original && original == t.storage() && t.version() != sl.version), AutogradError, "backward of '",
+                 op, "': a tensor it saved (shape ", shape_str(t.shape()), ", in ", f.opts.name,
                  ") was modified by an in-place operation after the forward (version ", sl.version, ", now ",
                  t.version(), "); clone it before modifying, or modify it out of place");
       if (!s.first_mismatch) {
@@ -286,8 +290,8 @@ bool pack_saved(const Tensor& t, const char* op, std::shared_ptr<CheckpointFrame
 Tensor unpack_saved(CheckpointFrame& f, size_t slot, const char* op) {
   if (!f.recomputed) recompute(f);
   const CheckpointFrame::Slot& sl = f.slots.at(slot);
-  SNUG_CHECK(sl.value.defined(), AutogradError, "backward of '", op, "': its saved tensor #", slot, " of ",
-             f.opts.name, " is gone (released, or not produced by the recomputation)");
+  SNUG_CHECK(sl.value.defined(), AutogradError, "backward of '", op, "': its saved tensor #", slot, " of ", f.opts.name,
+             " is gone (released, or not produced by the recomputation)");
   return sl.value;
 }
 
@@ -312,12 +316,15 @@ int selective_begin(const char* op, std::vector<Tensor>& hit) {
   if (s.mode == Mode::forward) return 2;
   const size_t k = s.kept_cursor++;
   SNUG_CHECK(k < f.kept.size() && std::strcmp(f.kept_ops[k], op) == 0, AutogradError, f.opts.name,
-             ": recomputation asked for a kept output of '", op, "' (#", k, ") that the forward did not keep; "
+             ": recomputation asked for a kept output of '", op, "' (#", k,
+             ") that the forward did not keep; "
              "the segment is not deterministic");
   for (size_t i = 0; i < f.kept[k].size(); ++i)
-    SNUG_CHECK(!f.kept[k][i].defined() || f.kept[k][i].version() == f.kept_versions[k][i], AutogradError,
-               f.opts.name, ": the output of '", op, "' that the policy keeps was modified in place after the "
-               "forward; let the policy recompute '", op, "', or avoid the in-place op");
+    SNUG_CHECK(!f.kept[k][i].defined() || f.kept[k][i].version() == f.kept_versions[k][i], AutogradError, f.opts.name,
+               ": the output of '", op,
+               "' that the policy keeps was modified in place after the "
+               "forward; let the policy recompute '",
+               op, "', or avoid the in-place op");
   // Handed over: from here the recomputed slots hold these tensors, and they
   // die when those slots are released.
   hit = std::move(f.kept[k]);
@@ -347,7 +354,8 @@ RecomputePolicy save_ops(const std::vector<std::string>& ops) {
   for (const auto& op : ops) {
     bool known = false;
     for (const char* s : kSelectiveOps) known = known || op == s;
-    SNUG_CHECK(known, ValueError, "save_ops: '", op, "' never asks a recomputation policy; the ops that do are "
+    SNUG_CHECK(known, ValueError, "save_ops: '", op,
+               "' never asks a recomputation policy; the ops that do are "
                "matmul, linear, layer_norm, causal_softmax and causal_attention (all others are recomputed)");
   }
   return [ops](const char* op) {

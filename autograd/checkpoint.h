@@ -56,22 +56,21 @@ enum class RecomputeChoice : uint8_t { recompute, save };
 using RecomputePolicy = std::function<RecomputeChoice(const char* op)>;
 
 // The ops that consult a policy (the others are always recomputed).
-inline constexpr const char* kSelectiveOps[] = {"matmul", "linear", "layer_norm", "causal_softmax",
-                                                "causal_attention"};
+inline constexpr const char* kSelectiveOps[] = {"matmul", "linear", "layer_norm", "causal_softmax", "causal_attention"};
 
 // A policy that saves the outputs of the listed ops and recomputes the rest.
 // Throws ValueError for a name that is not in kSelectiveOps (it would never be asked).
 RecomputePolicy save_ops(const std::vector<std::string>& ops);
 
 struct CheckpointOptions {
-  RecomputePolicy policy;               // empty: recompute everything
+  RecomputePolicy policy;  // empty: recompute everything
   // Recomputation compares every recomputed saved tensor with the original
   // (shape, dtype and a checksum of the values, taken in the forward) and
   // throws an AutogradError naming the first that differs. Costs a pass over
   // every saved tensor in the forward; for debugging.
   bool verify = false;
-  std::vector<Generator*> generators;   // besides default_generator(), also restored for recomputation
-  std::string name = "checkpoint";      // shown in error messages
+  std::vector<Generator*> generators;  // besides default_generator(), also restored for recomputation
+  std::string name = "checkpoint";     // shown in error messages
 };
 
 using SegmentFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -81,12 +80,11 @@ std::vector<Tensor> checkpoint(SegmentFn fn, const std::vector<Tensor>& inputs, 
 
 // checkpoint(fn, a, b, ...) with fn(const Tensor&, ...) -> Tensor.
 template <class F, class... Ts>
-  requires(sizeof...(Ts) >= 1 && (std::is_same_v<std::decay_t<Ts>, Tensor> && ...) &&
-           std::is_invocable_r_v<Tensor, F, const Ts&...>)
-Tensor checkpoint(F fn, const Ts&... xs) {
+requires(sizeof...(Ts) >= 1 && (std::is_same_v<std::decay_t<Ts>, Tensor> && ...) &&
+         std::is_invocable_r_v<Tensor, F, const Ts&...>) Tensor checkpoint(F fn, const Ts&... xs) {
   SegmentFn seg = [fn](const std::vector<Tensor>& in) {
-    return [&]<size_t... I>(std::index_sequence<I...>) { return std::vector<Tensor>{fn(in[I]...)}; }(
-        std::index_sequence_for<Ts...>{});
+    return [&]<size_t... I>(std::index_sequence<I...>) { return std::vector<Tensor>{fn(in[I]...)}; }
+    (std::index_sequence_for<Ts...>{});
   };
   return checkpoint(std::move(seg), std::vector<Tensor>{xs...})[0];
 }

@@ -19,9 +19,8 @@ Tensor unary_with_backward(const char* name, UnaryOp op, BinaryOp back_op, bool 
                            double a = 0, double b = 0) {
   Tensor out = raw::unary(op, x, a, b);
   if (any_requires_grad({x}))
-    record(name, {x}, {out}, {save_output ? out : x}, [back_op](FunctionNode& self, const G& g) -> G {
-      return {raw::binary(back_op, g[0], self.saved_at(0))};
-    });
+    record(name, {x}, {out}, {save_output ? out : x},
+           [back_op](FunctionNode& self, const G& g) -> G { return {raw::binary(back_op, g[0], self.saved_at(0))}; });
   return out;
 }
 }  // namespace
@@ -99,8 +98,8 @@ Tensor pow(const Tensor& a_in, const Tensor& b_in) {
     record("pow", {a, b}, {out}, {a, b, out}, [sa, sb](FunctionNode& self, const G& g) -> G {
       Tensor av = self.saved_at(0), bv = self.saved_at(1), ga, gb;
       if (self.needs_grad(0)) {
-        Tensor d = raw::binary(BinaryOp::mul, bv,
-                               raw::binary(BinaryOp::pow, av, raw::binary_scalar(BinaryOp::sub, bv, 1.0)));
+        Tensor d =
+            raw::binary(BinaryOp::mul, bv, raw::binary(BinaryOp::pow, av, raw::binary_scalar(BinaryOp::sub, bv, 1.0)));
         ga = raw::sum_to(raw::binary(BinaryOp::mul, g[0], d), sa);
       }
       if (self.needs_grad(1)) {
@@ -162,9 +161,8 @@ Tensor exp(const Tensor& x_in) {
   const Tensor x = autocast::widen(x_in);  // autocast: f32
   Tensor out = raw::unary(UnaryOp::exp, x);
   if (any_requires_grad({x}))  // d = exp(x) = out
-    record("exp", {x}, {out}, {out}, [](FunctionNode& self, const G& g) -> G {
-      return {raw::binary(BinaryOp::mul, g[0], self.saved_at(0))};
-    });
+    record("exp", {x}, {out}, {out},
+           [](FunctionNode& self, const G& g) -> G { return {raw::binary(BinaryOp::mul, g[0], self.saved_at(0))}; });
   return out;
 }
 
@@ -172,9 +170,8 @@ Tensor log(const Tensor& x_in) {
   const Tensor x = autocast::widen(x_in);  // autocast: f32
   Tensor out = raw::unary(UnaryOp::log, x);
   if (any_requires_grad({x}))  // d = 1/x
-    record("log", {x}, {out}, {x}, [](FunctionNode& self, const G& g) -> G {
-      return {raw::binary(BinaryOp::div, g[0], self.saved_at(0))};
-    });
+    record("log", {x}, {out}, {x},
+           [](FunctionNode& self, const G& g) -> G { return {raw::binary(BinaryOp::div, g[0], self.saved_at(0))}; });
   return out;
 }
 
@@ -208,9 +205,7 @@ Tensor abs(const Tensor& x) {
 
 Tensor square(const Tensor& x) { return pow(x, 2.0); }
 
-Tensor tanh(const Tensor& x) {
-  return unary_with_backward("tanh", UnaryOp::tanh, BinaryOp::tanh_backward, true, x);
-}
+Tensor tanh(const Tensor& x) { return unary_with_backward("tanh", UnaryOp::tanh, BinaryOp::tanh_backward, true, x); }
 Tensor sigmoid(const Tensor& x) {
   return unary_with_backward("sigmoid", UnaryOp::sigmoid, BinaryOp::sigmoid_backward, true, x);
 }
@@ -231,8 +226,9 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
   if (any_requires_grad({x}))  // gradient passes where lo <= x <= hi
     record("clamp", {x}, {out}, {x}, [lo, hi](FunctionNode& self, const G& g) -> G {
       Tensor xv = self.saved_at(0);
-      Tensor inside = raw::binary(BinaryOp::mul, raw::to_dtype(raw::compare_scalar(CompareOp::ge, xv, lo), g[0].dtype()),
-                                  raw::to_dtype(raw::compare_scalar(CompareOp::le, xv, hi), g[0].dtype()));
+      Tensor inside =
+          raw::binary(BinaryOp::mul, raw::to_dtype(raw::compare_scalar(CompareOp::ge, xv, lo), g[0].dtype()),
+                      raw::to_dtype(raw::compare_scalar(CompareOp::le, xv, hi), g[0].dtype()));
       return {raw::binary(BinaryOp::mul, g[0], inside)};
     });
   return out;
@@ -291,8 +287,7 @@ Tensor operator-(const Tensor& x) { return neg(x); }
 Tensor operator+(const Tensor& a, double s) {
   if (!a.is_floating_point()) return add(a, scalar_like(a, s));
   Tensor out = raw::unary(UnaryOp::affine, a, 1.0, s);
-  if (any_requires_grad({a}))
-    record("add", {a}, {out}, {}, [](FunctionNode&, const G& g) -> G { return {g[0]}; });
+  if (any_requires_grad({a})) record("add", {a}, {out}, {}, [](FunctionNode&, const G& g) -> G { return {g[0]}; });
   return out;
 }
 Tensor operator-(const Tensor& a, double s) { return a + (-s); }
@@ -300,9 +295,8 @@ Tensor operator*(const Tensor& a, double s) {
   if (!a.is_floating_point()) return mul(a, scalar_like(a, s));
   Tensor out = raw::unary(UnaryOp::affine, a, s, 0.0);
   if (any_requires_grad({a}))
-    record("mul", {a}, {out}, {}, [s](FunctionNode&, const G& g) -> G {
-      return {raw::unary(UnaryOp::affine, g[0], s, 0.0)};
-    });
+    record("mul", {a}, {out}, {},
+           [s](FunctionNode&, const G& g) -> G { return {raw::unary(UnaryOp::affine, g[0], s, 0.0)}; });
   return out;
 }
 Tensor operator/(const Tensor& a, double s) {

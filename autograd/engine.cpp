@@ -130,8 +130,8 @@ void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& seeds
     if (is_anomaly_enabled()) {
       for (size_t i = 0; i < outs.size(); ++i)
         SNUG_CHECK(!has_nonfinite(outs[i]), AutogradError, "anomaly: backward of forward op '", node->name(),
-                   "' produced NaN or inf in the gradient of its input ", i, " (shape ",
-                   shape_str(outs[i].shape()), ")");
+                   "' produced NaN or inf in the gradient of its input ", i, " (shape ", shape_str(outs[i].shape()),
+                   ")");
     }
     for (size_t i = 0; i < node->next.size() && i < outs.size(); ++i) {
       const Edge& e = node->next[i];
@@ -144,8 +144,8 @@ void run_engine(const std::vector<Edge>& roots, const std::vector<Tensor>& seeds
 }
 
 std::vector<Tensor> make_seeds(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots) {
-  SNUG_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), ValueError, "backward: got ",
-             grad_roots.size(), " gradients for ", roots.size(), " outputs");
+  SNUG_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), ValueError, "backward: got ", grad_roots.size(),
+             " gradients for ", roots.size(), " outputs");
   std::vector<Tensor> seeds(roots.size());
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
@@ -157,8 +157,10 @@ std::vector<Tensor> make_seeds(const std::vector<Tensor>& roots, const std::vect
                  shape_str(grad_roots[i].shape()), " does not match output shape ", shape_str(r.shape()));
       seeds[i] = grad_roots[i];
     } else {
-      SNUG_CHECK(r.numel() == 1, AutogradError, "backward: an implicit gradient can only be created for a "
-                 "one-element output, got shape ", shape_str(r.shape()), "; pass a gradient tensor");
+      SNUG_CHECK(r.numel() == 1, AutogradError,
+                 "backward: an implicit gradient can only be created for a "
+                 "one-element output, got shape ",
+                 shape_str(r.shape()), "; pass a gradient tensor");
       seeds[i] = ones(r.shape(), r.options());
     }
   }

@@ -9,8 +9,7 @@ namespace snug::autograd {
 
 // Runs backward from roots with the given seeds (undefined = ones for a
 // one-element root). Accumulates into leaves' .grad.
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {},
-              bool retain_graph = false);
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {}, bool retain_graph = false);
 
 // Gradients of outputs with respect to inputs, returned in order (undefined
 // when an input is unreachable and allow_unused). Leaves' .grad is not touched.

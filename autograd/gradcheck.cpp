@@ -50,8 +50,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     size_t i = idx[k];
     Tensor x = xs[i];
     int64_t n = x.numel();
-    std::vector<double> a = analytic[k].defined() ? raw::contiguous(analytic[k]).to_vector<double>()
-                                                  : std::vector<double>(n, 0.0);
+    std::vector<double> a =
+        analytic[k].defined() ? raw::contiguous(analytic[k]).to_vector<double>() : std::vector<double>(n, 0.0);
     for (int64_t e = 0; e < n; ++e) {
       std::vector<Tensor> plus = xs, minus = xs;
       Tensor xp = raw::clone(x), xm = raw::clone(x);
@@ -66,8 +66,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
       if (!(diff <= opt.atol + opt.rtol * std::fabs(num))) {
         GradcheckResult r;
         r.ok = false;
-        r.message = str("gradcheck: input ", i, " element ", e, ": analytic ", a[e], " vs numeric ", num,
-                        " (|diff| ", diff, ")");
+        r.message = str("gradcheck: input ", i, " element ", e, ": analytic ", a[e], " vs numeric ", num, " (|diff| ",
+                        diff, ")");
         return r;
       }
     }

@@ -11,7 +11,7 @@
 namespace snug::autograd {
 
 struct GradcheckOptions {
-  double eps = 1e-6;   // finite-difference step
+  double eps = 1e-6;  // finite-difference step
   double atol = 1e-5;
   double rtol = 1e-3;
 };

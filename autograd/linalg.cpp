@@ -44,10 +44,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     record("matmul", {a, b}, {out}, {b.requires_grad() ? a : Tensor(), a.requires_grad() ? b : Tensor()},
            [sa, sb](FunctionNode& self, const G& g) -> G {
              Tensor ga, gb;
-             if (self.needs_grad(0))
-               ga = raw::sum_to(raw::matmul(g[0], raw::transpose(self.saved_at(1), -1, -2)), sa);
-             if (self.needs_grad(1))
-               gb = raw::sum_to(raw::matmul(raw::transpose(self.saved_at(0), -1, -2), g[0]), sb);
+             if (self.needs_grad(0)) ga = raw::sum_to(raw::matmul(g[0], raw::transpose(self.saved_at(1), -1, -2)), sa);
+             if (self.needs_grad(1)) gb = raw::sum_to(raw::matmul(raw::transpose(self.saved_at(0), -1, -2), g[0]), sb);
              return {ga, gb};
            });
   }

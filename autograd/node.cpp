@@ -17,9 +17,7 @@ namespace snug {
 namespace {
 std::atomic<uint64_t> g_next_seq{0};
 
-Tensor detached_alias(const Tensor& t) {
-  return raw::as_strided(t, t.shape(), t.strides(), t.offset());
-}
+Tensor detached_alias(const Tensor& t) { return raw::as_strided(t, t.shape(), t.strides(), t.offset()); }
 }  // namespace
 
 Node::Node() : seq(g_next_seq.fetch_add(1, std::memory_order_relaxed)) {}
@@ -54,10 +52,11 @@ Tensor SavedTensor::unpack(const char* op) const {
   // from the segment's inputs, whose versions it checks itself.
   if (frame_) return autograd::detail::unpack_saved(*frame_, slot_, op);
   if (!data_.defined()) return data_;
-  SNUG_CHECK(data_.version() == version_, AutogradError, "backward of '", op,
-             "': a tensor it saved (shape ", shape_str(data_.shape()), ") was modified by an in-place operation "
-             "after the forward (version ", version_, ", now ", data_.version(),
-             "); clone it before modifying, or modify it out of place");
+  SNUG_CHECK(data_.version() == version_, AutogradError, "backward of '", op, "': a tensor it saved (shape ",
+             shape_str(data_.shape()),
+             ") was modified by an in-place operation "
+             "after the forward (version ",
+             version_, ", now ", data_.version(), "); clone it before modifying, or modify it out of place");
   return data_;
 }
 

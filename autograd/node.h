@@ -84,8 +84,8 @@ struct Node : std::enable_shared_from_this<Node> {
   // graph is retained (NOTE [ Saved tensors die early ] in engine.cpp).
   virtual void release_saved() {}
 
-  uint64_t seq;                 // tape position
-  std::vector<Edge> next;       // one per forward input
+  uint64_t seq;            // tape position
+  std::vector<Edge> next;  // one per forward input
   int num_outputs = 1;
   std::vector<Shape> output_shapes;  // to materialize zero grads for unused outputs
   std::vector<DType> output_dtypes;
@@ -127,7 +127,7 @@ struct AccumulateGrad : Node {
 // Per-tensor autograd state (TensorImpl::autograd).
 struct AutogradMeta {
   Tensor grad;
-  std::shared_ptr<Node> grad_fn;         // null for leaves
+  std::shared_ptr<Node> grad_fn;  // null for leaves
   int output_nr = 0;
   std::shared_ptr<Node> grad_accumulator;  // leaves: their AccumulateGrad (it holds the leaf weakly: no cycle)
   bool retains_grad = false;
@@ -166,8 +166,8 @@ bool any_requires_grad(const std::vector<Tensor>& ts);
 // closure. Marks the outputs as requiring grad with the new node as grad_fn.
 // Call only when any_requires_grad(inputs) holds. Returns the node.
 std::shared_ptr<FunctionNode> record(const char* name, const std::vector<Tensor>& inputs,
-                                     const std::vector<Tensor>& outputs,
-                                     std::vector<Tensor> to_save, FunctionNode::BackwardFn backward);
+                                     const std::vector<Tensor>& outputs, std::vector<Tensor> to_save,
+                                     FunctionNode::BackwardFn backward);
 
 }  // namespace autograd
 }  // namespace snug

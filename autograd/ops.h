@@ -71,7 +71,9 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor amin(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 // Max/min along one dim, with indices (torch.max(x, dim)).
-struct ValuesIndices { Tensor values, indices; };
+struct ValuesIndices {
+  Tensor values, indices;
+};
 ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x);  // over all elements

@@ -57,9 +57,7 @@ Tensor as_keepdim(const Tensor& t, const Shape& in, const std::vector<int64_t>& 
 
 // Zeros of `shape` for the out-of-place raw scatters: a broadcast 0-d zero,
 // so the raw op's own copy of its base is the only full-size allocation.
-Tensor zeros_base(const Shape& shape, const Tensor& like) {
-  return raw::expand(zeros({}, like.options()), shape);
-}
+Tensor zeros_base(const Shape& shape, const Tensor& like) { return raw::expand(zeros({}, like.options()), shape); }
 
 // amax / amin / max() / min(): the gradient is shared equally by all the
 // elements equal to the extreme value (as torch.amax does).
@@ -195,8 +193,8 @@ Tensor logsumexp(const Tensor& x_in, const std::vector<int64_t>& dims, bool keep
   if (any_requires_grad({x})) {
     Shape in = x.shape();
     record("logsumexp", {x}, {out}, {x, out}, [in, red, keepdim](FunctionNode& self, const G& g) -> G {
-      Tensor p = raw::unary(UnaryOp::exp, raw::binary(BinaryOp::sub, self.saved_at(0),
-                                                      as_keepdim(self.saved_at(1), in, red, keepdim)));
+      Tensor p = raw::unary(
+          UnaryOp::exp, raw::binary(BinaryOp::sub, self.saved_at(0), as_keepdim(self.saved_at(1), in, red, keepdim)));
       return {raw::binary(BinaryOp::mul, p, as_keepdim(g[0], in, red, keepdim))};
     });
   }

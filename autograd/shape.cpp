@@ -24,9 +24,7 @@ std::string sizes_str(const std::vector<int64_t>& v) {
 
 // Zeros of `shape` for the out-of-place raw scatters: a broadcast 0-d zero,
 // so the raw op's own copy of its base is the only full-size allocation.
-Tensor zeros_base(const Shape& shape, const Tensor& like) {
-  return raw::expand(zeros({}, like.options()), shape);
-}
+Tensor zeros_base(const Shape& shape, const Tensor& like) { return raw::expand(zeros({}, like.options()), shape); }
 
 int64_t split_dim(const Tensor& x, int64_t dim, const char* op) {
   SNUG_CHECK(x.dim() > 0, ShapeError, op, ": x is 0-d; expected at least 1 dim");
@@ -64,9 +62,8 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t dim) {
   SNUG_CHECK(!xs.empty(), ValueError, "stack: expected a non-empty list of tensors");
   for (size_t i = 0; i < xs.size(); ++i) {
     SNUG_CHECK(xs[i].defined(), ValueError, "stack: tensor ", i, " is undefined");
-    SNUG_CHECK(xs[i].shape() == xs[0].shape(), ShapeError, "stack: tensor ", i, " has shape ",
-               shape_str(xs[i].shape()), " but tensor 0 has shape ", shape_str(xs[0].shape()),
-               " (expected all shapes equal)");
+    SNUG_CHECK(xs[i].shape() == xs[0].shape(), ShapeError, "stack: tensor ", i, " has shape ", shape_str(xs[i].shape()),
+               " but tensor 0 has shape ", shape_str(xs[0].shape()), " (expected all shapes equal)");
   }
   const int64_t d = wrap_dim(dim, xs[0].dim() + 1, "stack");
   std::vector<Tensor> us;

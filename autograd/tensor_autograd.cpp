@@ -17,9 +17,12 @@ using autograd::record;
 // ---- autograd state ------------------------------------------------------------
 
 Tensor& Tensor::requires_grad_(bool on) {
-  SNUG_CHECK(!on || is_floating_point(), AutogradError, "requires_grad_: only floating tensors can require "
-             "gradients, got dtype ", dtype_name(dtype()));
-  SNUG_CHECK(is_leaf() || on, AutogradError, "requires_grad_(false): can only be changed on leaf tensors; "
+  SNUG_CHECK(!on || is_floating_point(), AutogradError,
+             "requires_grad_: only floating tensors can require "
+             "gradients, got dtype ",
+             dtype_name(dtype()));
+  SNUG_CHECK(is_leaf() || on, AutogradError,
+             "requires_grad_(false): can only be changed on leaf tensors; "
              "use detach() on a non-leaf");
   impl()->requires_grad = on;
   return *this;
@@ -58,7 +61,8 @@ void Tensor::retain_grad() const {
 }
 
 void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
-  SNUG_CHECK(requires_grad(), AutogradError, "register_hook: cannot register a hook on a tensor that does not "
+  SNUG_CHECK(requires_grad(), AutogradError,
+             "register_hook: cannot register a hook on a tensor that does not "
              "require grad");
   Edge e = autograd::edge_of(*this);
   e.fn->pre_hooks[e.output_nr].push_back(std::move(hook));
@@ -75,13 +79,11 @@ Tensor mark_view(Tensor v) {
   return v;
 }
 // Records a view op whose backward maps the output gradient back to the input.
-Tensor record_view(const char* name, const Tensor& x, Tensor out,
-                   std::function<Tensor(const Tensor&)> back) {
+Tensor record_view(const char* name, const Tensor& x, Tensor out, std::function<Tensor(const Tensor&)> back) {
   out = mark_view(out);
   if (any_requires_grad({x}))
-    record(name, {x}, {out}, {}, [back](FunctionNode&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-      return {back(g[0])};
-    });
+    record(name, {x}, {out}, {},
+           [back](FunctionNode&, const std::vector<Tensor>& g) -> std::vector<Tensor> { return {back(g[0])}; });
   return out;
 }
 // Gradient of a strided piece of x: zeros of x's shape with g written into the piece.
@@ -193,9 +195,8 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const {
   Tensor out = raw::clone(*this);
   if (any_requires_grad({*this}))
-    record("clone", {*this}, {out}, {}, [](FunctionNode&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-      return {g[0]};
-    });
+    record("clone", {*this}, {out}, {},
+           [](FunctionNode&, const std::vector<Tensor>& g) -> std::vector<Tensor> { return {g[0]}; });
   return out;
 }
 
@@ -274,11 +275,16 @@ namespace {
 // Elementwise kernels read each element before writing it, so out == a is safe.
 const char* inplace_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::add: return "add_";
-    case BinaryOp::sub: return "sub_";
-    case BinaryOp::mul: return "mul_";
-    case BinaryOp::div: return "div_";
-    default: return "binary_";
+    case BinaryOp::add:
+      return "add_";
+    case BinaryOp::sub:
+      return "sub_";
+    case BinaryOp::mul:
+      return "mul_";
+    case BinaryOp::div:
+      return "div_";
+    default:
+      return "binary_";
   }
 }
 
@@ -290,9 +296,9 @@ void binary_into(BinaryOp op, const Tensor& self, const Tensor& other) {
   // self's bytes, or is self exactly (each element is read before it is
   // written). A shifted or transposed alias (x.add_(x.t())) would read values
   // the loop already overwrote, so it goes through a temporary.
-  bool alias_safe = other.storage() != self.storage() ||
-                    (other.offset() == self.offset() && other.shape() == self.shape() &&
-                     other.strides() == self.strides() && other.dtype() == self.dtype());
+  bool alias_safe =
+      other.storage() != self.storage() || (other.offset() == self.offset() && other.shape() == self.shape() &&
+                                            other.strides() == self.strides() && other.dtype() == self.dtype());
   if (alias_safe && dt == self.dtype() && self.device() == other.device() &&
       broadcast_shapes(self.shape(), other.shape(), binary_op_name(op)) == self.shape()) {
     backend_for(self.device()).binary(op, self, raw::to_dtype(other, dt), self);
@@ -329,66 +335,76 @@ Tensor& Tensor::copy_(const Tensor& src) {
   // With autograd: where(true, src, old) gives src's values exactly, its
   // gradient to src and none to the old value (see fill_).
   auto differentiable = [&](const Tensor& old) {
-    return snug::where(scalar_tensor(1, TensorOptions(DType::b8, old.device())),
-                       src.to(old.dtype()).to(old.device()), old);
+    return snug::where(scalar_tensor(1, TensorOptions(DType::b8, old.device())), src.to(old.dtype()).to(old.device()),
+                       old);
   };
   return apply_inplace(self, "copy_", {src}, differentiable, [&] { raw::copy_(self, src); });
 }
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   Tensor& self = *this;
-  return apply_inplace(self, "add_", {other}, [&](const Tensor& s) { return snug::add(s, other, alpha); }, [&] {
-    Tensor o = alpha == 1.0 ? other : raw::binary_scalar(BinaryOp::mul, other, alpha);
-    binary_into(BinaryOp::add, self, o);
-  });
+  return apply_inplace(
+      self, "add_", {other}, [&](const Tensor& s) { return snug::add(s, other, alpha); },
+      [&] {
+        Tensor o = alpha == 1.0 ? other : raw::binary_scalar(BinaryOp::mul, other, alpha);
+        binary_into(BinaryOp::add, self, o);
+      });
 }
 Tensor& Tensor::add_(double value) {
   Tensor& self = *this;
-  return apply_inplace(self, "add_", {}, [&](const Tensor& s) { return s + value; },
-                       [&] { affine_into(self, 1.0, value); });
+  return apply_inplace(
+      self, "add_", {}, [&](const Tensor& s) { return s + value; }, [&] { affine_into(self, 1.0, value); });
 }
 Tensor& Tensor::sub_(const Tensor& other, double alpha) {
   // Not add_(other, -alpha): errors name sub_, and the tape records sub.
   Tensor& self = *this;
-  return apply_inplace(self, "sub_", {other}, [&](const Tensor& s) { return snug::sub(s, other, alpha); }, [&] {
-    Tensor o = alpha == 1.0 ? other : raw::binary_scalar(BinaryOp::mul, other, alpha);
-    binary_into(BinaryOp::sub, self, o);
-  });
+  return apply_inplace(
+      self, "sub_", {other}, [&](const Tensor& s) { return snug::sub(s, other, alpha); },
+      [&] {
+        Tensor o = alpha == 1.0 ? other : raw::binary_scalar(BinaryOp::mul, other, alpha);
+        binary_into(BinaryOp::sub, self, o);
+      });
 }
 Tensor& Tensor::mul_(const Tensor& other) {
   Tensor& self = *this;
-  return apply_inplace(self, "mul_", {other}, [&](const Tensor& s) { return s * other; },
-                       [&] { binary_into(BinaryOp::mul, self, other); });
+  return apply_inplace(
+      self, "mul_", {other}, [&](const Tensor& s) { return s * other; },
+      [&] { binary_into(BinaryOp::mul, self, other); });
 }
 Tensor& Tensor::mul_(double value) {
   Tensor& self = *this;
-  return apply_inplace(self, "mul_", {}, [&](const Tensor& s) { return s * value; },
-                       [&] { affine_into(self, value, 0.0); });
+  return apply_inplace(
+      self, "mul_", {}, [&](const Tensor& s) { return s * value; }, [&] { affine_into(self, value, 0.0); });
 }
 Tensor& Tensor::div_(const Tensor& other) {
   Tensor& self = *this;
-  return apply_inplace(self, "div_", {other}, [&](const Tensor& s) { return s / other; },
-                       [&] { binary_into(BinaryOp::div, self, other); });
+  return apply_inplace(
+      self, "div_", {other}, [&](const Tensor& s) { return s / other; },
+      [&] { binary_into(BinaryOp::div, self, other); });
 }
 Tensor& Tensor::div_(double value) {
   Tensor& self = *this;
-  return apply_inplace(self, "div_", {}, [&](const Tensor& s) { return s / value; },
-                       [&] { raw::copy_(self, raw::binary_scalar(BinaryOp::div, self, value)); });
+  return apply_inplace(
+      self, "div_", {}, [&](const Tensor& s) { return s / value; },
+      [&] { raw::copy_(self, raw::binary_scalar(BinaryOp::div, self, value)); });
 }
 Tensor& Tensor::clamp_(double lo, double hi) {
   Tensor& self = *this;
-  return apply_inplace(self, "clamp_", {}, [&](const Tensor& s) { return snug::clamp(s, lo, hi); },
-                       [&] { raw::copy_(self, raw::unary(UnaryOp::clamp, self, lo, hi)); });
+  return apply_inplace(
+      self, "clamp_", {}, [&](const Tensor& s) { return snug::clamp(s, lo, hi); },
+      [&] { raw::copy_(self, raw::unary(UnaryOp::clamp, self, lo, hi)); });
 }
 Tensor& Tensor::relu_() {
   Tensor& self = *this;
-  return apply_inplace(self, "relu_", {}, [&](const Tensor& s) { return snug::relu(s); },
-                       [&] { raw::copy_(self, raw::unary(UnaryOp::relu, self)); });
+  return apply_inplace(
+      self, "relu_", {}, [&](const Tensor& s) { return snug::relu(s); },
+      [&] { raw::copy_(self, raw::unary(UnaryOp::relu, self)); });
 }
 Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
   Tensor& self = *this;
-  return apply_inplace(self, "masked_fill_", {}, [&](const Tensor& s) { return snug::masked_fill(s, mask, value); },
-                       [&] { raw::copy_(self, raw::masked_fill(self, mask, value)); });
+  return apply_inplace(
+      self, "masked_fill_", {}, [&](const Tensor& s) { return snug::masked_fill(s, mask, value); },
+      [&] { raw::copy_(self, raw::masked_fill(self, mask, value)); });
 }
 
 // ---- method forms of common ops -----------------------------------------------

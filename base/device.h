@@ -27,20 +27,16 @@ struct Device {
   constexpr Device() = default;
   constexpr Device(DeviceType t, int i = 0) : type(t), index(i) {}
   // Parses "cpu", "cpu:2", "cuda", "cuda:1". Throws DeviceError on anything else.
-  Device(const std::string& s) : Device(parse(s)) {}  // NOLINT: implicit like torch::Device
+  Device(const std::string& s) : Device(parse(s)) {}        // NOLINT: implicit like torch::Device
   Device(const char* s) : Device(parse(std::string(s))) {}  // NOLINT
 
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool is_cuda() const { return type == DeviceType::CUDA; }
   bool operator==(const Device& o) const { return type == o.type && index == o.index; }
   bool operator!=(const Device& o) const { return !(*this == o); }
-  bool operator<(const Device& o) const {
-    return type != o.type ? type < o.type : index < o.index;
-  }
+  bool operator<(const Device& o) const { return type != o.type ? type < o.type : index < o.index; }
 
-  std::string str() const {
-    return std::string(is_cpu() ? "cpu" : "cuda") + ":" + std::to_string(index);
-  }
+  std::string str() const { return std::string(is_cpu() ? "cpu" : "cuda") + ":" + std::to_string(index); }
 
   static Device parse(const std::string& s) {
     std::string kind = s, idx;
@@ -56,8 +52,7 @@ struct Device {
     int i = idx.empty() ? 0 : std::stoi(idx);
     if (kind == "cpu") return Device(DeviceType::CPU, i);
     if (kind == "cuda") return Device(DeviceType::CUDA, i);
-    throw DeviceError(::snug::str("Device: unknown device \"", s,
-                          "\" (expected \"cpu\", \"cpu:N\" or \"cuda:N\")"));
+    throw DeviceError(::snug::str("Device: unknown device \"", s, "\" (expected \"cpu\", \"cpu:N\" or \"cuda:N\")"));
   }
 };
 

@@ -19,13 +19,27 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 
-class ShapeError : public Error { using Error::Error; };
-class DTypeError : public Error { using Error::Error; };
-class DeviceError : public Error { using Error::Error; };
-class IndexError : public Error { using Error::Error; };
-class IOError : public Error { using Error::Error; };
-class ValueError : public Error { using Error::Error; };
-class AutogradError : public Error { using Error::Error; };
+class ShapeError : public Error {
+  using Error::Error;
+};
+class DTypeError : public Error {
+  using Error::Error;
+};
+class DeviceError : public Error {
+  using Error::Error;
+};
+class IndexError : public Error {
+  using Error::Error;
+};
+class IOError : public Error {
+  using Error::Error;
+};
+class ValueError : public Error {
+  using Error::Error;
+};
+class AutogradError : public Error {
+  using Error::Error;
+};
 
 // Thrown by the caching allocator; the message carries the numbers (request,
 // capacity, allocated, cached, largest free block, fragmentation) and advice.
@@ -61,7 +75,7 @@ std::string str(const A&... a) {
 }  // namespace snug
 
 // SNUG_CHECK(cond, ErrorType, parts...) throws ErrorType(str(parts...)) when !cond.
-#define SNUG_CHECK(cond, Type, ...)                   \
-  do {                                                \
+#define SNUG_CHECK(cond, Type, ...)                            \
+  do {                                                         \
     if (!(cond)) throw ::snug::Type(::snug::str(__VA_ARGS__)); \
   } while (0)

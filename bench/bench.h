@@ -28,12 +28,12 @@ namespace snug::bench {
 // One flag of a subcommand: --name VALUE (or a bare --name for a switch), or a
 // positional argument. Made with the functions below.
 struct Flag {
-  std::string name;           // without "--"
+  std::string name;  // without "--"
   std::string help;
-  std::string default_value;  // as text; "" when there is none
+  std::string default_value;            // as text; "" when there is none
   std::optional<CLI::Validator> check;  // checks (and may rewrite) the value
   enum class Kind { value, switch_, positional } kind = Kind::value;
-  std::string type_name;      // shown in --help when there is no check ("FILE")
+  std::string type_name;  // shown in --help when there is no check ("FILE")
 };
 // --name INT, at least lo.
 Flag int_flag(const std::string& name, long long def, const std::string& help, long long lo = 1);
@@ -105,8 +105,8 @@ inline double median(std::vector<double> v) {
 #define SNUG_BENCH_CAT(a, b) SNUG_BENCH_CAT2(a, b)
 // SNUG_BENCH(gemm, "float32 NxNxN GEMM", int_flag("n", 1024, "size")) { ... args.get_int("n") ...; return 0; }
 // (--json is added to every subcommand.)
-#define SNUG_BENCH(name, help, ...)                                                                     \
-  static int SNUG_BENCH_CAT(bench_fn_, name)(const ::snug::bench::Args& args);                         \
-  static ::snug::bench::Registrar SNUG_BENCH_CAT(bench_reg_, name)(                                    \
-      #name, help, std::vector<::snug::bench::Flag>{__VA_ARGS__}, SNUG_BENCH_CAT(bench_fn_, name));  \
+#define SNUG_BENCH(name, help, ...)                                                                 \
+  static int SNUG_BENCH_CAT(bench_fn_, name)(const ::snug::bench::Args& args);                      \
+  static ::snug::bench::Registrar SNUG_BENCH_CAT(bench_reg_, name)(                                 \
+      #name, help, std::vector<::snug::bench::Flag>{__VA_ARGS__}, SNUG_BENCH_CAT(bench_fn_, name)); \
   static int SNUG_BENCH_CAT(bench_fn_, name)([[maybe_unused]] const ::snug::bench::Args& args)

@@ -10,16 +10,16 @@
 #include <cstdlib>
 #include <vector>
 
-#include "bench/bench.h"
 #include <snug/memory/allocator.h>
 #include <snug/memory/caching_allocator.h>
+#include "bench/bench.h"
 
 namespace {
 
 using namespace snug;
 
-const std::vector<std::size_t> kSizes = {1u << 20, 3u << 20, 4u << 20, 7u << 20, 12u << 20, 16u << 20, 33u << 20,
-                                         64u << 20};
+const std::vector<std::size_t> kSizes = {1u << 20,  3u << 20,  4u << 20,  7u << 20,
+                                         12u << 20, 16u << 20, 33u << 20, 64u << 20};
 
 double thread_cpu_seconds() {
   timespec ts;
@@ -100,8 +100,7 @@ SNUG_BENCH(alloc, "caching allocator: cached allocate+free vs malloc+free (1-64 
   } else {
     std::printf("(wall-clock medians; this thread's CPU time: cached %.1f ns, history %.1f ns, malloc %.1f ns)\n",
                 cm.cpu, hm.cpu, mm.cpu);
-    std::printf("cached allocate+free      %8.1f ns   (median of %d x %d pairs, sizes 1-64 MiB)\n", c, repeats,
-                pairs);
+    std::printf("cached allocate+free      %8.1f ns   (median of %d x %d pairs, sizes 1-64 MiB)\n", c, repeats, pairs);
     std::printf("  with history recording  %8.1f ns   (+%.1f ns per alloc or free)\n", h, (h - c) / 2);
     std::printf("glibc malloc+free+touch   %8.1f ns   (median of %d x %d pairs)\n", m, repeats, malloc_pairs);
     std::printf("speedup                   %8.1fx\n", m / c);

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include <snug/autograd/engine.h>
-#include "bench/bench.h"
 #include <snug/core/cpu/gemm.h>
 #include <snug/core/generator.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
 #include <snug/nn/functional.h>
+#include "bench/bench.h"
 
 using namespace snug;
 
@@ -52,7 +52,8 @@ Timing time_path(const Tensor& qkv, const Tensor& w, int64_t heads, bool fused, 
 
 }  // namespace
 
-SNUG_BENCH(attention, "causal self-attention forward+backward: fused CPU op vs unfused (--batch --block --embd --heads)",
+SNUG_BENCH(attention,
+           "causal self-attention forward+backward: fused CPU op vs unfused (--batch --block --embd --heads)",
            bench::int_flag("batch", 16, "batch size"), bench::int_flag("block", 128, "sequence length"),
            bench::int_flag("embd", 128, "channels (a multiple of --heads)"), bench::int_flag("heads", 4, "heads"),
            bench::int_flag("threads", 2, "compute threads"),

@@ -25,13 +25,13 @@
 #include <vector>
 
 #include <snug/autograd/checkpoint.h>
-#include "bench/bench.h"
 #include <snug/core/generator.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
 #include <snug/nn/planner.h>
+#include "bench/bench.h"
 
 namespace snug::bench {
 namespace {
@@ -40,8 +40,8 @@ struct Point {
   int64_t budget = 0;
   nn::ChainPlan plan;
   nn::PlanCost cost;
-  int64_t layers = 0;                  // recomputed layers
-  int64_t peak = 0;                    // highest peak_allocated over its planned steps
+  int64_t layers = 0;  // recomputed layers
+  int64_t peak = 0;    // highest peak_allocated over its planned steps
   std::vector<double> none_ms, plan_ms, extra_ms, recompute_ms;
 };
 
@@ -91,8 +91,8 @@ SNUG_BENCH(checkpoint, "planner budget sweep: measured peak vs budget, extra ste
 
   // Profile before the first step (the profile counts gradients and
   // optimizer state as still to come).
-  const nn::ChainProfile prof =
-      nn::profile_chain(model.chain(x, y), kCPU, /*optimizer_slots=*/2, {.repeats = static_cast<int>(repeats), .cpu_time = cpu});
+  const nn::ChainProfile prof = nn::profile_chain(model.chain(x, y), kCPU, /*optimizer_slots=*/2,
+                                                  {.repeats = static_cast<int>(repeats), .cpu_time = cpu});
   const int64_t lo = nn::minimum_budget(prof), hi = nn::evaluate_plan(prof, nn::ChainPlan{}).total_peak;
   std::vector<Point> pts(static_cast<size_t>(points));
   for (int64_t i = 0; i < points; ++i) {
@@ -164,33 +164,35 @@ SNUG_BENCH(checkpoint, "planner budget sweep: measured peak vs budget, extra ste
   }
 
   if (args.json()) {
-    std::printf("{\"bench\": \"checkpoint\", \"clock\": \"%s\", \"layers\": %lld, \"rounds\": %lld, "
-                "\"minimum_budget_bytes\": %lld, \"unconstrained_peak_bytes\": %lld, \"all_fit\": %s, "
-                "\"extra_within_15pct\": %d, \"compared\": %d, \"none_ms_min\": %.3f, \"points\": [",
-                clock_name.c_str(), (long long)layers, (long long)rounds, (long long)lo, (long long)hi,
-                all_fit ? "true" : "false", within15, compared, none_min);
+    std::printf(
+        "{\"bench\": \"checkpoint\", \"clock\": \"%s\", \"layers\": %lld, \"rounds\": %lld, "
+        "\"minimum_budget_bytes\": %lld, \"unconstrained_peak_bytes\": %lld, \"all_fit\": %s, "
+        "\"extra_within_15pct\": %d, \"compared\": %d, \"none_ms_min\": %.3f, \"points\": [",
+        clock_name.c_str(), (long long)layers, (long long)rounds, (long long)lo, (long long)hi,
+        all_fit ? "true" : "false", within15, compared, none_min);
     for (size_t i = 0; i < pts.size(); ++i) {
       const Point& p = pts[i];
-      std::printf("%s{\"budget\": %lld, \"predicted_peak\": %lld, \"peak_allocated\": %lld, \"recomputed_layers\": %lld, "
-                  "\"predicted_recompute_ms\": %.3f, \"recompute_ms\": %.3f, \"none_ms\": %.3f, \"plan_ms\": %.3f, "
-                  "\"none_ms_min\": %.3f, \"plan_ms_min\": %.3f, \"extra_ms\": %.3f, \"extra_ms_fastest\": %.3f, "
-                  "\"extra_ms_pairs_min\": %.3f, \"extra_ms_pairs_max\": %.3f}",
-                  i ? ", " : "", (long long)p.budget, (long long)p.cost.total_peak, (long long)p.peak,
-                  (long long)p.layers, p.cost.recompute_ms, median(p.recompute_ms), median(p.none_ms),
-                  median(p.plan_ms), min_of(p.none_ms), min_of(p.plan_ms), extra_of(p), fastest_extra_of(p),
-                  min_of(p.extra_ms), max_of(p.extra_ms));
+      std::printf(
+          "%s{\"budget\": %lld, \"predicted_peak\": %lld, \"peak_allocated\": %lld, \"recomputed_layers\": %lld, "
+          "\"predicted_recompute_ms\": %.3f, \"recompute_ms\": %.3f, \"none_ms\": %.3f, \"plan_ms\": %.3f, "
+          "\"none_ms_min\": %.3f, \"plan_ms_min\": %.3f, \"extra_ms\": %.3f, \"extra_ms_fastest\": %.3f, "
+          "\"extra_ms_pairs_min\": %.3f, \"extra_ms_pairs_max\": %.3f}",
+          i ? ", " : "", (long long)p.budget, (long long)p.cost.total_peak, (long long)p.peak, (long long)p.layers,
+          p.cost.recompute_ms, median(p.recompute_ms), median(p.none_ms), median(p.plan_ms), min_of(p.none_ms),
+          min_of(p.plan_ms), extra_of(p), fastest_extra_of(p), min_of(p.extra_ms), max_of(p.extra_ms));
     }
     std::printf("]}\n");
     return all_fit ? 0 : 1;
   }
   std::printf("GPT %lld layers, width %lld, block %lld, batch %lld; clock %s; %lld rounds; profile repeats %lld\n",
-              (long long)layers, (long long)embd, (long long)block, (long long)B, clock_name.c_str(),
-              (long long)rounds, (long long)repeats);
+              (long long)layers, (long long)embd, (long long)block, (long long)B, clock_name.c_str(), (long long)rounds,
+              (long long)repeats);
   std::printf("planner minimum %s, unconstrained predicted peak %s; fastest plain step %.1f ms (of %zu)\n\n",
               mib(lo).c_str(), mib(hi).c_str(), none_min, all_none.size());
-  std::printf("| budget | predicted peak | measured peak | fits | recomputed layers | predicted recompute ms | "
-              "measured recompute ms (median) | step ms none → plan (medians) | extra ms (median of pairs, min..max) | "
-              "extra vs predicted | fastest plan − fastest none |\n");
+  std::printf(
+      "| budget | predicted peak | measured peak | fits | recomputed layers | predicted recompute ms | "
+      "measured recompute ms (median) | step ms none → plan (medians) | extra ms (median of pairs, min..max) | "
+      "extra vs predicted | fastest plan − fastest none |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Point& p : pts) {
     const double extra = extra_of(p);

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include <snug/autograd/autocast.h>
-#include "bench/bench.h"
 #include <snug/core/backend.h>
 #include <snug/core/generator.h>
 #include <snug/core/profiler.h>
@@ -29,6 +28,7 @@
 #include <snug/nn/amp/grad_scaler.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
+#include "bench/bench.h"
 
 namespace snug::bench {
 namespace {
@@ -38,8 +38,10 @@ const Device kGpu("cuda:0");
 bool no_gpu(const Args& a, const char* name) {
   if (cuda::device_count() > 0) return false;
   const char* why = cuda::compiled() ? "no CUDA GPU is visible" : "this build of snug has no CUDA";
-  if (a.json()) std::printf("{\"bench\": \"%s\", \"skipped\": \"%s\"}\n", name, why);
-  else std::printf("%s: skipped (%s)\n", name, why);
+  if (a.json())
+    std::printf("{\"bench\": \"%s\", \"skipped\": \"%s\"}\n", name, why);
+  else
+    std::printf("%s: skipped (%s)\n", name, why);
   return true;
 }
 
@@ -68,9 +70,10 @@ SNUG_BENCH(cuda_gemm, "CUDA GEMM TFLOP/s through cuBLAS (--n 8192 --dtype f32|bf
   }
   const double tflops = 2.0 * double(n) * double(n) * double(n) / median(s) / 1e12;
   if (args.json())
-    std::printf("{\"bench\": \"cuda_gemm\", \"n\": %lld, \"dtype\": \"%s\", \"tf32\": %s, \"tflops\": %.2f, "
-                "\"ms\": %.3f}\n",
-                (long long)n, dtype_name(dt), cuda::allow_tf32() ? "true" : "false", tflops, median(s) * 1e3);
+    std::printf(
+        "{\"bench\": \"cuda_gemm\", \"n\": %lld, \"dtype\": \"%s\", \"tf32\": %s, \"tflops\": %.2f, "
+        "\"ms\": %.3f}\n",
+        (long long)n, dtype_name(dt), cuda::allow_tf32() ? "true" : "false", tflops, median(s) * 1e3);
   else
     std::printf("cuda_gemm %s n=%lld%s: %.1f TFLOP/s (median %.3f ms)\n", dtype_name(dt), (long long)n,
                 cuda::allow_tf32() ? " tf32" : "", tflops, median(s) * 1e3);
@@ -94,12 +97,13 @@ SNUG_BENCH(cuda_alloc, "cached allocate+free on cuda:0 vs cudaMalloc+cudaFree (-
   for (int64_t i = 0; i < raw_reps; ++i) cuda::device_free(cuda::device_malloc(bytes));
   const double raw_ns = (now_seconds() - t0) / double(raw_reps) * 1e9;
   if (args.json())
-    std::printf("{\"bench\": \"cuda_alloc\", \"bytes\": %zu, \"cached_ns\": %.1f, \"cudamalloc_ns\": %.1f, "
-                "\"speedup\": %.1f}\n",
-                bytes, cached_ns, raw_ns, raw_ns / cached_ns);
+    std::printf(
+        "{\"bench\": \"cuda_alloc\", \"bytes\": %zu, \"cached_ns\": %.1f, \"cudamalloc_ns\": %.1f, "
+        "\"speedup\": %.1f}\n",
+        bytes, cached_ns, raw_ns, raw_ns / cached_ns);
   else
-    std::printf("cuda_alloc %zu bytes: cached %.0f ns, cudaMalloc+cudaFree %.0f ns (%.0fx)\n", bytes, cached_ns,
-                raw_ns, raw_ns / cached_ns);
+    std::printf("cuda_alloc %zu bytes: cached %.0f ns, cudaMalloc+cudaFree %.0f ns (%.0fx)\n", bytes, cached_ns, raw_ns,
+                raw_ns / cached_ns);
   return 0;
 }
 
@@ -107,14 +111,16 @@ SNUG_BENCH(cuda_alloc, "cached allocate+free on cuda:0 vs cudaMalloc+cudaFree (-
 // runs the forward pass and the loss under autocast, as bench/peers/gpu_torch.py
 // does with torch.autocast; parameters, gradients and AdamW stay f32. f16 adds
 // a GradScaler (bf16 has f32's exponent range and needs none).
-SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--layers --embd --heads --block --batch [--amp bf16|f16])",
-           int_flag("layers", 4, "GPT layers"), int_flag("embd", 128, "channels (a multiple of --heads)"),
-           int_flag("heads", 4, "attention heads"), int_flag("block", 128, "sequence length"),
-           int_flag("vocab", 65, "vocabulary size"), int_flag("batch", 16, "batch size"),
-           int_flag("steps", 10, "timed steps (the median is reported)"), int_flag("warmup", 3, "untimed steps first", 0),
-           choice_flag("amp", "none", {"none", "bf16", "f16"}, "autocast the forward pass and loss (f16 with loss scaling)"),
-           text_flag("profile", "", "profile two more steps: the op table to stderr, a Chrome trace to FILE", "FILE"),
-           switch_flag("tf32", "let f32 products use TF32 tensor cores")) {
+SNUG_BENCH(
+    cuda_gpt,
+    "GPT training step on cuda:0: tokens/s and peak memory (--layers --embd --heads --block --batch [--amp bf16|f16])",
+    int_flag("layers", 4, "GPT layers"), int_flag("embd", 128, "channels (a multiple of --heads)"),
+    int_flag("heads", 4, "attention heads"), int_flag("block", 128, "sequence length"),
+    int_flag("vocab", 65, "vocabulary size"), int_flag("batch", 16, "batch size"),
+    int_flag("steps", 10, "timed steps (the median is reported)"), int_flag("warmup", 3, "untimed steps first", 0),
+    choice_flag("amp", "none", {"none", "bf16", "f16"}, "autocast the forward pass and loss (f16 with loss scaling)"),
+    text_flag("profile", "", "profile two more steps: the op table to stderr, a Chrome trace to FILE", "FILE"),
+    switch_flag("tf32", "let f32 products use TF32 tensor cores")) {
   const std::string amp = args.get("amp");
   const bool autocast = amp != "none";
   const DType amp_dtype = amp == "f16" ? DType::f16 : DType::bf16;
@@ -164,17 +170,19 @@ SNUG_BENCH(cuda_gpt, "GPT training step on cuda:0: tokens/s and peak memory (--l
   if (prof) {
     prof->stop();
     prof->write_chrome_trace(prof_path);
-    std::fprintf(stderr, "cuda_gpt: profile of %lld steps (trace in %s):\n%s", (long long)prof_steps,
-                 prof_path.c_str(), prof->summary(40).c_str());
+    std::fprintf(stderr, "cuda_gpt: profile of %lld steps (trace in %s):\n%s", (long long)prof_steps, prof_path.c_str(),
+                 prof->summary(40).c_str());
   }
   const double med = median(ms);
   const std::size_t peak = memory::peak_allocated(kGpu);
   if (args.json())
-    std::printf("{\"bench\": \"cuda_gpt\", \"layers\": %lld, \"embd\": %lld, \"block\": %lld, \"batch\": %lld, "
-                "\"amp\": \"%s\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"peak_allocated_bytes\": %zu, \"loss_first\": %.4f, "
-                "\"loss_last\": %.4f}\n",
-                (long long)cfg.layers, (long long)cfg.embd, (long long)T, (long long)B, amp.c_str(), med,
-                double(B * T) / (med / 1e3), peak, loss_first, loss_last);
+    std::printf(
+        "{\"bench\": \"cuda_gpt\", \"layers\": %lld, \"embd\": %lld, \"block\": %lld, \"batch\": %lld, "
+        "\"amp\": \"%s\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"peak_allocated_bytes\": %zu, "
+        "\"loss_first\": %.4f, "
+        "\"loss_last\": %.4f}\n",
+        (long long)cfg.layers, (long long)cfg.embd, (long long)T, (long long)B, amp.c_str(), med,
+        double(B * T) / (med / 1e3), peak, loss_first, loss_last);
   else
     std::printf("cuda_gpt (amp %s): %.2f ms/step, %.0f tokens/s, peak %s, loss %.4f -> %.4f\n", amp.c_str(), med,
                 double(B * T) / (med / 1e3), memory::format_bytes(peak).c_str(), loss_first, loss_last);

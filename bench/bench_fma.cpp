@@ -25,10 +25,10 @@ constexpr int kChains = 12;
 // The twelve accumulators are named variables (not an array) so that they stay
 // in registers; the empty asm keeps the compiler from folding the chains.
 __attribute__((noinline)) float fma_chains(long long iters) {
-  __m512 a0 = _mm512_set1_ps(0.00f), a1 = _mm512_set1_ps(0.01f), a2 = _mm512_set1_ps(0.02f),
-         a3 = _mm512_set1_ps(0.03f), a4 = _mm512_set1_ps(0.04f), a5 = _mm512_set1_ps(0.05f),
-         a6 = _mm512_set1_ps(0.06f), a7 = _mm512_set1_ps(0.07f), a8 = _mm512_set1_ps(0.08f),
-         a9 = _mm512_set1_ps(0.09f), a10 = _mm512_set1_ps(0.10f), a11 = _mm512_set1_ps(0.11f);
+  __m512 a0 = _mm512_set1_ps(0.00f), a1 = _mm512_set1_ps(0.01f), a2 = _mm512_set1_ps(0.02f), a3 = _mm512_set1_ps(0.03f),
+         a4 = _mm512_set1_ps(0.04f), a5 = _mm512_set1_ps(0.05f), a6 = _mm512_set1_ps(0.06f), a7 = _mm512_set1_ps(0.07f),
+         a8 = _mm512_set1_ps(0.08f), a9 = _mm512_set1_ps(0.09f), a10 = _mm512_set1_ps(0.10f),
+         a11 = _mm512_set1_ps(0.11f);
   const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
   for (long long i = 0; i < iters; ++i) {
     a0 = _mm512_fmadd_ps(a0, x, y);
@@ -43,8 +43,9 @@ __attribute__((noinline)) float fma_chains(long long iters) {
     a9 = _mm512_fmadd_ps(a9, x, y);
     a10 = _mm512_fmadd_ps(a10, x, y);
     a11 = _mm512_fmadd_ps(a11, x, y);
-    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6),
-                     "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
+    __asm__ volatile(""
+                     : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),
+                       "+v"(a9), "+v"(a10), "+v"(a11));
   }
   __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
                            _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
@@ -100,7 +101,6 @@ SNUG_BENCH(fma, "measured float32 FMA peak, 1 thread and 2 threads (--runs R)",
     std::printf("{\"bench\":\"fma\",\"gflops_1t\":%.1f,\"gflops_2t\":%.1f,\"runs\":%d,\"chains\":%d,\"lanes\":%d}\n",
                 m1, m2, runs, kChains, kLanes);
   else
-    std::printf("fma peak: %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on 2 threads (median of %d)\n", m1,
-                m2, runs);
+    std::printf("fma peak: %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on 2 threads (median of %d)\n", m1, m2, runs);
   return 0;
 }

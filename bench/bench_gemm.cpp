@@ -11,18 +11,18 @@
 // warm-up; a sample repeats the call until it lasts ~20 ms so that small
 // shapes are timed above the clock's noise.
 #include <algorithm>
-#include <functional>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <vector>
 
-#include <Eigen/Core>
 #include <omp.h>
+#include <Eigen/Core>
 
-#include "bench/bench.h"
 #include <snug/core/cpu/gemm.h>
 #include <snug/core/cpu/gemm_int8.h>
+#include "bench/bench.h"
 
 namespace {
 
@@ -91,14 +91,15 @@ int bench_int8(const snug::bench::Args& args, int64_t M, int64_t N, int64_t K, i
   for (size_t i = 0; i < C.size(); ++i)
     max_diff = std::max({max_diff, std::abs(double(C[i]) - double(Cf[i])), std::abs(double(C2[i]) - double(C[i]))});
   if (args.json())
-    std::printf("{\"bench\":\"gemm\",\"dtype\":\"int8\",\"n\":%lld,\"m\":%lld,\"k\":%lld,\"threads\":%d,"
-                "\"gops\":%.1f,\"gops_prepacked\":%.1f,\"f32_gflops\":%.1f,\"ratio_to_f32\":%.3f,"
-                "\"ratio_prepacked_to_f32\":%.3f,\"ratio_paired_median\":%.3f,\"gops_best\":%.1f,\"f32_gflops_best\":%.1f,"
-                "\"backend\":\"%s\","
-                "\"samples\":%d,\"max_abs_diff_vs_f32\":%.3g}\n",
-                (long long)N, (long long)M, (long long)K, threads, g8.median, g8p.median, g32.median,
-                g32.median > 0 ? g8.median / g32.median : 0.0, g32.median > 0 ? g8p.median / g32.median : 0.0,
-                paired, g8.best, g32.best, snug::kernels::gemm_int8_backend(), samples, max_diff);
+    std::printf(
+        "{\"bench\":\"gemm\",\"dtype\":\"int8\",\"n\":%lld,\"m\":%lld,\"k\":%lld,\"threads\":%d,"
+        "\"gops\":%.1f,\"gops_prepacked\":%.1f,\"f32_gflops\":%.1f,\"ratio_to_f32\":%.3f,"
+        "\"ratio_prepacked_to_f32\":%.3f,\"ratio_paired_median\":%.3f,\"gops_best\":%.1f,\"f32_gflops_best\":%.1f,"
+        "\"backend\":\"%s\","
+        "\"samples\":%d,\"max_abs_diff_vs_f32\":%.3g}\n",
+        (long long)N, (long long)M, (long long)K, threads, g8.median, g8p.median, g32.median,
+        g32.median > 0 ? g8.median / g32.median : 0.0, g32.median > 0 ? g8p.median / g32.median : 0.0, paired, g8.best,
+        g32.best, snug::kernels::gemm_int8_backend(), samples, max_diff);
   else
     std::printf("gemm int8 %lldx%lldx%lld threads=%d: %.1f GOP/s (%.1f prepacked), f32 %.1f GFLOP/s, %.2fx\n",
                 (long long)M, (long long)N, (long long)K, threads, g8.median, g8p.median, g32.median,
@@ -108,7 +109,9 @@ int bench_int8(const snug::bench::Args& args, int64_t M, int64_t N, int64_t K, i
 
 }  // namespace
 
-SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0|1 --tb 0|1] --threads T); --dtype int8: u8 x s8 vs f32",
+SNUG_BENCH(gemm,
+           "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0|1 --tb 0|1] --threads T); --dtype int8: u8 "
+           "x s8 vs f32",
            snug::bench::int_flag("n", 1024, "columns of C (and M, K unless given)"),
            snug::bench::int_flag_unset("m", "rows of C [default: --n]"),
            snug::bench::int_flag_unset("k", "inner dimension [default: --n]"),
@@ -133,8 +136,7 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
   snug::kernels::set_num_threads(threads);
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
   const int64_t sa = M * K, sb = K * N, sc = M * N;
-  std::vector<float> A(size_t(sa * batch)), B(size_t(sb * batch)), C(size_t(sc * batch)),
-      C2(size_t(sc * batch));
+  std::vector<float> A(size_t(sa * batch)), B(size_t(sb * batch)), C(size_t(sc * batch)), C2(size_t(sc * batch));
   std::mt19937 rng(1337);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   for (auto& x : A) x = d(rng);
@@ -149,13 +151,13 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
   Rate g_snug = time_gflops(
       [&] {
         if (batch == 1)
-          snug::kernels::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f,
-                                  C.data(), N);
+          snug::kernels::gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), N);
         else
-          snug::kernels::gemm_f32_batched(ta, tb, M, N, K, 1.0f, A.data(), lda, sa, B.data(), ldb,
-                                          sb, 0.0f, C.data(), N, sc, batch);
+          snug::kernels::gemm_f32_batched(ta, tb, M, N, K, 1.0f, A.data(), lda, sa, B.data(), ldb, sb, 0.0f, C.data(),
+                                          N, sc, batch);
       },
-      flops, samples, [&] {
+      flops, samples,
+      [&] {
         if (with_peak) peak.push_back(snug::bench::fma_peak_gflops(threads, 4000000));
       });
   const double fma_peak = peak.empty() ? 0.0 : snug::bench::median(peak);
@@ -171,10 +173,14 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
         Eigen::Map<const RowMat> a(A.data() + i * sa, ta ? K : M, ta ? M : K),
             b(B.data() + i * sb, tb ? N : K, tb ? K : N);
         Eigen::Map<RowMat> c(C2.data() + i * sc, M, N);
-        if (!ta && !tb) c.noalias() = a * b;
-        else if (ta && !tb) c.noalias() = a.transpose() * b;
-        else if (!ta && tb) c.noalias() = a * b.transpose();
-        else c.noalias() = a.transpose() * b.transpose();
+        if (!ta && !tb)
+          c.noalias() = a * b;
+        else if (ta && !tb)
+          c.noalias() = a.transpose() * b;
+        else if (!ta && tb)
+          c.noalias() = a * b.transpose();
+        else
+          c.noalias() = a.transpose() * b.transpose();
       }
     };
     g_eigen = time_gflops(run, flops, samples);
@@ -187,15 +193,14 @@ SNUG_BENCH(gemm, "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0
         "\"gflops\":%.1f,\"eigen_gflops\":%.1f,\"ratio_to_eigen\":%.3f,\"gflops_best\":%.1f,"
         "\"eigen_gflops_best\":%.1f,\"backend\":\"%s\",\"samples\":%d,\"max_abs_diff_vs_eigen\":%.3g,"
         "\"fma_peak_gflops\":%.1f,\"peak_fraction\":%.3f}\n",
-        (long long)N, (long long)M, (long long)K, (long long)batch, int(ta), int(tb), threads,
-        g_snug.median,
-        g_eigen.median, g_eigen.median > 0 ? g_snug.median / g_eigen.median : 0.0, g_snug.best,
-        g_eigen.best, snug::kernels::gemm_f32_backend(), samples, max_diff, fma_peak,
-        fma_peak > 0 ? g_snug.median / fma_peak : 0.0);
+        (long long)N, (long long)M, (long long)K, (long long)batch, int(ta), int(tb), threads, g_snug.median,
+        g_eigen.median, g_eigen.median > 0 ? g_snug.median / g_eigen.median : 0.0, g_snug.best, g_eigen.best,
+        snug::kernels::gemm_f32_backend(), samples, max_diff, fma_peak, fma_peak > 0 ? g_snug.median / fma_peak : 0.0);
   } else {
-    std::printf("gemm %lldx%lldx%lld ta=%d tb=%d threads=%d: snug %.1f GFLOP/s, Eigen %.1f GFLOP/s, FMA peak %.1f (%.0f%%)\n",
-                (long long)M, (long long)N, (long long)K, int(ta), int(tb), threads, g_snug.median,
-                g_eigen.median, fma_peak, fma_peak > 0 ? 100.0 * g_snug.median / fma_peak : 0.0);
+    std::printf(
+        "gemm %lldx%lldx%lld ta=%d tb=%d threads=%d: snug %.1f GFLOP/s, Eigen %.1f GFLOP/s, FMA peak %.1f (%.0f%%)\n",
+        (long long)M, (long long)N, (long long)K, int(ta), int(tb), threads, g_snug.median, g_eigen.median, fma_peak,
+        fma_peak > 0 ? 100.0 * g_snug.median / fma_peak : 0.0);
   }
   return 0;
 }

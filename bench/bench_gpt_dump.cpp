@@ -6,11 +6,11 @@
 // against PyTorch.
 #include <cstdio>
 
-#include "bench/bench.h"
 #include <snug/core/generator.h>
 #include <snug/core/safetensors.h>
-#include <snug/nn/training_state.h>
 #include <snug/nn/models/gpt.h>
+#include <snug/nn/training_state.h>
+#include "bench/bench.h"
 
 using namespace snug;
 

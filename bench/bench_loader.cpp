@@ -32,10 +32,10 @@
 #include <string>
 #include <thread>
 
-#include "bench/bench.h"
 #include <snug/data/chunked.h>
 #include <snug/data/dataloader.h>
 #include <snug/data/token_file.h>
+#include "bench/bench.h"
 
 namespace {
 
@@ -108,8 +108,9 @@ ChunkedRun chunked_pass(const std::string& path, const ChunkedOptions& opt) {
     auto ds = std::make_shared<ChunkedDataset>(path, opt);
     DataLoader loader(ds, {.batch_size = 256, .num_workers = 2, .sampler = ds->sampler(3)});
     for (Batch& b : loader) records += b.size();
-    if (records != ds->size()) std::fprintf(stderr, "loader: chunked pass saw %lld of %lld records\n",
-                                            (long long)records, (long long)ds->size());
+    if (records != ds->size())
+      std::fprintf(stderr, "loader: chunked pass saw %lld of %lld records\n", (long long)records,
+                   (long long)ds->size());
   }
   done.store(true);
   if (sampler.joinable()) sampler.join();
@@ -124,9 +125,11 @@ SNUG_BENCH(loader, "data: DataLoader 0 vs 2 workers (2 ms/sample), TokenFile ran
            bench::int_flag("samples", 128, "samples of the synthetic dataset"),
            bench::int_flag("batch", 8, "DataLoader batch size"),
            bench::int_flag("sample-us", 2000, "microseconds each synthetic sample costs (a sleep)", 0),
-           bench::text_flag("dir", "", "where the token and chunked files are written [default: the temporary directory]", "DIR"),
+           bench::text_flag("dir", "",
+                            "where the token and chunked files are written [default: the temporary directory]", "DIR"),
            bench::int_flag("tokens", 32 << 20, "uint16 tokens in the token file", 2048),
-           bench::int_flag("chunked-cap", 32 << 20, "ChunkedDataset memory cap in bytes (the file is 4x it)", 1 << 20)) {
+           bench::int_flag("chunked-cap", 32 << 20, "ChunkedDataset memory cap in bytes (the file is 4x it)",
+                           1 << 20)) {
   const int repeats = static_cast<int>(args.get_int("repeats"));
   const int64_t samples = args.get_int("samples"), batch = args.get_int("batch");
   const int cost_us = static_cast<int>(args.get_int("sample-us"));
@@ -203,7 +206,8 @@ SNUG_BENCH(loader, "data: DataLoader 0 vs 2 workers (2 ms/sample), TokenFile ran
         "\"chunked_buffer_bytes\":%lld,\"chunked_file_bytes\":%lld,"
         "\"rss_method\":\"%s\",\"repeats\":%d}\n",
         cost_us, (long long)samples, (long long)batch, b0, b2, b2 / b0, bench::median(gbs), peak, peak_max,
-        (long long)cap, (long long)buffers, (long long)file_bytes, used_hwm ? "VmHWM delta after clear_refs" : "sampled VmRSS", repeats);
+        (long long)cap, (long long)buffers, (long long)file_bytes,
+        used_hwm ? "VmHWM delta after clear_refs" : "sampled VmRSS", repeats);
   } else {
     std::printf("DataLoader, %lld samples of %d us (sleep), batch %lld:\n", (long long)samples, cost_us,
                 (long long)batch);

@@ -20,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench.h"
 #include <snug/core/generator.h>
 #include <snug/memory/allocator.h>
 #include <snug/nn/accumulate.h>
@@ -28,6 +27,7 @@
 #include <snug/parallel/layer_stack.h>
 #include <snug/parallel/pipeline.h>
 #include <snug/parallel/placement.h>
+#include "bench/bench.h"
 
 namespace snug::bench {
 
@@ -43,8 +43,7 @@ SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle frac
            text_flag("timeline", "", "write the last step's timeline (tools/pipeline_timeline.py) to FILE", "FILE")) {
   const int64_t K = args.get_int("stages"), M = args.get_int("micro-batches"), L = args.get_int("layers"),
                 C = args.get_int("embd"), T = args.get_int("block"), B = args.get_int("batch"),
-                steps = args.get_int("steps"), warmup = args.get_int("warmup"),
-                tps = args.get_int("threads-per-stage");
+                steps = args.get_int("steps"), warmup = args.get_int("warmup"), tps = args.get_int("threads-per-stage");
   const parallel::Schedule sched = parallel::parse_schedule(args.get("schedule"));
   SNUG_FLAG_CHECK(B >= M, "--micro-batches ", M, " must be at most --batch ", B);
   nn::models::GPTConfig cfg;
@@ -71,8 +70,9 @@ SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle frac
       parallel::profile_stack(stack, nn::split_batch(x, M)[0].contiguous(), nn::split_batch(y, M)[0].contiguous(), 2);
   parallel::Placement p = parallel::plan_placement(prof, devs, parallel::Policy::balance_time, shape);
   parallel::place(stack, p);
-  parallel::Pipeline pipe(stack, p, {.micro_batches = M, .schedule = sched, .threads_per_stage = static_cast<int>(tps),
-                                     .record_timeline = true});
+  parallel::Pipeline pipe(
+      stack, p,
+      {.micro_batches = M, .schedule = sched, .threads_per_stage = static_cast<int>(tps), .record_timeline = true});
   std::vector<double> ms, idle, one_ms;
   for (int64_t s = 0; s < warmup + steps; ++s) {
     set_num_threads(static_cast<int>(K * tps));  // one device: the whole batch, as many threads as all stages
@@ -93,17 +93,19 @@ SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle frac
   const double ideal = static_cast<double>(K - 1) / static_cast<double>(M + K - 1);
   const double med = median(ms), one = median(one_ms), tok = static_cast<double>(B * T);
   if (args.json()) {
-    std::printf("{\"bench\": \"pipeline\", \"stages\": %lld, \"micro_batches\": %lld, \"schedule\": \"%s\", "
-                "\"layers\": %lld, \"placement\": \"%s\", \"ms_per_step\": %.3f, \"one_device_ms_per_step\": %.3f, "
-                "\"tokens_per_s\": %.1f, \"one_device_tokens_per_s\": %.1f, \"speedup\": %.3f, "
-                "\"idle_fraction\": %.4f, \"ideal_idle_fraction\": %.4f, \"threads_per_stage\": %lld}\n",
-                (long long)K, (long long)M, parallel::schedule_name(sched), (long long)L, p.str().c_str(), med, one,
-                tok / (med / 1e3), tok / (one / 1e3), one / med, median(idle), ideal, (long long)tps);
+    std::printf(
+        "{\"bench\": \"pipeline\", \"stages\": %lld, \"micro_batches\": %lld, \"schedule\": \"%s\", "
+        "\"layers\": %lld, \"placement\": \"%s\", \"ms_per_step\": %.3f, \"one_device_ms_per_step\": %.3f, "
+        "\"tokens_per_s\": %.1f, \"one_device_tokens_per_s\": %.1f, \"speedup\": %.3f, "
+        "\"idle_fraction\": %.4f, \"ideal_idle_fraction\": %.4f, \"threads_per_stage\": %lld}\n",
+        (long long)K, (long long)M, parallel::schedule_name(sched), (long long)L, p.str().c_str(), med, one,
+        tok / (med / 1e3), tok / (one / 1e3), one / med, median(idle), ideal, (long long)tps);
   } else {
-    std::printf("pipeline %lld stages x %lld micro-batches (%s), %s: %.1f ms/step (one device %.1f ms, speedup %.2fx), "
-                "idle %.3f (ideal %.3f)\n",
-                (long long)K, (long long)M, parallel::schedule_name(sched), p.str().c_str(), med, one, one / med,
-                median(idle), ideal);
+    std::printf(
+        "pipeline %lld stages x %lld micro-batches (%s), %s: %.1f ms/step (one device %.1f ms, speedup %.2fx), "
+        "idle %.3f (ideal %.3f)\n",
+        (long long)K, (long long)M, parallel::schedule_name(sched), p.str().c_str(), med, one, one / med, median(idle),
+        ideal);
   }
   return 0;
 }

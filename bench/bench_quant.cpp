@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include <snug/autograd/grad_mode.h>
-#include "bench/bench.h"
 #include <snug/core/cpu/gemm.h>
 #include <snug/core/generator.h>
 #include <snug/core/safetensors.h>
@@ -30,6 +29,7 @@
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
 #include <snug/quant/convert.h>
+#include "bench/bench.h"
 
 namespace snug::bench {
 namespace {
@@ -81,7 +81,8 @@ struct Row {
 }  // namespace
 
 SNUG_BENCH(quant, "int8 quantization (dynamic, static, QAT) of a GPT trained on tiny shakespeare: loss and bytes",
-           text_flag("data", "", "text corpus [default: $SNUG_SOURCE_DIR (else .)/examples/charlm/data/tinyshakespeare.txt]",
+           text_flag("data", "",
+                     "text corpus [default: $SNUG_SOURCE_DIR (else .)/examples/charlm/data/tinyshakespeare.txt]",
                      "FILE"),
            int_flag("steps", 300, "AdamW training steps of the float model", 0),
            int_flag("qat-steps", 50, "quantization-aware training steps", 0), int_flag("batch", 16, "batch size"),
@@ -182,8 +183,7 @@ SNUG_BENCH(quant, "int8 quantization (dynamic, static, QAT) of a GPT trained on 
     std::printf("%-8s %9s %12s %12s %10s %6s\n", "model", "val_loss", "model_bytes", "file_bytes", "quantized",
                 "float");
     for (const Row& r : rows)
-      std::printf("%-8s %9.4f %12zu %12zu %10zu %6zu\n", r.model.c_str(), r.loss, r.bytes, r.file, r.quantized,
-                  r.left);
+      std::printf("%-8s %9.4f %12zu %12zu %10zu %6zu\n", r.model.c_str(), r.loss, r.bytes, r.file, r.quantized, r.left);
   }
   return 0;
 }

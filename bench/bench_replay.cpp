@@ -11,12 +11,12 @@
 #include <cstdio>
 #include <string>
 
-#include "bench/bench.h"
 #include <snug/base/error.h>
 #include <snug/memory/history.h>
 #include <snug/memory/replay.h>
 #include <snug/memory/settings.h>
 #include <snug/memory/stats.h>
+#include "bench/bench.h"
 
 using namespace snug;
 using namespace snug::memory;
@@ -27,8 +27,8 @@ namespace {
 // --json output stays one JSON line on stdout.
 void print_layout(const DeviceSnapshot& d, const AllocatorSettings& s) {
   auto mib = [](std::size_t v) { return static_cast<double>(v) / 1048576.0; };
-  std::size_t reserved = 0, allocated = 0, requested = 0, rounding = 0, unsplit = 0, tails = 0, holes = 0,
-              whole = 0, small_res = 0, small_alloc = 0, large_res = 0, large_alloc = 0;
+  std::size_t reserved = 0, allocated = 0, requested = 0, rounding = 0, unsplit = 0, tails = 0, holes = 0, whole = 0,
+              small_res = 0, small_alloc = 0, large_res = 0, large_alloc = 0;
   std::fprintf(stderr, "layout at peak allocated (%zu segments):\n", d.segments.size());
   for (const SegmentInfo& seg : d.segments) {
     std::size_t alloc = 0;
@@ -38,9 +38,12 @@ void print_layout(const DeviceSnapshot& d, const AllocatorSettings& s) {
       char buf[64];
       if (b.state == BlockState::free) {
         std::snprintf(buf, sizeof buf, " [free %.2f]", mib(b.size));
-        if (seg.blocks.size() == 1) whole += b.size;
-        else if (i + 1 == seg.blocks.size()) tails += b.size;
-        else holes += b.size;
+        if (seg.blocks.size() == 1)
+          whole += b.size;
+        else if (i + 1 == seg.blocks.size())
+          tails += b.size;
+        else
+          holes += b.size;
       } else {
         std::snprintf(buf, sizeof buf, " %.2f", mib(b.size));
         alloc += b.size;
@@ -137,20 +140,19 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
         "{\"bench\":\"replay\",\"trace\":\"%s\",\"device\":\"%s\",\"settings\":\"%s\",\"events\":%zu,"
         "\"ops\":%lld,\"peak_allocated_bytes\":%lld,\"peak_reserved_bytes\":%lld,\"raw_allocs\":%lld,"
         "\"num_ooms\":%lld,\"skipped_frees\":%lld,\"ns_per_op\":%.1f}\n",
-        path.c_str(), dev->device.c_str(), s.to_string().c_str(), dev->events.size(),
-        static_cast<long long>(r.ops), static_cast<long long>(r.peak_allocated_bytes),
-        static_cast<long long>(r.peak_reserved_bytes), static_cast<long long>(r.raw_allocs),
-        static_cast<long long>(r.num_ooms), static_cast<long long>(r.skipped_frees), r.ns_per_op);
+        path.c_str(), dev->device.c_str(), s.to_string().c_str(), dev->events.size(), static_cast<long long>(r.ops),
+        static_cast<long long>(r.peak_allocated_bytes), static_cast<long long>(r.peak_reserved_bytes),
+        static_cast<long long>(r.raw_allocs), static_cast<long long>(r.num_ooms),
+        static_cast<long long>(r.skipped_frees), r.ns_per_op);
   } else {
     std::printf("trace %s (%s, %zu events)\nsettings %s\n", path.c_str(), dev->device.c_str(), dev->events.size(),
                 s.to_string().c_str());
     std::printf("peak allocated %s, peak reserved %s (%.1f%% overhead), %lld raw allocs, %lld OOMs, %.1f ns/op\n",
                 format_bytes(static_cast<std::size_t>(r.peak_allocated_bytes)).c_str(),
                 format_bytes(static_cast<std::size_t>(r.peak_reserved_bytes)).c_str(),
-                r.peak_allocated_bytes
-                    ? 100.0 * static_cast<double>(r.peak_reserved_bytes - r.peak_allocated_bytes) /
-                          static_cast<double>(r.peak_allocated_bytes)
-                    : 0.0,
+                r.peak_allocated_bytes ? 100.0 * static_cast<double>(r.peak_reserved_bytes - r.peak_allocated_bytes) /
+                                             static_cast<double>(r.peak_allocated_bytes)
+                                       : 0.0,
                 static_cast<long long>(r.raw_allocs), static_cast<long long>(r.num_ooms), r.ns_per_op);
   }
   return 0;

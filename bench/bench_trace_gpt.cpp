@@ -6,12 +6,12 @@
 // `snug-bench replay` reads. bench/traces/wgpt_step.json was made this way.
 #include <cstdio>
 
-#include "bench/bench.h"
 #include <snug/core/generator.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
+#include "bench/bench.h"
 
 using namespace snug;
 

@@ -10,7 +10,6 @@
 #include <memory>
 #include <vector>
 
-#include "bench/bench.h"
 #include <snug/core/generator.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
@@ -19,6 +18,7 @@
 #include <snug/nn/models/cnn.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
+#include "bench/bench.h"
 
 namespace snug::bench {
 namespace {
@@ -39,9 +39,9 @@ struct Common {
 };
 
 // The flags of gpt, cnn and mlp (bench/ratios.py and the PyTorch peers take the same).
-#define SNUG_TRAIN_FLAGS                                                                              \
-  int_flag("steps", 20, "timed steps (the median is reported)"),                                     \
-      int_flag("warmup", 3, "untimed steps first", 0), int_flag("threads", 2, "compute threads"),   \
+#define SNUG_TRAIN_FLAGS                                                                                          \
+  int_flag("steps", 20, "timed steps (the median is reported)"), int_flag("warmup", 3, "untimed steps first", 0), \
+      int_flag("threads", 2, "compute threads"),                                                                  \
       int_flag("seed", 1337, "seed of the weights and the random batches", 0)
 
 Common common(const Args& a) {
@@ -82,25 +82,24 @@ void report(const Args& a, const char* name, const Common& c, const StepResult& 
   const double ms = median(r.ms);
   const double lo = *std::min_element(r.ms.begin(), r.ms.end()), hi = *std::max_element(r.ms.begin(), r.ms.end());
   if (a.json()) {
-    std::printf("{\"bench\": \"%s\", \"ms_per_step\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, \"%s\": %.1f, "
-                "\"loss_first\": %.5f, \"loss_last\": %.5f, \"params\": %lld, \"peak_allocated_bytes\": %zu, "
-                "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld}\n",
-                name, ms, lo, hi, rate_name, items_per_step / (ms / 1e3), r.loss_first, r.loss_last,
-                (long long)r.params, r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup,
-                (long long)c.threads);
+    std::printf(
+        "{\"bench\": \"%s\", \"ms_per_step\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, \"%s\": %.1f, "
+        "\"loss_first\": %.5f, \"loss_last\": %.5f, \"params\": %lld, \"peak_allocated_bytes\": %zu, "
+        "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld}\n",
+        name, ms, lo, hi, rate_name, items_per_step / (ms / 1e3), r.loss_first, r.loss_last, (long long)r.params,
+        r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup, (long long)c.threads);
   } else {
-    std::printf("%s: median %.2f ms/step (min %.2f, max %.2f) over %lld steps, %.0f %s, loss %.4f -> %.4f, "
-                "%lld params, peak allocated %s, reserved %s\n",
-                name, ms, lo, hi, (long long)c.steps, items_per_step / (ms / 1e3), rate_name, r.loss_first,
-                r.loss_last, (long long)r.params, memory::format_bytes(r.peak_allocated).c_str(),
-                memory::format_bytes(r.peak_reserved).c_str());
+    std::printf(
+        "%s: median %.2f ms/step (min %.2f, max %.2f) over %lld steps, %.0f %s, loss %.4f -> %.4f, "
+        "%lld params, peak allocated %s, reserved %s\n",
+        name, ms, lo, hi, (long long)c.steps, items_per_step / (ms / 1e3), rate_name, r.loss_first, r.loss_last,
+        (long long)r.params, memory::format_bytes(r.peak_allocated).c_str(),
+        memory::format_bytes(r.peak_reserved).c_str());
   }
 }
 
 // Uniform random class labels (n) in [0, classes), i64.
-Tensor random_labels(int64_t n, int64_t classes) {
-  return randint(0, classes, Shape{n});
-}
+Tensor random_labels(int64_t n, int64_t classes) { return randint(0, classes, Shape{n}); }
 
 }  // namespace
 

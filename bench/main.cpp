@@ -7,9 +7,9 @@
 #include <exception>
 #include <stdexcept>
 
-#include "bench/bench.h"
 #include <snug/base/error.h>
 #include <snug/nn/models/gpt.h>
+#include "bench/bench.h"
 
 namespace snug::bench {
 
@@ -55,7 +55,8 @@ void check_gpt_flags(const nn::models::GPTConfig& cfg) {
 namespace {
 const std::string& lookup(const Args& a, const std::string& k) {
   auto it = a.values.find(k);
-  if (it == a.values.end()) throw std::logic_error("snug-bench: the subcommand reads --" + k + " but does not declare it");
+  if (it == a.values.end())
+    throw std::logic_error("snug-bench: the subcommand reads --" + k + " but does not declare it");
   return it->second;
 }
 }  // namespace
@@ -86,9 +87,10 @@ double Args::get_double(const std::string& k) const {
 
 int main(int argc, char** argv) {
   using namespace snug::bench;
-  CLI::App app{"snug-bench: snug's benchmarks, one subcommand each. `snug-bench SUBCOMMAND --help` lists its flags; "
-               "with --json a benchmark prints one JSON line on stdout.",
-               "snug-bench"};
+  CLI::App app{
+      "snug-bench: snug's benchmarks, one subcommand each. `snug-bench SUBCOMMAND --help` lists its flags; "
+      "with --json a benchmark prints one JSON line on stdout.",
+      "snug-bench"};
   snug::cli::init(app);
   app.require_subcommand(1);
   // Each subcommand binds its flags to the strings of its own Args, and its

@@ -118,8 +118,8 @@ struct Backend {
   // out (N, out) = act(x (N, in) W^T + b): weight (out, in), bias (out) or undefined, all of out's dtype
   // and device; x and weight any strides. pre (N, out) or undefined receives x W^T + b before the
   // activation (what GELU's backward reads). out and pre contiguous.
-  virtual void linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
-                          const Tensor& out, const Tensor& pre);
+  virtual void linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act, const Tensor& out,
+                          const Tensor& pre);
   // The backward of y = x W^T + b from grad_out (N, out) contiguous: grad_x (N, in) = grad_out W,
   // grad_weight (out, in) = grad_out^T x, grad_bias (out) = the sum of grad_out's rows; each undefined
   // when not wanted (x is read only for grad_weight, weight only for grad_x). Outputs contiguous.

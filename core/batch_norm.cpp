@@ -33,8 +33,10 @@ struct Channels {
 // out = a op b (a and b share a dtype): straight into out when it has that
 // dtype, else computed there and converted as raw::to_dtype would.
 void binary_to(Backend& be, BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  if (out.dtype() == a.dtype()) be.binary(op, a, b, out);
-  else be.copy(raw::binary(op, a, b), out);
+  if (out.dtype() == a.dtype())
+    be.binary(op, a, b, out);
+  else
+    be.copy(raw::binary(op, a, b), out);
 }
 
 // y = xc * rstd * weight + bias, left to right, the last step written into y.

@@ -16,8 +16,7 @@ namespace snug {
 
 namespace {
 void check_shape(const Shape& shape, const char* op) {
-  for (int64_t d : shape)
-    SNUG_CHECK(d >= 0, ShapeError, op, ": negative dimension in shape ", shape_str(shape));
+  for (int64_t d : shape) SNUG_CHECK(d >= 0, ShapeError, op, ": negative dimension in shape ", shape_str(shape));
 }
 Tensor finish(Tensor t, const TensorOptions& opt) {
   if (opt.requires_grad) t.requires_grad_(true);
@@ -69,8 +68,8 @@ Tensor eye(int64_t n, TensorOptions opt) {
 }
 
 namespace {
-Tensor random_tensor(RandomKind kind, const Shape& shape, double a, double b, TensorOptions opt,
-                     Generator* gen, const char* op) {
+Tensor random_tensor(RandomKind kind, const Shape& shape, double a, double b, TensorOptions opt, Generator* gen,
+                     const char* op) {
   bool rg = opt.requires_grad;
   DType want = opt.dtype;
   SNUG_CHECK(is_floating(want), DTypeError, op, ": expected a floating dtype, got ", dtype_name(want));

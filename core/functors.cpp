@@ -4,15 +4,20 @@
 namespace snug {
 
 const char* unary_op_name(UnaryOp op) {
-  static const char* names[] = {"neg",  "exp",  "log",  "sqrt", "rsqrt",  "abs",        "tanh",  "sigmoid",    "relu",
-                                "gelu", "gelu_tanh", "silu", "sign", "square", "reciprocal", "clamp", "pow", "affine"};
+  static const char* names[] = {"neg",  "exp",     "log",        "sqrt",  "rsqrt",     "abs",
+                                "tanh", "sigmoid", "relu",       "gelu",  "gelu_tanh", "silu",
+                                "sign", "square",  "reciprocal", "clamp", "pow",       "affine"};
   static_assert(sizeof(names) / sizeof(names[0]) == kNumUnaryOps);
   int i = static_cast<int>(op);
   return i >= 0 && i < kNumUnaryOps ? names[i] : "unary?";
 }
 const char* binary_op_name(BinaryOp op) {
-  static const char* names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "relu_backward",
-                                "gelu_backward", "gelu_tanh_backward", "silu_backward", "sigmoid_backward",
+  static const char* names[] = {"add",           "sub",
+                                "mul",           "div",
+                                "pow",           "maximum",
+                                "minimum",       "relu_backward",
+                                "gelu_backward", "gelu_tanh_backward",
+                                "silu_backward", "sigmoid_backward",
                                 "tanh_backward"};
   static_assert(sizeof(names) / sizeof(names[0]) == kNumBinaryOps);
   int i = static_cast<int>(op);

@@ -39,16 +39,37 @@ SNUG_HOST_DEVICE SNUG_INLINE double pow(double x, double y) { return ::pow(x, y)
 SNUG_HOST_DEVICE SNUG_INLINE float fabs(float x) { return ::fabsf(x); }
 SNUG_HOST_DEVICE SNUG_INLINE double fabs(double x) { return ::fabs(x); }
 // Integer fallbacks so integer tensors can use the same functors where sensible.
-template <class T> SNUG_HOST_DEVICE SNUG_INLINE T fabs(T x) {
-  if constexpr (std::is_unsigned_v<T>) return x;  // (nvcc warns on `x < 0` for unsigned T)
-  else return x < 0 ? -x : x;
+template <class T>
+SNUG_HOST_DEVICE SNUG_INLINE T fabs(T x) {
+  if constexpr (std::is_unsigned_v<T>)
+    return x;  // (nvcc warns on `x < 0` for unsigned T)
+  else
+    return x < 0 ? -x : x;
 }
-template <class T> SNUG_HOST_DEVICE SNUG_INLINE double exp(T x) { return ::exp(double(x)); }
-template <class T> SNUG_HOST_DEVICE SNUG_INLINE double log(T x) { return ::log(double(x)); }
-template <class T> SNUG_HOST_DEVICE SNUG_INLINE double sqrt(T x) { return ::sqrt(double(x)); }
-template <class T> SNUG_HOST_DEVICE SNUG_INLINE double tanh(T x) { return ::tanh(double(x)); }
-template <class T> SNUG_HOST_DEVICE SNUG_INLINE double erf(T x) { return ::erf(double(x)); }
-template <class T, class U> SNUG_HOST_DEVICE SNUG_INLINE double pow(T x, U y) { return ::pow(double(x), double(y)); }
+template <class T>
+SNUG_HOST_DEVICE SNUG_INLINE double exp(T x) {
+  return ::exp(double(x));
+}
+template <class T>
+SNUG_HOST_DEVICE SNUG_INLINE double log(T x) {
+  return ::log(double(x));
+}
+template <class T>
+SNUG_HOST_DEVICE SNUG_INLINE double sqrt(T x) {
+  return ::sqrt(double(x));
+}
+template <class T>
+SNUG_HOST_DEVICE SNUG_INLINE double tanh(T x) {
+  return ::tanh(double(x));
+}
+template <class T>
+SNUG_HOST_DEVICE SNUG_INLINE double erf(T x) {
+  return ::erf(double(x));
+}
+template <class T, class U>
+SNUG_HOST_DEVICE SNUG_INLINE double pow(T x, U y) {
+  return ::pow(double(x), double(y));
+}
 
 // NOTE [ Vectorizable exp and erf for float ]
 // glibc's expf and erff are scalar calls, so a loop over them cannot use SIMD,
@@ -163,14 +184,33 @@ SNUG_HOST_DEVICE SNUG_INLINE float gelu_erf(float x) { return erf_gelu(x); }
 SNUG_HOST_DEVICE SNUG_INLINE double gelu_erf(double x) { return ::erf(x); }
 SNUG_HOST_DEVICE SNUG_INLINE float gelu_exp(float y) { return exp_approx(y); }
 SNUG_HOST_DEVICE SNUG_INLINE double gelu_exp(double y) { return ::exp(y); }
-template <class T> SNUG_HOST_DEVICE SNUG_INLINE double gelu_erf(T x) { return ::erf(double(x)); }
-template <class T> SNUG_HOST_DEVICE SNUG_INLINE double gelu_exp(T y) { return ::exp(double(y)); }
+template <class T>
+SNUG_HOST_DEVICE SNUG_INLINE double gelu_erf(T x) {
+  return ::erf(double(x));
+}
+template <class T>
+SNUG_HOST_DEVICE SNUG_INLINE double gelu_exp(T y) {
+  return ::exp(double(y));
+}
 }  // namespace fmath
 
 // ---- unary ops ----------------------------------------------------------------
 enum class UnaryOp : int {
-  neg, exp, log, sqrt, rsqrt, abs, tanh, sigmoid, relu, gelu, gelu_tanh, silu,
-  sign, square, reciprocal,
+  neg,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  abs,
+  tanh,
+  sigmoid,
+  relu,
+  gelu,
+  gelu_tanh,
+  silu,
+  sign,
+  square,
+  reciprocal,
   clamp,       // a = lo, b = hi
   pow_scalar,  // a = exponent
   affine,      // a * x + b (scalar multiply/add without a broadcast tensor)
@@ -183,51 +223,114 @@ static_assert(static_cast<int>(UnaryOp::count) == kNumUnaryOps, "add the new op'
 inline constexpr double kSqrt2OverPi = 0.7978845608028654;
 inline constexpr double kInvSqrt2 = 0.7071067811865476;
 
-struct NegF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return -x; } };
-struct ExpF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::exp(x)); } };
-struct LogF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::log(x)); } };
-struct SqrtF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::sqrt(x)); } };
-struct RsqrtF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(1 / fmath::sqrt(x)); } };
-struct AbsF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::fabs(x)); } };
-struct TanhF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(fmath::tanh(x)); } };
-struct SigmoidF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(1 / (1 + fmath::exp(-x))); }
+struct NegF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return -x;
+  }
 };
-struct ReluF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return x > C(0) ? x : C(0); } };
+struct ExpF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(fmath::exp(x));
+  }
+};
+struct LogF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(fmath::log(x));
+  }
+};
+struct SqrtF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(fmath::sqrt(x));
+  }
+};
+struct RsqrtF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(1 / fmath::sqrt(x));
+  }
+};
+struct AbsF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(fmath::fabs(x));
+  }
+};
+struct TanhF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(fmath::tanh(x));
+  }
+};
+struct SigmoidF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(1 / (1 + fmath::exp(-x)));
+  }
+};
+struct ReluF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return x > C(0) ? x : C(0);
+  }
+};
 // gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))
 struct GeluF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
     return C(0.5) * x * (C(1) + C(fmath::gelu_erf(x * C(kInvSqrt2))));
   }
 };
 // tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 struct GeluTanhF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
     C u = C(kSqrt2OverPi) * (x + C(0.044715) * x * x * x);
     return C(0.5) * x * (C(1) + C(fmath::tanh(u)));
   }
 };
 struct SiluF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(x / (1 + fmath::exp(-x))); }
-};
-struct SignF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
-    if constexpr (std::is_unsigned_v<C>) return C(x != C(0));
-    else return C((x > C(0)) - (x < C(0)));
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(x / (1 + fmath::exp(-x)));
   }
 };
-struct SquareF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return x * x; } };
-struct ReciprocalF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(1) / x; } };
+struct SignF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    if constexpr (std::is_unsigned_v<C>)
+      return C(x != C(0));
+    else
+      return C((x > C(0)) - (x < C(0)));
+  }
+};
+struct SquareF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return x * x;
+  }
+};
+struct ReciprocalF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(1) / x;
+  }
+};
 struct ClampF {
   double lo, hi;
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
     // NaN passes through (neither comparison holds), as in PyTorch.
     return x < C(lo) ? C(lo) : (x > C(hi) ? C(hi) : x);
   }
 };
 struct PowScalarF {
   double e;
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
     if (e == 2) return x * x;  // exact and fast for the common case
     if (e == 1) return x;
     return C(fmath::pow(x, C(e)));
@@ -235,32 +338,54 @@ struct PowScalarF {
 };
 struct AffineF {
   double a, b;
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return C(C(a) * x + C(b)); }
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return C(C(a) * x + C(b));
+  }
 };
 
 // fn(functor) for op; a and b are the op's scalar parameters.
 template <class Fn>
 SNUG_HOST_DEVICE decltype(auto) visit_unary(UnaryOp op, double a, double b, Fn&& fn) {
   switch (op) {
-    case UnaryOp::neg: return fn(NegF{});
-    case UnaryOp::exp: return fn(ExpF{});
-    case UnaryOp::log: return fn(LogF{});
-    case UnaryOp::sqrt: return fn(SqrtF{});
-    case UnaryOp::rsqrt: return fn(RsqrtF{});
-    case UnaryOp::abs: return fn(AbsF{});
-    case UnaryOp::tanh: return fn(TanhF{});
-    case UnaryOp::sigmoid: return fn(SigmoidF{});
-    case UnaryOp::relu: return fn(ReluF{});
-    case UnaryOp::gelu: return fn(GeluF{});
-    case UnaryOp::gelu_tanh: return fn(GeluTanhF{});
-    case UnaryOp::silu: return fn(SiluF{});
-    case UnaryOp::sign: return fn(SignF{});
-    case UnaryOp::square: return fn(SquareF{});
-    case UnaryOp::reciprocal: return fn(ReciprocalF{});
-    case UnaryOp::clamp: return fn(ClampF{a, b});
-    case UnaryOp::pow_scalar: return fn(PowScalarF{a});
-    case UnaryOp::affine: return fn(AffineF{a, b});
-    case UnaryOp::count: break;
+    case UnaryOp::neg:
+      return fn(NegF{});
+    case UnaryOp::exp:
+      return fn(ExpF{});
+    case UnaryOp::log:
+      return fn(LogF{});
+    case UnaryOp::sqrt:
+      return fn(SqrtF{});
+    case UnaryOp::rsqrt:
+      return fn(RsqrtF{});
+    case UnaryOp::abs:
+      return fn(AbsF{});
+    case UnaryOp::tanh:
+      return fn(TanhF{});
+    case UnaryOp::sigmoid:
+      return fn(SigmoidF{});
+    case UnaryOp::relu:
+      return fn(ReluF{});
+    case UnaryOp::gelu:
+      return fn(GeluF{});
+    case UnaryOp::gelu_tanh:
+      return fn(GeluTanhF{});
+    case UnaryOp::silu:
+      return fn(SiluF{});
+    case UnaryOp::sign:
+      return fn(SignF{});
+    case UnaryOp::square:
+      return fn(SquareF{});
+    case UnaryOp::reciprocal:
+      return fn(ReciprocalF{});
+    case UnaryOp::clamp:
+      return fn(ClampF{a, b});
+    case UnaryOp::pow_scalar:
+      return fn(PowScalarF{a});
+    case UnaryOp::affine:
+      return fn(AffineF{a, b});
+    case UnaryOp::count:
+      break;
   }
   return fn(NegF{});  // unreachable: callers validate op
 }
@@ -270,7 +395,13 @@ const char* unary_op_name(UnaryOp op);
 // The *_backward ops take (grad_out, saved) and give grad_in; they live here so
 // that the gradient math is shared by CPU and CUDA just like the forward math.
 enum class BinaryOp : int {
-  add, sub, mul, div, pow, maximum, minimum,
+  add,
+  sub,
+  mul,
+  div,
+  pow,
+  maximum,
+  minimum,
   relu_backward,       // (g, x)
   gelu_backward,       // (g, x)
   gelu_tanh_backward,  // (g, x)
@@ -282,31 +413,67 @@ enum class BinaryOp : int {
 inline constexpr int kNumBinaryOps = 13;
 static_assert(static_cast<int>(BinaryOp::count) == kNumBinaryOps, "add the new op's functor to visit_binary");
 
-struct AddF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return a + b; } };
-struct SubF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return a - b; } };
-struct MulF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return a * b; } };
-struct DivF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return a / b; } };
-struct PowF { template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return C(fmath::pow(a, b)); } };
+struct AddF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const {
+    return a + b;
+  }
+};
+struct SubF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const {
+    return a - b;
+  }
+};
+struct MulF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const {
+    return a * b;
+  }
+};
+struct DivF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const {
+    return a / b;
+  }
+};
+struct PowF {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const {
+    return C(fmath::pow(a, b));
+  }
+};
 // maximum/minimum propagate NaN, as in PyTorch.
 struct MaximumF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return (a != a || a > b) ? a : b; }
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const {
+    return (a != a || a > b) ? a : b;
+  }
 };
 struct MinimumF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const { return (a != a || a < b) ? a : b; }
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C a, C b) const {
+    return (a != a || a < b) ? a : b;
+  }
 };
 struct ReluBackwardF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const { return x > C(0) ? g : C(0); }
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
+    return x > C(0) ? g : C(0);
+  }
 };
 // d/dx [x Phi(x)] = Phi(x) + x phi(x)
 struct GeluBackwardF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
     C cdf = C(0.5) * (C(1) + C(fmath::gelu_erf(x * C(kInvSqrt2))));
     C pdf = C(fmath::gelu_exp(C(-0.5) * x * x)) * C(0.3989422804014327);  // 1/sqrt(2 pi)
     return g * (cdf + x * pdf);
   }
 };
 struct GeluTanhBackwardF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
     C u = C(kSqrt2OverPi) * (x + C(0.044715) * x * x * x);
     C t = C(fmath::tanh(u));
     C du = C(kSqrt2OverPi) * (C(1) + C(3 * 0.044715) * x * x);
@@ -315,35 +482,56 @@ struct GeluTanhBackwardF {
 };
 // silu = x s(x);  d = s(x) (1 + x (1 - s(x)))
 struct SiluBackwardF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
     C s = C(1 / (1 + fmath::exp(-x)));
     return g * s * (C(1) + x * (C(1) - s));
   }
 };
 struct SigmoidBackwardF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C y) const { return g * y * (C(1) - y); }
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C y) const {
+    return g * y * (C(1) - y);
+  }
 };
 struct TanhBackwardF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C y) const { return g * (C(1) - y * y); }
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C y) const {
+    return g * (C(1) - y * y);
+  }
 };
 
 template <class Fn>
 SNUG_HOST_DEVICE decltype(auto) visit_binary(BinaryOp op, Fn&& fn) {
   switch (op) {
-    case BinaryOp::add: return fn(AddF{});
-    case BinaryOp::sub: return fn(SubF{});
-    case BinaryOp::mul: return fn(MulF{});
-    case BinaryOp::div: return fn(DivF{});
-    case BinaryOp::pow: return fn(PowF{});
-    case BinaryOp::maximum: return fn(MaximumF{});
-    case BinaryOp::minimum: return fn(MinimumF{});
-    case BinaryOp::relu_backward: return fn(ReluBackwardF{});
-    case BinaryOp::gelu_backward: return fn(GeluBackwardF{});
-    case BinaryOp::gelu_tanh_backward: return fn(GeluTanhBackwardF{});
-    case BinaryOp::silu_backward: return fn(SiluBackwardF{});
-    case BinaryOp::sigmoid_backward: return fn(SigmoidBackwardF{});
-    case BinaryOp::tanh_backward: return fn(TanhBackwardF{});
-    case BinaryOp::count: break;
+    case BinaryOp::add:
+      return fn(AddF{});
+    case BinaryOp::sub:
+      return fn(SubF{});
+    case BinaryOp::mul:
+      return fn(MulF{});
+    case BinaryOp::div:
+      return fn(DivF{});
+    case BinaryOp::pow:
+      return fn(PowF{});
+    case BinaryOp::maximum:
+      return fn(MaximumF{});
+    case BinaryOp::minimum:
+      return fn(MinimumF{});
+    case BinaryOp::relu_backward:
+      return fn(ReluBackwardF{});
+    case BinaryOp::gelu_backward:
+      return fn(GeluBackwardF{});
+    case BinaryOp::gelu_tanh_backward:
+      return fn(GeluTanhBackwardF{});
+    case BinaryOp::silu_backward:
+      return fn(SiluBackwardF{});
+    case BinaryOp::sigmoid_backward:
+      return fn(SigmoidBackwardF{});
+    case BinaryOp::tanh_backward:
+      return fn(TanhBackwardF{});
+    case BinaryOp::count:
+      break;
   }
   return fn(AddF{});  // unreachable: callers validate op
 }
@@ -355,15 +543,23 @@ inline constexpr int kNumCompareOps = 6;
 static_assert(static_cast<int>(CompareOp::count) == kNumCompareOps, "add the new op to CompareF");
 struct CompareF {
   CompareOp op;
-  template <class C> SNUG_HOST_DEVICE bool operator()(C a, C b) const {
+  template <class C>
+  SNUG_HOST_DEVICE bool operator()(C a, C b) const {
     switch (op) {
-      case CompareOp::eq: return a == b;
-      case CompareOp::ne: return a != b;
-      case CompareOp::lt: return a < b;
-      case CompareOp::le: return a <= b;
-      case CompareOp::gt: return a > b;
-      case CompareOp::ge: return a >= b;
-      case CompareOp::count: break;
+      case CompareOp::eq:
+        return a == b;
+      case CompareOp::ne:
+        return a != b;
+      case CompareOp::lt:
+        return a < b;
+      case CompareOp::le:
+        return a <= b;
+      case CompareOp::gt:
+        return a > b;
+      case CompareOp::ge:
+        return a >= b;
+      case CompareOp::count:
+        break;
     }
     return false;
   }
@@ -384,46 +580,63 @@ static_assert(static_cast<int>(ReduceOp::count) == kNumReduceOps, "add the new o
 // complement); here sums, means and products of signed integers are computed
 // in uint64_t, where wrapping is defined, and converted back (modular since
 // C++20): the same results, without the undefined behaviour, on every backend.
-template <class A> SNUG_HOST_DEVICE SNUG_INLINE A add_wrapping(A a, A b) {
-  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) return A(uint64_t(a) + uint64_t(b));
-  else return a + b;
+template <class A>
+SNUG_HOST_DEVICE SNUG_INLINE A add_wrapping(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>)
+    return A(uint64_t(a) + uint64_t(b));
+  else
+    return a + b;
 }
-template <class A> SNUG_HOST_DEVICE SNUG_INLINE A mul_wrapping(A a, A b) {
-  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) return A(uint64_t(a) * uint64_t(b));
-  else return a * b;
+template <class A>
+SNUG_HOST_DEVICE SNUG_INLINE A mul_wrapping(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>)
+    return A(uint64_t(a) * uint64_t(b));
+  else
+    return a * b;
 }
 
-template <class A> struct SumR {
+template <class A>
+struct SumR {
   SNUG_HOST_DEVICE A init() const { return A(0); }
   SNUG_HOST_DEVICE A combine(A acc, A x) const { return add_wrapping(acc, x); }
   SNUG_HOST_DEVICE A finish(A acc, int64_t) const { return acc; }
 };
-template <class A> struct MeanR {
+template <class A>
+struct MeanR {
   SNUG_HOST_DEVICE A init() const { return A(0); }
   SNUG_HOST_DEVICE A combine(A acc, A x) const { return add_wrapping(acc, x); }
   SNUG_HOST_DEVICE A finish(A acc, int64_t n) const { return n ? acc / A(n) : A(NAN); }
 };
 // Identity of max/min: -inf/+inf for floating A, the type's extremes for
 // integers (converting INFINITY to an integer is undefined behaviour).
-template <class A> SNUG_HOST_DEVICE SNUG_INLINE A lowest_value() {
-  if constexpr (std::numeric_limits<A>::has_infinity) return -std::numeric_limits<A>::infinity();
-  else return std::numeric_limits<A>::lowest();
+template <class A>
+SNUG_HOST_DEVICE SNUG_INLINE A lowest_value() {
+  if constexpr (std::numeric_limits<A>::has_infinity)
+    return -std::numeric_limits<A>::infinity();
+  else
+    return std::numeric_limits<A>::lowest();
 }
-template <class A> SNUG_HOST_DEVICE SNUG_INLINE A highest_value() {
-  if constexpr (std::numeric_limits<A>::has_infinity) return std::numeric_limits<A>::infinity();
-  else return std::numeric_limits<A>::max();
+template <class A>
+SNUG_HOST_DEVICE SNUG_INLINE A highest_value() {
+  if constexpr (std::numeric_limits<A>::has_infinity)
+    return std::numeric_limits<A>::infinity();
+  else
+    return std::numeric_limits<A>::max();
 }
-template <class A> struct MaxR {  // NaN wins, as in PyTorch
+template <class A>
+struct MaxR {  // NaN wins, as in PyTorch
   SNUG_HOST_DEVICE A init() const { return lowest_value<A>(); }
   SNUG_HOST_DEVICE A combine(A acc, A x) const { return (x != x || x > acc) ? x : acc; }
   SNUG_HOST_DEVICE A finish(A acc, int64_t) const { return acc; }
 };
-template <class A> struct MinR {
+template <class A>
+struct MinR {
   SNUG_HOST_DEVICE A init() const { return highest_value<A>(); }
   SNUG_HOST_DEVICE A combine(A acc, A x) const { return (x != x || x < acc) ? x : acc; }
   SNUG_HOST_DEVICE A finish(A acc, int64_t) const { return acc; }
 };
-template <class A> struct ProdR {
+template <class A>
+struct ProdR {
   SNUG_HOST_DEVICE A init() const { return A(1); }
   SNUG_HOST_DEVICE A combine(A acc, A x) const { return mul_wrapping(acc, x); }
   SNUG_HOST_DEVICE A finish(A acc, int64_t) const { return acc; }
@@ -432,12 +645,18 @@ template <class A> struct ProdR {
 template <class A, class Fn>
 SNUG_HOST_DEVICE decltype(auto) visit_reduce(ReduceOp op, Fn&& fn) {
   switch (op) {
-    case ReduceOp::sum: return fn(SumR<A>{});
-    case ReduceOp::mean: return fn(MeanR<A>{});
-    case ReduceOp::max: return fn(MaxR<A>{});
-    case ReduceOp::min: return fn(MinR<A>{});
-    case ReduceOp::prod: return fn(ProdR<A>{});
-    case ReduceOp::count: break;
+    case ReduceOp::sum:
+      return fn(SumR<A>{});
+    case ReduceOp::mean:
+      return fn(MeanR<A>{});
+    case ReduceOp::max:
+      return fn(MaxR<A>{});
+    case ReduceOp::min:
+      return fn(MinR<A>{});
+    case ReduceOp::prod:
+      return fn(ProdR<A>{});
+    case ReduceOp::count:
+      break;
   }
   return fn(SumR<A>{});
 }

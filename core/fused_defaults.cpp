@@ -37,10 +37,14 @@ Tensor batch1(const Tensor& t) {
 
 UnaryOp unary_of(Backend::Activation act) {
   switch (act) {
-    case Backend::Activation::relu: return UnaryOp::relu;
-    case Backend::Activation::gelu: return UnaryOp::gelu;
-    case Backend::Activation::gelu_tanh: return UnaryOp::gelu_tanh;
-    case Backend::Activation::none: break;
+    case Backend::Activation::relu:
+      return UnaryOp::relu;
+    case Backend::Activation::gelu:
+      return UnaryOp::gelu;
+    case Backend::Activation::gelu_tanh:
+      return UnaryOp::gelu_tanh;
+    case Backend::Activation::none:
+      break;
   }
   throw ValueError("linear_act: no activation to apply");
 }
@@ -48,10 +52,14 @@ UnaryOp unary_of(Backend::Activation act) {
 // (g, z) -> g * act'(z), as the activation's own backward computes it.
 BinaryOp derivative_of(Backend::Activation act) {
   switch (act) {
-    case Backend::Activation::relu: return BinaryOp::relu_backward;
-    case Backend::Activation::gelu: return BinaryOp::gelu_backward;
-    case Backend::Activation::gelu_tanh: return BinaryOp::gelu_tanh_backward;
-    case Backend::Activation::none: break;
+    case Backend::Activation::relu:
+      return BinaryOp::relu_backward;
+    case Backend::Activation::gelu:
+      return BinaryOp::gelu_backward;
+    case Backend::Activation::gelu_tanh:
+      return BinaryOp::gelu_tanh_backward;
+    case Backend::Activation::none:
+      break;
   }
   throw ValueError("linear_backward_act: expected relu, gelu or gelu_tanh");
 }
@@ -76,8 +84,10 @@ void Backend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bi
   const Tensor& r = pre.defined() ? pre : out;  // (N, out): where x W^T + b goes first
   matmul(batch1(x), batch1(raw::transpose(weight, 0, 1)), batch1(r));
   if (bias.defined()) binary(BinaryOp::add, r, raw::expand(bias, r.shape()), r);  // elementwise: in place is safe
-  if (act != Activation::none) unary(unary_of(act), 0.0, 0.0, r, out);
-  else if (pre.defined()) copy(pre, out);
+  if (act != Activation::none)
+    unary(unary_of(act), 0.0, 0.0, r, out);
+  else if (pre.defined())
+    copy(pre, out);
 }
 
 void Backend::linear_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& grad_x,
@@ -92,7 +102,7 @@ void Backend::linear_backward_act(const Tensor& grad_out, const Tensor& weight, 
                                   const Tensor& grad_z) {
   const BinaryOp back = derivative_of(act);
   matmul(batch1(grad_out), batch1(weight), batch1(grad_z));  // (N, out) (out, in)
-  binary(back, grad_z, z, grad_z);                            // elementwise: in place is safe
+  binary(back, grad_z, z, grad_z);                           // elementwise: in place is safe
 }
 
 // ---- causal attention ----------------------------------------------------------------------
@@ -113,7 +123,7 @@ void Backend::causal_attention(const Tensor& qkv, int64_t heads, double scale, c
   const Tensor hidden = raw::compare(CompareOp::gt, raw::view(arange(T, io), {1, T}), raw::view(arange(T, io), {T, 1}));
   const Tensor z = raw::masked_fill(raw::unary(UnaryOp::affine, raw::to_dtype(s, lse.dtype()), scale, 0.0), hidden,
                                     -std::numeric_limits<double>::infinity());  // (B, H, T, T), in lse's dtype
-  const Tensor m = raw::reduce(ReduceOp::max, z, {-1}, true);                    // (B, H, T, 1)
+  const Tensor m = raw::reduce(ReduceOp::max, z, {-1}, true);                   // (B, H, T, 1)
   const Tensor sum = raw::reduce(ReduceOp::sum, raw::unary(UnaryOp::exp, raw::binary(BinaryOp::sub, z, m)), {-1}, true);
   copy(raw::view(raw::binary(BinaryOp::add, m, raw::unary(UnaryOp::log, sum)), {B, heads, T}), lse);
 }

@@ -77,8 +77,8 @@ SNUG_HOST_DEVICE SNUG_INLINE uint16_t float_to_half(float f) {
   const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
   const uint32_t a = x & 0x7fffffffu;  // |f|
   if (a >= 0x7f800000u) {
-    if (a == 0x7f800000u) return uint16_t(sign | 0x7c00u);                    // inf
-    return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));                    // quiet NaN
+    if (a == 0x7f800000u) return uint16_t(sign | 0x7c00u);   // inf
+    return uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet NaN
   }
   // 65520 = 65504 + half an ulp: from here on (ties to even, 65504's mantissa
   // is odd) everything rounds to inf.
@@ -109,9 +109,7 @@ SNUG_HOST_DEVICE SNUG_INLINE uint16_t float_to_half(float f) {
 // ---- bfloat16 ---------------------------------------------------------------
 // Layout: the top 16 bits of a float (1 sign, 8 exponent, 7 mantissa bits).
 
-SNUG_HOST_DEVICE SNUG_INLINE float bf16_to_float(uint16_t b) {
-  return detail::bits_float(uint32_t(b) << 16);
-}
+SNUG_HOST_DEVICE SNUG_INLINE float bf16_to_float(uint16_t b) { return detail::bits_float(uint32_t(b) << 16); }
 
 SNUG_HOST_DEVICE SNUG_INLINE uint16_t float_to_bf16(float f) {
   const uint32_t x = detail::float_bits(f);
@@ -163,33 +161,29 @@ static_assert(sizeof(BFloat16) == 2 && std::is_trivially_copyable_v<BFloat16>);
 // instantiates a template's declaration before it checks the constraint, and
 // `float operator+(float, T)` with T = float is then a hard error.
 
-#define SNUG_LOWP_BINARY_OP(T, op)                                                           \
-  SNUG_HOST_DEVICE SNUG_INLINE T operator op(T a, T b) { return T(float(a) op float(b)); }   \
-  SNUG_HOST_DEVICE SNUG_INLINE float operator op(T a, float b) { return float(a) op b; }     \
-  SNUG_HOST_DEVICE SNUG_INLINE float operator op(float a, T b) { return a op float(b); }     \
-  SNUG_HOST_DEVICE SNUG_INLINE double operator op(T a, double b) {                           \
-    return double(float(a)) op b;                                                            \
-  }                                                                                          \
-  SNUG_HOST_DEVICE SNUG_INLINE double operator op(double a, T b) {                           \
-    return a op double(float(b));                                                            \
-  }                                                                                          \
-  SNUG_HOST_DEVICE SNUG_INLINE T operator op(T a, int b) { return T(float(a) op float(b)); } \
-  SNUG_HOST_DEVICE SNUG_INLINE T operator op(int a, T b) { return T(float(a) op float(b)); } \
-  SNUG_HOST_DEVICE SNUG_INLINE T& operator op##=(T & a, T b) {                               \
-    a = a op b;                                                                              \
-    return a;                                                                                \
-  }                                                                                          \
-  SNUG_HOST_DEVICE SNUG_INLINE T& operator op##=(T & a, float b) {                           \
-    a = T(float(a) op b);                                                                    \
-    return a;                                                                                \
+#define SNUG_LOWP_BINARY_OP(T, op)                                                                 \
+  SNUG_HOST_DEVICE SNUG_INLINE T operator op(T a, T b) { return T(float(a) op float(b)); }         \
+  SNUG_HOST_DEVICE SNUG_INLINE float operator op(T a, float b) { return float(a) op b; }           \
+  SNUG_HOST_DEVICE SNUG_INLINE float operator op(float a, T b) { return a op float(b); }           \
+  SNUG_HOST_DEVICE SNUG_INLINE double operator op(T a, double b) { return double(float(a)) op b; } \
+  SNUG_HOST_DEVICE SNUG_INLINE double operator op(double a, T b) { return a op double(float(b)); } \
+  SNUG_HOST_DEVICE SNUG_INLINE T operator op(T a, int b) { return T(float(a) op float(b)); }       \
+  SNUG_HOST_DEVICE SNUG_INLINE T operator op(int a, T b) { return T(float(a) op float(b)); }       \
+  SNUG_HOST_DEVICE SNUG_INLINE T& operator op##=(T& a, T b) {                                      \
+    a = a op b;                                                                                    \
+    return a;                                                                                      \
+  }                                                                                                \
+  SNUG_HOST_DEVICE SNUG_INLINE T& operator op##=(T& a, float b) {                                  \
+    a = T(float(a) op b);                                                                          \
+    return a;                                                                                      \
   }
 
 // Half op BFloat16: float, in either order.
-#define SNUG_MIXED_LOWP_OP(op)                                                                       \
+#define SNUG_MIXED_LOWP_OP(op)                                                                        \
   SNUG_HOST_DEVICE SNUG_INLINE float operator op(Half a, BFloat16 b) { return float(a) op float(b); } \
   SNUG_HOST_DEVICE SNUG_INLINE float operator op(BFloat16 a, Half b) { return float(a) op float(b); }
 
-#define SNUG_LOWP_OPS(op)        \
+#define SNUG_LOWP_OPS(op)           \
   SNUG_LOWP_BINARY_OP(Half, op)     \
   SNUG_LOWP_BINARY_OP(BFloat16, op) \
   SNUG_MIXED_LOWP_OP(op)
@@ -204,9 +198,7 @@ SNUG_LOWP_OPS(/)
 
 // Negation flips the sign bit: exact, and keeps NaN payloads (as IEEE negate does).
 SNUG_HOST_DEVICE SNUG_INLINE Half operator-(Half a) { return Half::from_bits(uint16_t(a.bits ^ 0x8000u)); }
-SNUG_HOST_DEVICE SNUG_INLINE BFloat16 operator-(BFloat16 a) {
-  return BFloat16::from_bits(uint16_t(a.bits ^ 0x8000u));
-}
+SNUG_HOST_DEVICE SNUG_INLINE BFloat16 operator-(BFloat16 a) { return BFloat16::from_bits(uint16_t(a.bits ^ 0x8000u)); }
 
 // Comparisons go through operator float (built-in float comparisons), so NaN
 // compares unequal to everything and +0 == -0.

@@ -24,13 +24,19 @@
 namespace snug::layer_norm_row {
 
 template <class A>
-SNUG_HOST_DEVICE SNUG_INLINE A mean(A sum, int64_t C) { return sum / A(C); }
+SNUG_HOST_DEVICE SNUG_INLINE A mean(A sum, int64_t C) {
+  return sum / A(C);
+}
 // sq_sum = sum over the row of (x - mean)^2.
 template <class A>
-SNUG_HOST_DEVICE SNUG_INLINE A rstd(A sq_sum, int64_t C, A eps) { return A(1) / fmath::sqrt(sq_sum / A(C) + eps); }
+SNUG_HOST_DEVICE SNUG_INLINE A rstd(A sq_sum, int64_t C, A eps) {
+  return A(1) / fmath::sqrt(sq_sum / A(C) + eps);
+}
 
 template <class A>
-SNUG_HOST_DEVICE SNUG_INLINE A xhat(A x, A mu, A rs) { return (x - mu) * rs; }
+SNUG_HOST_DEVICE SNUG_INLINE A xhat(A x, A mu, A rs) {
+  return (x - mu) * rs;
+}
 
 // y at column c; w and b (stored as W, or null) are the affine weight and bias.
 template <class A, class W>
@@ -43,10 +49,14 @@ SNUG_HOST_DEVICE SNUG_INLINE A normalize_at(A x, A mu, A rs, const W* w, const W
 
 // gh = g w at column c (g alone without a weight).
 template <class A, class W>
-SNUG_HOST_DEVICE SNUG_INLINE A ghat(A g, const W* w, int64_t c) { return w ? g * A(w[c]) : g; }
+SNUG_HOST_DEVICE SNUG_INLINE A ghat(A g, const W* w, int64_t c) {
+  return w ? g * A(w[c]) : g;
+}
 
 // gx at one column, from m1 = mean(gh) and m2 = mean(gh xhat) over the row.
 template <class A>
-SNUG_HOST_DEVICE SNUG_INLINE A grad_x_at(A gh, A xh, A m1, A m2, A rs) { return rs * (gh - m1 - xh * m2); }
+SNUG_HOST_DEVICE SNUG_INLINE A grad_x_at(A gh, A xh, A m1, A m2, A rs) {
+  return rs * (gh - m1 - xh * m2);
+}
 
 }  // namespace snug::layer_norm_row

@@ -111,9 +111,7 @@ SNUG_HOST_DEVICE SNUG_INLINE NormalPair box_muller(uint32_t a, uint32_t b) {
 }
 
 // Uniform [0, 1) element i of a draw at state s.
-SNUG_HOST_DEVICE SNUG_INLINE float uniform_at(PhiloxState s, uint64_t i) {
-  return uniform_float(philox_word(s, i));
-}
+SNUG_HOST_DEVICE SNUG_INLINE float uniform_at(PhiloxState s, uint64_t i) { return uniform_float(philox_word(s, i)); }
 
 // Standard normal element i of a draw at state s. Element 4b+j uses block b:
 // elements 4b, 4b+1 are the pair from words (0, 1), elements 4b+2, 4b+3 the

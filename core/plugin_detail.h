@@ -25,12 +25,12 @@ struct Header {
 extern const int kHostToken;
 
 struct Spec {
-  const char* what;          // "CUDA backend", for messages
-  const char* file;          // "libsnug-cuda.so"
-  const char* env;           // "SNUG_CUDA_PLUGIN": a path, or "none"
-  const char* entry;         // the extern "C" function returning const Header*
-  uint32_t abi_version;      // what this libsnug expects
-  uint32_t size;             // sizeof the table this libsnug expects
+  const char* what;      // "CUDA backend", for messages
+  const char* file;      // "libsnug-cuda.so"
+  const char* env;       // "SNUG_CUDA_PLUGIN": a path, or "none"
+  const char* entry;     // the extern "C" function returning const Header*
+  uint32_t abi_version;  // what this libsnug expects
+  uint32_t size;         // sizeof the table this libsnug expects
 };
 
 struct Loaded {

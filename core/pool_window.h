@@ -92,7 +92,9 @@ SNUG_HOST_DEVICE SNUG_INLINE void pool_outputs_of(const Pool2dParams& p, int d, 
 // column) order, so the first largest wins; a NaN wins (as in PyTorch). `|`,
 // not `||`: no branch, so the CPU's whole-window loop vectorizes.
 template <class A>
-SNUG_HOST_DEVICE SNUG_INLINE bool pool_max_takes(A v, A best) { return (v > best) | (v != v); }
+SNUG_HOST_DEVICE SNUG_INLINE bool pool_max_takes(A v, A best) {
+  return (v > best) | (v != v);
+}
 
 // Max over window (r, c) of plane xq (width W): best, and arg = h W + w of the tap.
 template <class A, class T>
@@ -113,7 +115,9 @@ SNUG_HOST_DEVICE SNUG_INLINE void pool_max_window(const T* xq, int64_t W, PoolSp
 // v / window size: the average from the window's sum, and each tap's share of
 // the window's output gradient.
 template <class A>
-SNUG_HOST_DEVICE SNUG_INLINE A pool_avg_divide(A v, PoolSpan r, PoolSpan c) { return v / A(r.size * c.size); }
+SNUG_HOST_DEVICE SNUG_INLINE A pool_avg_divide(A v, PoolSpan r, PoolSpan c) {
+  return v / A(r.size * c.size);
+}
 
 // Average over window (r, c) of plane xq (width W).
 template <class A, class T>

@@ -143,17 +143,17 @@ std::string Profile::summary(size_t top) const {
   int64_t total = 0;
   std::vector<Row> ops = rows_of(ev, EventKind::op, &total);
   char line[256];
-  std::snprintf(line, sizeof line, "%-28s %7s %10s %6s %10s %10s %9s %9s\n", "op", "calls", "total ms", "%",
-                "mean us", "MiB", "GFLOP", "GFLOP/s");
+  std::snprintf(line, sizeof line, "%-28s %7s %10s %6s %10s %10s %9s %9s\n", "op", "calls", "total ms", "%", "mean us",
+                "MiB", "GFLOP", "GFLOP/s");
   o << line;
   for (size_t i = 0; i < ops.size() && i < top; ++i) {
     const Row& r = ops[i];
     const double ms = static_cast<double>(r.ns) / 1e6;
-    std::snprintf(line, sizeof line, "%-28s %7lld %10.3f %6.1f %10.1f %10s %9.3f %9s\n", r.name.c_str(),
-                  (long long)r.calls, ms, total ? 100.0 * static_cast<double>(r.ns) / static_cast<double>(total) : 0.0,
-                  static_cast<double>(r.ns) / 1e3 / static_cast<double>(r.calls), mib(r.bytes).c_str(), r.flops / 1e9,
-                  r.flops > 0 && r.ns > 0 ? std::to_string(static_cast<int>(r.flops / static_cast<double>(r.ns))).c_str()
-                                          : "-");
+    std::snprintf(
+        line, sizeof line, "%-28s %7lld %10.3f %6.1f %10.1f %10s %9.3f %9s\n", r.name.c_str(), (long long)r.calls, ms,
+        total ? 100.0 * static_cast<double>(r.ns) / static_cast<double>(total) : 0.0,
+        static_cast<double>(r.ns) / 1e3 / static_cast<double>(r.calls), mib(r.bytes).c_str(), r.flops / 1e9,
+        r.flops > 0 && r.ns > 0 ? std::to_string(static_cast<int>(r.flops / static_cast<double>(r.ns))).c_str() : "-");
     o << line;
   }
   if (ops.size() > top) o << "(" << ops.size() - top << " more ops)\n";

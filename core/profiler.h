@@ -42,8 +42,8 @@ struct Event {
   Device device;
   int64_t start_ns = 0;  // since the Profile started
   int64_t dur_ns = 0;
-  uint32_t thread = 0;   // small per-profile thread number, 0 = the first seen
-  uint64_t bytes = 0;    // bytes requested from the allocator during the event
+  uint32_t thread = 0;  // small per-profile thread number, 0 = the first seen
+  uint64_t bytes = 0;   // bytes requested from the allocator during the event
   double flops = 0;
 };
 

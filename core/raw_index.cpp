@@ -12,8 +12,8 @@ namespace snug::raw {
 namespace {
 
 void check_device(const Tensor& a, const Tensor& b, const char* op, const char* an, const char* bn) {
-  SNUG_CHECK(a.device() == b.device(), DeviceError, op, ": ", an, " is on ", a.device().str(), " but ", bn,
-             " is on ", b.device().str(), " (expected the same device; move one with .to(device))");
+  SNUG_CHECK(a.device() == b.device(), DeviceError, op, ": ", an, " is on ", a.device().str(), " but ", bn, " is on ",
+             b.device().str(), " (expected the same device; move one with .to(device))");
 }
 
 void check_index_dtype(const Tensor& index, const char* op) {
@@ -35,8 +35,8 @@ void check_index_range(const Tensor& index, int64_t size, int64_t dim, const cha
   int64_t off = 0;
   for (int64_t n = 0; n < h.numel(); ++n) {
     const int64_t v = p[off];
-    SNUG_CHECK(v >= 0 && v < size, IndexError, op, ": index ", v, " is out of range for dim ", dim, " of size ",
-               size, " (expected 0 <= index < ", size, ")");
+    SNUG_CHECK(v >= 0 && v < size, IndexError, op, ": index ", v, " is out of range for dim ", dim, " of size ", size,
+               " (expected 0 <= index < ", size, ")");
     for (int64_t d = nd - 1; d >= 0; --d) {  // odometer step
       off += h.strides()[d];
       if (++idx[d] < h.shape()[d]) break;
@@ -107,7 +107,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 
 // The checks index_add and scatter_add share: base not a scalar, index i64,
 // one device, src of base's dtype. Returns the wrapped dim.
-static int64_t check_add_operands(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
+static int64_t check_add_operands(const Tensor& base, int64_t dim, const Tensor& index, const Tensor& src,
+                                  const char* op) {
   check_not_scalar(base, op, "base");
   const int64_t d = wrap_dim(dim, base.dim(), op);
   check_index_dtype(index, op);
@@ -169,8 +170,8 @@ Tensor scatter_add(const Tensor& base, int64_t dim, const Tensor& index, const T
                shape_str(index.shape()), " but src has shape ", shape_str(src.shape()), " (expected index.size(", k,
                ") <= src.size(", k, "))");
     SNUG_CHECK(k == d || index.shape()[k] <= base.shape()[k], ShapeError, "scatter_add: index has shape ",
-               shape_str(index.shape()), " but base has shape ", shape_str(base.shape()), " (expected index.size(",
-               k, ") <= base.size(", k, ") in every dim but dim ", d, ")");
+               shape_str(index.shape()), " but base has shape ", shape_str(base.shape()), " (expected index.size(", k,
+               ") <= base.size(", k, ") in every dim but dim ", d, ")");
   }
   check_index_range(index, base.shape()[d], d, "scatter_add");
   Tensor out = clone(base);

@@ -12,14 +12,19 @@ namespace snug::raw {
 
 namespace {
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
-  SNUG_CHECK(a.device() == b.device(), DeviceError, op, ": tensors are on different devices (",
-             a.device().str(), " and ", b.device().str(), "); move one with .to(device)");
+  SNUG_CHECK(a.device() == b.device(), DeviceError, op, ": tensors are on different devices (", a.device().str(),
+             " and ", b.device().str(), "); move one with .to(device)");
 }
 
 bool is_float_only(UnaryOp op) {
   switch (op) {
-    case UnaryOp::neg: case UnaryOp::abs: case UnaryOp::relu: case UnaryOp::sign:
-    case UnaryOp::square: case UnaryOp::clamp: case UnaryOp::affine:
+    case UnaryOp::neg:
+    case UnaryOp::abs:
+    case UnaryOp::relu:
+    case UnaryOp::sign:
+    case UnaryOp::square:
+    case UnaryOp::clamp:
+    case UnaryOp::affine:
       return false;
     default:
       return true;
@@ -32,7 +37,8 @@ Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
   SNUG_CHECK(x.dtype() != DType::b8, DTypeError, unary_op_name(op), ": not defined for bool tensors");
   // exp/log/sqrt/... of an integer tensor give f32, as in PyTorch.
   Tensor in = (is_float_only(op) && !x.is_floating_point()) ? to_dtype(x, DType::f32) : x;
-  if (op == UnaryOp::affine && !in.is_floating_point() && (a != static_cast<int64_t>(a) || b != static_cast<int64_t>(b)))
+  if (op == UnaryOp::affine && !in.is_floating_point() &&
+      (a != static_cast<int64_t>(a) || b != static_cast<int64_t>(b)))
     in = to_dtype(in, DType::f32);
   Tensor out = empty(in.shape(), in.options());
   backend_for(in.device()).unary(op, a, b, in, out);

@@ -50,8 +50,8 @@ Tensor unsqueeze(const Tensor& x, int64_t dim);
 Shape infer_shape(const Shape& shape, int64_t numel, const char* op);  // resolves one -1
 
 Tensor contiguous(const Tensor& x);
-Tensor clone(const Tensor& x);                   // always a fresh contiguous copy
-Tensor to_dtype(const Tensor& x, DType dtype);   // x itself if already dtype
+Tensor clone(const Tensor& x);                  // always a fresh contiguous copy
+Tensor to_dtype(const Tensor& x, DType dtype);  // x itself if already dtype
 Tensor to_device(const Tensor& x, Device device);
 void copy_(const Tensor& dst, const Tensor& src);  // broadcast + convert + cross-device
 void fill_(const Tensor& dst, double value);

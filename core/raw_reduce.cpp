@@ -99,8 +99,9 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
     }
     int64_t want = shape[i - lead], have = grad.shape()[i];
     if (want == have) continue;
-    SNUG_CHECK(want == 1, ShapeError, "sum_to: shape ", shape_str(shape), " does not broadcast to the gradient's shape ",
-               shape_str(grad.shape()), " (dim ", i, ": ", want, " vs ", have, ")");
+    SNUG_CHECK(want == 1, ShapeError, "sum_to: shape ", shape_str(shape),
+               " does not broadcast to the gradient's shape ", shape_str(grad.shape()), " (dim ", i, ": ", want, " vs ",
+               have, ")");
     red.push_back(i);
   }
   Tensor out = empty(shape, grad.options());
@@ -137,8 +138,9 @@ Tensor softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bo
   const int64_t d = wrap_dim(dim, y.dim(), name);
   Tensor gin = empty(y.shape(), y.options());
   if (y.dim() == 0) {
-    backend_for(y.device()).softmax_backward(as_strided(grad_out, {1}, {1}, grad_out.offset()),
-                                             as_strided(y, {1}, {1}, y.offset()), 0, log, reshaped(gin, {1}));
+    backend_for(y.device())
+        .softmax_backward(as_strided(grad_out, {1}, {1}, grad_out.offset()), as_strided(y, {1}, {1}, y.offset()), 0,
+                          log, reshaped(gin, {1}));
   } else {
     backend_for(y.device()).softmax_backward(grad_out, y, d, log, gin);
   }

@@ -15,11 +15,16 @@ template <class A, class F>
 decltype(auto) visit_supported(ReduceOp op, F&& f) {
   if constexpr (std::is_integral_v<A>) {
     switch (op) {
-      case ReduceOp::sum: return f(SumR<A>{});
-      case ReduceOp::max: return f(MaxR<A>{});
-      case ReduceOp::min: return f(MinR<A>{});
-      case ReduceOp::prod: return f(ProdR<A>{});
-      default: throw DTypeError(str(reduce_op_name(op), ": not defined for integer tensors"));
+      case ReduceOp::sum:
+        return f(SumR<A>{});
+      case ReduceOp::max:
+        return f(MaxR<A>{});
+      case ReduceOp::min:
+        return f(MinR<A>{});
+      case ReduceOp::prod:
+        return f(ProdR<A>{});
+      default:
+        throw DTypeError(str(reduce_op_name(op), ": not defined for integer tensors"));
     }
   } else {
     return visit_reduce<A>(op, f);

@@ -47,9 +47,8 @@ struct DTypeName {
   const char* name;
 };
 constexpr DTypeName kDTypeNames[] = {
-    {DType::f32, "F32"}, {DType::f16, "F16"}, {DType::bf16, "BF16"},
-    {DType::f64, "F64"}, {DType::i8, "I8"},   {DType::u8, "U8"},
-    {DType::i32, "I32"}, {DType::i64, "I64"}, {DType::b8, "BOOL"},
+    {DType::f32, "F32"}, {DType::f16, "F16"}, {DType::bf16, "BF16"}, {DType::f64, "F64"}, {DType::i8, "I8"},
+    {DType::u8, "U8"},   {DType::i32, "I32"}, {DType::i64, "I64"},   {DType::b8, "BOOL"},
 };
 static_assert(std::size(kDTypeNames) == kNumDTypes, "every snug dtype needs a safetensors name");
 
@@ -123,7 +122,9 @@ ParsedJson parse_json(const char* text, uint64_t n, const std::string& file) {
   std::string current_top;                            // key of the open depth-1 value
   auto cb = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
     switch (event) {
-      case json::parse_event_t::object_start: seen.emplace_back(); break;
+      case json::parse_event_t::object_start:
+        seen.emplace_back();
+        break;
       case json::parse_event_t::object_end:
         if (!seen.empty()) seen.pop_back();
         break;
@@ -142,7 +143,8 @@ ParsedJson parse_json(const char* text, uint64_t n, const std::string& file) {
         }
         break;
       }
-      default: break;
+      default:
+        break;
     }
     return true;
   };
@@ -190,8 +192,8 @@ Entry parse_entry(const std::string& name, const json& v, const ParsedJson& pj, 
   };
   const std::string who = str("tensor ", quoted(name));
   if (!v.is_object())
-    corrupt(file, e.key_offset, str(who, ": expected an object with \"dtype\", \"shape\" and \"data_offsets\", got ",
-                                    describe(v)));
+    corrupt(file, e.key_offset,
+            str(who, ": expected an object with \"dtype\", \"shape\" and \"data_offsets\", got ", describe(v)));
   for (const char* field : {"dtype", "shape", "data_offsets"})
     if (!v.contains(field)) corrupt(file, e.key_offset, str(who, ": missing field \"", field, "\""));
 
@@ -200,8 +202,9 @@ Entry parse_entry(const std::string& name, const json& v, const ParsedJson& pj, 
   uint64_t at = field_offset("dtype");
   if (!dt.is_string()) corrupt(file, at, str(who, ": \"dtype\" must be a string, got ", describe(dt)));
   if (!safetensors_dtype_from_name(dt.get_ref<const std::string&>(), &e.dtype))
-    corrupt(file, at, str(who, ": unknown or unsupported dtype ", describe(dt),
-                          " (snug reads F32, F16, BF16, F64, I8, U8, I32, I64, BOOL)"));
+    corrupt(file, at,
+            str(who, ": unknown or unsupported dtype ", describe(dt),
+                " (snug reads F32, F16, BF16, F64, I8, U8, I32, I64, BOOL)"));
 
   // shape: non-negative integers whose extent fits int64 (the product of the
   // nonzero dims is bounded too, so strides cannot overflow either).
@@ -222,26 +225,26 @@ Entry parse_entry(const std::string& name, const json& v, const ParsedJson& pj, 
   }
   uint64_t nbytes = 0;
   if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(e.dtype)), &nbytes))
-    corrupt(file, at, str(who, ": shape ", describe(sh), " times the ", dt.get<std::string>(),
-                          " element size overflows a 64-bit byte count"));
+    corrupt(file, at,
+            str(who, ": shape ", describe(sh), " times the ", dt.get<std::string>(),
+                " element size overflows a 64-bit byte count"));
 
   // data_offsets: [begin, end] within the data buffer, matching the size.
   const json& off = v.at("data_offsets");
   at = field_offset("data_offsets");
   e.offsets_offset = at;
   if (!off.is_array() || off.size() != 2 || !as_index(off[0], &e.begin) || !as_index(off[1], &e.end))
-    corrupt(file, at, str(who, ": \"data_offsets\" must be [begin, end] with non-negative integers, got ",
-                          describe(off)));
-  if (e.begin > e.end)
-    corrupt(file, at, str(who, ": data_offsets [", e.begin, ", ", e.end, "] end before they begin"));
+    corrupt(file, at,
+            str(who, ": \"data_offsets\" must be [begin, end] with non-negative integers, got ", describe(off)));
+  if (e.begin > e.end) corrupt(file, at, str(who, ": data_offsets [", e.begin, ", ", e.end, "] end before they begin"));
   if (e.end - e.begin != nbytes)
-    corrupt(file, at, str(who, ": data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin,
-                          " bytes, but dtype ", dt.get<std::string>(), " x shape ", describe(sh), " needs ",
-                          nbytes, " bytes"));
+    corrupt(file, at,
+            str(who, ": data_offsets [", e.begin, ", ", e.end, "] span ", e.end - e.begin, " bytes, but dtype ",
+                dt.get<std::string>(), " x shape ", describe(sh), " needs ", nbytes, " bytes"));
   if (e.end > h.data_size)
-    corrupt(file, at, str(who, ": data_offsets [", e.begin, ", ", e.end, "] run past the end of the ",
-                          h.data_size, "-byte data buffer (which starts at byte ", h.data_start,
-                          "; the file may be truncated)"));
+    corrupt(file, at,
+            str(who, ": data_offsets [", e.begin, ", ", e.end, "] run past the end of the ", h.data_size,
+                "-byte data buffer (which starts at byte ", h.data_start, "; the file may be truncated)"));
   return e;
 }
 
@@ -253,8 +256,9 @@ Header parse_header(const char* head, uint64_t n, uint64_t file_size, const std:
   h.data_size = file_size - h.data_start;  // callers checked 8 + n <= file_size
   if (n == 0) corrupt(file, 0, "the header length is 0; the JSON header must be at least \"{}\"");
   if (head[0] != '{')
-    corrupt(file, 8, str("the JSON header must begin with '{', found byte ",
-                         static_cast<int>(static_cast<unsigned char>(head[0]))));
+    corrupt(
+        file, 8,
+        str("the JSON header must begin with '{', found byte ", static_cast<int>(static_cast<unsigned char>(head[0]))));
   // nlohmann's lexer takes a NUL byte for the end of input, so "{}\0junk"
   // would parse; no valid JSON text contains a raw NUL, so refuse it here.
   if (const void* nul = std::memchr(head, 0, n))
@@ -269,8 +273,7 @@ Header parse_header(const char* head, uint64_t n, uint64_t file_size, const std:
     if (key == kMetadataKey) {
       uint64_t at = pj.key_offsets.at(key);
       if (v.is_null()) continue;  // some writers emit "__metadata__": null
-      if (!v.is_object())
-        corrupt(file, at, str("\"__metadata__\" must be an object of strings, got ", describe(v)));
+      if (!v.is_object()) corrupt(file, at, str("\"__metadata__\" must be an object of strings, got ", describe(v)));
       for (const auto& [mk, mv] : v.items()) {
         if (!mv.is_string()) {
           auto it = pj.key_offsets.find(key + '\0' + mk);
@@ -308,8 +311,8 @@ Header parse_header(const char* head, uint64_t n, uint64_t file_size, const std:
   }
   if (covered != h.data_size)
     corrupt(file, h.data_start + covered,
-            str(h.data_size - covered, " trailing bytes after the last tensor's data (the tensors cover ",
-                covered, " of the ", h.data_size, " data bytes)"));
+            str(h.data_size - covered, " trailing bytes after the last tensor's data (the tensors cover ", covered,
+                " of the ", h.data_size, " data bytes)"));
   return h;
 }
 
@@ -323,11 +326,13 @@ uint64_t read_le64(const char* p) {
 uint64_t check_length(const char* first8, uint64_t file_size, const std::string& file) {
   uint64_t n = read_le64(first8);
   if (n > kMaxHeaderBytes)
-    corrupt(file, 0, str("header length ", n, " is larger than the ", kMaxHeaderBytes,
-                         "-byte limit (not a safetensors file, or a corrupt one)"));
+    corrupt(file, 0,
+            str("header length ", n, " is larger than the ", kMaxHeaderBytes,
+                "-byte limit (not a safetensors file, or a corrupt one)"));
   if (8 + n > file_size)
-    corrupt(file, 0, str("header length ", n, " runs past the end of the ", file_size,
-                         "-byte file (truncated or not a safetensors file)"));
+    corrupt(file, 0,
+            str("header length ", n, " runs past the end of the ", file_size,
+                "-byte file (truncated or not a safetensors file)"));
   return n;
 }
 
@@ -454,9 +459,7 @@ std::string make_header(const TensorMap& tensors, const std::map<std::string, st
 }
 
 // t as contiguous bytes in host memory (a copy only when needed).
-Tensor host_contiguous(const Tensor& t) {
-  return t.device().is_cpu() ? raw::contiguous(t) : raw::to_device(t, kCPU);
-}
+Tensor host_contiguous(const Tensor& t) { return t.device().is_cpu() ? raw::contiguous(t) : raw::to_device(t, kCPU); }
 
 [[noreturn]] void os_error(const std::string& what, const std::string& path, int err) {
   throw IOError(str("save_safetensors: ", what, " ", quoted(path), ": ", std::strerror(err)));
@@ -565,13 +568,11 @@ SafetensorsFile from_safetensors_bytes(const std::string& bytes, const std::stri
 
 SafetensorsFile load_safetensors(const std::string& path, Device device) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.fd < 0)
-    throw IOError(str("load_safetensors: cannot open ", quoted(path), ": ", std::strerror(errno)));
+  if (fd.fd < 0) throw IOError(str("load_safetensors: cannot open ", quoted(path), ": ", std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0)
     throw IOError(str("load_safetensors: cannot stat ", quoted(path), ": ", std::strerror(errno)));
-  if (!S_ISREG(st.st_mode))
-    throw IOError(str("load_safetensors: ", quoted(path), " is not a regular file"));
+  if (!S_ISREG(st.st_mode)) throw IOError(str("load_safetensors: ", quoted(path), " is not a regular file"));
   uint64_t size = static_cast<uint64_t>(st.st_size);
   check_short(size, path);
   char first8[8];
@@ -583,9 +584,8 @@ SafetensorsFile load_safetensors(const std::string& path, Device device) {
   SafetensorsFile f;
   // The tensors tile the buffer (parse_header checked), so reading them in
   // offset order is one sequential pass with no seeks.
-  f.tensors = load_entries(h, device, path, [&](uint64_t at, void* dst, uint64_t nb) {
-    read_exact(fd.fd, dst, nb, at, path);
-  });
+  f.tensors =
+      load_entries(h, device, path, [&](uint64_t at, void* dst, uint64_t nb) { read_exact(fd.fd, dst, nb, at, path); });
   f.metadata = std::move(h.metadata);
   return f;
 }
@@ -615,8 +615,8 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   if (::close(fd) != 0) os_error("cannot close", tmp.path, errno);
   if (::rename(tmp.path.c_str(), path.c_str()) != 0) {
     int err = errno;
-    throw IOError(str("save_safetensors: cannot rename ", quoted(tmp.path), " to ", quoted(path), ": ",
-                      std::strerror(err)));
+    throw IOError(
+        str("save_safetensors: cannot rename ", quoted(tmp.path), " to ", quoted(path), ": ", std::strerror(err)));
   }
   tmp.committed = true;
 

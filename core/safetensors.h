@@ -43,10 +43,8 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
 SafetensorsFile load_safetensors(const std::string& path, Device device = kCPU);
 
 // The same, to and from a byte string (tests, fuzzing, network transfer).
-std::string to_safetensors_bytes(const TensorMap& tensors,
-                                 const std::map<std::string, std::string>& metadata = {});
-SafetensorsFile from_safetensors_bytes(const std::string& bytes,
-                                       const std::string& name_for_errors = "<memory>",
+std::string to_safetensors_bytes(const TensorMap& tensors, const std::map<std::string, std::string>& metadata = {});
+SafetensorsFile from_safetensors_bytes(const std::string& bytes, const std::string& name_for_errors = "<memory>",
                                        Device device = kCPU);
 
 // "F32" <-> DType::f32, ... (the nine dtypes snug has). safetensors_dtype_from_name

@@ -40,37 +40,59 @@ struct FastExp {
 };
 struct ExactExp {
   template <class C>
-  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C v) const { return fmath::exp(v); }
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C v) const {
+    return fmath::exp(v);
+  }
 };
 
 // The running max, m = max_nan(m, v_i) from m = -inf.
 template <class C>
-SNUG_HOST_DEVICE SNUG_INLINE C max_nan(C m, C v) { return (v != v || v > m) ? v : m; }
+SNUG_HOST_DEVICE SNUG_INLINE C max_nan(C m, C v) {
+  return (v != v || v > m) ? v : m;
+}
 
 // exp(v - m): the terms of s, and the numerators of softmax.
 template <class C, class Exp>
-SNUG_HOST_DEVICE SNUG_INLINE C shifted_exp(C v, C m, Exp exp) { return exp(v - m); }
+SNUG_HOST_DEVICE SNUG_INLINE C shifted_exp(C v, C m, Exp exp) {
+  return exp(v - m);
+}
 
 // 1 / s and log(s), each rounded once to the compute type C from the sum's type S.
 template <class C, class S>
-SNUG_HOST_DEVICE SNUG_INLINE C inverse_sum(S s) { return static_cast<C>(S(1) / s); }
+SNUG_HOST_DEVICE SNUG_INLINE C inverse_sum(S s) {
+  return static_cast<C>(S(1) / s);
+}
 template <class C, class S>
-SNUG_HOST_DEVICE SNUG_INLINE C log_sum(S s) { return static_cast<C>(fmath::log(s)); }
+SNUG_HOST_DEVICE SNUG_INLINE C log_sum(S s) {
+  return static_cast<C>(fmath::log(s));
+}
 
 // y_i from e = shifted_exp(v_i, m) (stored first where the row is written twice).
 template <class C>
-SNUG_HOST_DEVICE SNUG_INLINE C normalize(C e, C inv) { return e * inv; }
+SNUG_HOST_DEVICE SNUG_INLINE C normalize(C e, C inv) {
+  return e * inv;
+}
 template <class C, class Exp>
-SNUG_HOST_DEVICE SNUG_INLINE C softmax_at(C v, C m, C inv, Exp exp) { return normalize(shifted_exp(v, m, exp), inv); }
+SNUG_HOST_DEVICE SNUG_INLINE C softmax_at(C v, C m, C inv, Exp exp) {
+  return normalize(shifted_exp(v, m, exp), inv);
+}
 template <class C>
-SNUG_HOST_DEVICE SNUG_INLINE C log_softmax_at(C v, C m, C ls) { return (v - m) - ls; }
+SNUG_HOST_DEVICE SNUG_INLINE C log_softmax_at(C v, C m, C ls) {
+  return (v - m) - ls;
+}
 
 // Backward: c sums backward_term(g_j, y_j) over the row.
 template <class C>
-SNUG_HOST_DEVICE SNUG_INLINE C backward_term(C g, C y, bool log) { return log ? g : g * y; }
+SNUG_HOST_DEVICE SNUG_INLINE C backward_term(C g, C y, bool log) {
+  return log ? g : g * y;
+}
 template <class C>
-SNUG_HOST_DEVICE SNUG_INLINE C softmax_backward_at(C g, C y, C c) { return y * (g - c); }
+SNUG_HOST_DEVICE SNUG_INLINE C softmax_backward_at(C g, C y, C c) {
+  return y * (g - c);
+}
 template <class C, class Exp>
-SNUG_HOST_DEVICE SNUG_INLINE C log_softmax_backward_at(C g, C y, C c, Exp exp) { return g - exp(y) * c; }
+SNUG_HOST_DEVICE SNUG_INLINE C log_softmax_backward_at(C g, C y, C c, Exp exp) {
+  return g - exp(y) * c;
+}
 
 }  // namespace snug::softmax_row

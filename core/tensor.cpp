@@ -14,7 +14,8 @@
 namespace snug {
 
 TensorImpl* Tensor::impl() const {
-  SNUG_CHECK(impl_ != nullptr, ValueError, "Tensor: this tensor is undefined (default-constructed); "
+  SNUG_CHECK(impl_ != nullptr, ValueError,
+             "Tensor: this tensor is undefined (default-constructed); "
              "create it with a factory such as snug::zeros before use");
   return impl_.get();
 }
@@ -38,8 +39,8 @@ void* Tensor::data_ptr() const {
 
 template <class T>
 T* Tensor::data() const {
-  SNUG_CHECK(dtype() == dtype_v<T>, DTypeError, "Tensor::data<", dtype_name(dtype_v<T>),
-             ">: tensor has dtype ", dtype_name(dtype()));
+  SNUG_CHECK(dtype() == dtype_v<T>, DTypeError, "Tensor::data<", dtype_name(dtype_v<T>), ">: tensor has dtype ",
+             dtype_name(dtype()));
   return static_cast<T*>(data_ptr());
 }
 template float* Tensor::data<float>() const;
@@ -67,8 +68,8 @@ double Tensor::item() const {
 // undefined behaviour.
 template <class T>
 T Tensor::item() const {
-  SNUG_CHECK(numel() == 1, ValueError, "Tensor::item<", dtype_name(dtype_v<T>), ">: expected a tensor with one element, got shape ",
-             shape_str(shape()), " (", numel(), " elements)");
+  SNUG_CHECK(numel() == 1, ValueError, "Tensor::item<", dtype_name(dtype_v<T>),
+             ">: expected a tensor with one element, got shape ", shape_str(shape()), " (", numel(), " elements)");
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
     using L = std::numeric_limits<T>;
     if (is_floating_point()) {
@@ -76,8 +77,8 @@ T Tensor::item() const {
       // Truncation lands in [min, max] for v in (min - 1, max + 1); max + 1 and
       // min are 0 or powers of two, exact in a double (min - 1 may round to min).
       const double lo = static_cast<double>(L::min()), hi = 2.0 * static_cast<double>(L::max() / 2 + 1);
-      SNUG_CHECK(std::isfinite(v) && (v > lo - 1 || v == lo) && v < hi, ValueError, "Tensor::item<", dtype_name(dtype_v<T>),
-                 ">: the ", dtype_name(dtype()), " value ", v, " does not fit");
+      SNUG_CHECK(std::isfinite(v) && (v > lo - 1 || v == lo) && v < hi, ValueError, "Tensor::item<",
+                 dtype_name(dtype_v<T>), ">: the ", dtype_name(dtype()), " value ", v, " does not fit");
       return static_cast<T>(v);
     }
     const int64_t v = to_vector<int64_t>()[0];
@@ -125,8 +126,10 @@ std::string Tensor::str() const {
   auto fmt = [&](double x) {
     char buf[32];
     if (dtype() == DType::b8) return std::string(x != 0 ? "true" : "false");
-    if (integral) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(x));
-    else std::snprintf(buf, sizeof buf, "%.4g", x);
+    if (integral)
+      std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(x));
+    else
+      std::snprintf(buf, sizeof buf, "%.4g", x);
     return std::string(buf);
   };
   const Shape& s = shape();

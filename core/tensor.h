@@ -31,7 +31,7 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements, from storage->data()
   DType dtype = DType::f32;
   bool requires_grad = false;
-  bool is_view = false;  // made by a differentiable view op (in-place + autograd on views is refused)
+  bool is_view = false;                    // made by a differentiable view op (in-place + autograd on views is refused)
   std::shared_ptr<AutogradMeta> autograd;  // created lazily by autograd/
 };
 
@@ -41,13 +41,25 @@ struct TensorOptions {
   Device device = kCPU;
   bool requires_grad = false;
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype(d) {}   // NOLINT: zeros({2}, kInt64)
-  TensorOptions(Device d) : device(d) {}  // NOLINT
+  TensorOptions(DType d) : dtype(d) {}         // NOLINT: zeros({2}, kInt64)
+  TensorOptions(Device d) : device(d) {}       // NOLINT
   TensorOptions(const char* d) : device(d) {}  // NOLINT: zeros({2}, "cpu:1")
   TensorOptions(DType dt, Device dv, bool rg = false) : dtype(dt), device(dv), requires_grad(rg) {}
-  TensorOptions with_dtype(DType d) const { auto o = *this; o.dtype = d; return o; }
-  TensorOptions with_device(Device d) const { auto o = *this; o.device = d; return o; }
-  TensorOptions with_requires_grad(bool r) const { auto o = *this; o.requires_grad = r; return o; }
+  TensorOptions with_dtype(DType d) const {
+    auto o = *this;
+    o.dtype = d;
+    return o;
+  }
+  TensorOptions with_device(Device d) const {
+    auto o = *this;
+    o.device = d;
+    return o;
+  }
+  TensorOptions with_requires_grad(bool r) const {
+    auto o = *this;
+    o.requires_grad = r;
+    return o;
+  }
 };
 
 class Tensor {
@@ -61,7 +73,7 @@ class Tensor {
   const Shape& sizes() const { return shape(); }
   const Strides& strides() const { return impl()->strides; }
   int64_t dim() const { return static_cast<int64_t>(shape().size()); }
-  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t numel() const { return numel_of(shape()); }
   int64_t offset() const { return impl()->offset; }
@@ -76,7 +88,8 @@ class Tensor {
   // ---- raw data ---------------------------------------------------------
   void* data_ptr() const;  // first element (storage data + offset)
   // Typed pointer; throws DTypeError if T does not match dtype().
-  template <class T> T* data() const;
+  template <class T>
+  T* data() const;
   const std::shared_ptr<Storage>& storage() const { return impl()->storage; }
   uint32_t version() const { return impl()->storage->version(); }
   void bump_version() const { impl()->storage->bump_version(); }
@@ -85,14 +98,16 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
   // ---- values -------------------------------------------------------------
-  double item() const;                     // one-element tensors only
+  double item() const;  // one-element tensors only
   // The element as T. Integer and bool tensors are read as integers, so
   // item<int64_t>() is exact for every int64 value; a value T cannot hold
   // (300 as uint8, a NaN or 1e30 as int64) is a ValueError, as LibTorch's
   // checked conversion. Floating values read as an integer truncate toward 0.
-  template <class T> T item() const;
-  template <class T> std::vector<T> to_vector() const;  // converts to T, row-major (as .to(dtype))
-  std::string str() const;                 // readable printing (also operator<<)
+  template <class T>
+  T item() const;
+  template <class T>
+  std::vector<T> to_vector() const;  // converts to T, row-major (as .to(dtype))
+  std::string str() const;           // readable printing (also operator<<)
 
   // ---- views (share storage; differentiable) -------------------------------
   Tensor view(const Shape& shape) const;     // needs compatible strides; -1 infers
@@ -104,7 +119,7 @@ class Tensor {
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor select(int64_t dim, int64_t index) const;
-  Tensor expand(const Shape& shape) const;   // -1 keeps a dim
+  Tensor expand(const Shape& shape) const;  // -1 keeps a dim
   Tensor squeeze() const;
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
@@ -155,12 +170,12 @@ class Tensor {
   Tensor& requires_grad_(bool on = true);  // leaves only
   Tensor grad() const;                     // undefined until a backward reaches it
   void set_grad(const Tensor& g) const;
-  bool is_leaf() const;                    // no grad_fn
+  bool is_leaf() const;  // no grad_fn
   std::shared_ptr<Node> grad_fn() const;
   // Seeds with ones for a one-element tensor; else pass `grad` of the same shape.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
-  Tensor detach() const;        // shares data, no history
-  void retain_grad() const;     // keep .grad() on a non-leaf
+  Tensor detach() const;     // shares data, no history
+  void retain_grad() const;  // keep .grad() on a non-leaf
   // Hook on the gradient flowing into this tensor; may return a replacement
   // (or an undefined Tensor to keep the gradient as is).
   void register_hook(std::function<Tensor(const Tensor&)> hook) const;
@@ -183,7 +198,7 @@ Tensor scalar_tensor(double value, TensorOptions opt = {});  // 0-d
 Tensor arange(double end, TensorOptions opt = DType::i64);
 Tensor arange(double start, double end, double step = 1, TensorOptions opt = DType::i64);
 Tensor eye(int64_t n, TensorOptions opt = {});
-class Generator;  // core/generator.h
+class Generator;                                                                     // core/generator.h
 Tensor rand(const Shape& shape, TensorOptions opt = {}, Generator* gen = nullptr);   // U[0,1)
 Tensor randn(const Shape& shape, TensorOptions opt = {}, Generator* gen = nullptr);  // N(0,1)
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opt = DType::i64,
@@ -196,7 +211,9 @@ Tensor full_like(const Tensor& t, double value);
 template <class T>
 Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions opt = dtype_v<T>);
 template <class T>
-Tensor from_vector(const std::vector<T>& data) { return from_vector(data, {static_cast<int64_t>(data.size())}); }
+Tensor from_vector(const std::vector<T>& data) {
+  return from_vector(data, {static_cast<int64_t>(data.size())});
+}
 // Copies n elements of type dtype from `ptr` (host memory).
 Tensor from_blob_copy(const void* ptr, const Shape& shape, DType dtype, TensorOptions opt = {});
 // Wraps host memory without copying; `deleter` (may be empty) runs when the

@@ -56,8 +56,10 @@ inline AdamConsts make_adam_consts(const AdamArgs& a) {
 // gradient widened to f32.
 SNUG_HOST_DEVICE SNUG_INLINE void adam(float& p, float g, float& m, float& v, const AdamConsts& k) {
   float pi = p;
-  if (k.decoupled) pi *= k.decay;
-  else g += k.wd * pi;
+  if (k.decoupled)
+    pi *= k.decay;
+  else
+    g += k.wd * pi;
   const float mi = k.b1 * m + k.c1 * g;
   const float vi = k.b2 * v + k.c2 * g * g;
   m = mi;
@@ -87,8 +89,12 @@ struct SgdConsts {
 
 inline SgdConsts make_sgd_consts(double lr, double momentum, double dampening, double weight_decay, bool nesterov,
                                  bool first) {
-  return {static_cast<float>(lr), static_cast<float>(momentum), static_cast<float>(1 - dampening),
-          static_cast<float>(weight_decay), nesterov, first};
+  return {static_cast<float>(lr),
+          static_cast<float>(momentum),
+          static_cast<float>(1 - dampening),
+          static_cast<float>(weight_decay),
+          nesterov,
+          first};
 }
 inline SgdConsts make_sgd_consts(const SgdArgs& a) {
   return make_sgd_consts(a.lr, a.momentum, a.dampening, a.weight_decay, a.nesterov, a.first);

@@ -212,10 +212,14 @@ unsigned blocks_for_rows(int64_t rows) { return unsigned((rows + kWarpsPerBlock 
 // Calls f with the slice count S (a compile-time constant) for head size D.
 template <class F>
 void with_slices(int64_t D, F&& f) {
-  if (D <= 32) f(std::integral_constant<int, 1>{});
-  else if (D <= 64) f(std::integral_constant<int, 2>{});
-  else if (D <= 128) f(std::integral_constant<int, 4>{});
-  else f(std::integral_constant<int, kAttentionMaxSlices>{});
+  if (D <= 32)
+    f(std::integral_constant<int, 1>{});
+  else if (D <= 64)
+    f(std::integral_constant<int, 2>{});
+  else if (D <= 128)
+    f(std::integral_constant<int, 4>{});
+  else
+    f(std::integral_constant<int, kAttentionMaxSlices>{});
 }
 
 }  // namespace
@@ -226,7 +230,8 @@ void causal_attention_forward(int64_t B, int64_t T, int64_t H, int64_t D, float 
   if (rows == 0) return;
   const Shape s{B, T, H, D, scale};
   with_slices(D, [&](auto S) {
-    attention_forward_kernel<decltype(S)::value><<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, y, lse, s);
+    attention_forward_kernel<decltype(S)::value>
+        <<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, y, lse, s);
   });
   check_launch("causal_attention_forward");
 }
@@ -238,12 +243,12 @@ void causal_attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, float
   if (rows == 0) return;
   const Shape s{B, T, H, D, scale};
   with_slices(D, [&](auto S) {
-    attention_backward_q_kernel<decltype(S)::value><<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(
-        qkv, y, lse, gy, dqkv, dsum, s);
+    attention_backward_q_kernel<decltype(S)::value>
+        <<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, y, lse, gy, dqkv, dsum, s);
     check_launch("causal_attention_backward (queries)");
     // Same stream: B starts after A has written every dsum.
-    attention_backward_kv_kernel<decltype(S)::value><<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(
-        qkv, lse, gy, dsum, dqkv, s);
+    attention_backward_kv_kernel<decltype(S)::value>
+        <<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, lse, gy, dsum, dqkv, s);
     check_launch("causal_attention_backward (keys and values)");
   });
 }

@@ -46,17 +46,17 @@ Nchw check(const char* op, const Tensor& x, const Tensor& y, std::initializer_li
              ": x must be f32, f16 or f64, got ", dtype_name(x.dtype()));
   SNUG_CHECK(x.is_contiguous() && y.is_contiguous(), ValueError, "cuda::", op, ": x and y must be contiguous");
   SNUG_CHECK(y.shape() == x.shape() && y.dtype() == x.dtype() && y.device() == x.device(), ValueError, "cuda::", op,
-             ": y ", shape_str(y.shape()), " ", dtype_name(y.dtype()), " on ", y.device().str(),
-             " does not match x ", shape_str(x.shape()), " ", dtype_name(x.dtype()), " on ", x.device().str());
+             ": y ", shape_str(y.shape()), " ", dtype_name(y.dtype()), " on ", y.device().str(), " does not match x ",
+             shape_str(x.shape()), " ", dtype_name(x.dtype()), " on ", x.device().str());
   const int64_t C = x.size(1);
   const DType pd = stats_dtype(x.dtype());
   for (const Param& p : params) {
     if (!p.t->defined()) continue;
     SNUG_CHECK(p.t->dim() == 1 && p.t->size(0) == C && p.t->is_contiguous() && p.t->dtype() == pd &&
                    p.t->device() == x.device(),
-               ValueError, "cuda::", op, ": ", p.name, " must be a contiguous (", C, ") ", dtype_name(pd), " tensor on ",
-               x.device().str(), ", got ", shape_str(p.t->shape()), " ", dtype_name(p.t->dtype()), " on ",
-               p.t->device().str());
+               ValueError, "cuda::", op, ": ", p.name, " must be a contiguous (", C, ") ", dtype_name(pd),
+               " tensor on ", x.device().str(), ", got ", shape_str(p.t->shape()), " ", dtype_name(p.t->dtype()),
+               " on ", p.t->device().str());
   }
   return {x.size(0), C, x.dim() > 2 ? x.size(2) : 1, x.dim() > 3 ? x.size(3) : 1};
 }
@@ -153,11 +153,10 @@ void CudaBackend::batch_norm_backward(const Tensor& gy, const Tensor& x, const T
   const DType t = x.dtype();
   Call c(op, x, s);
   // Data and parameter gradients are written, not accumulated (beta = 0).
-  SNUG_CUDNN_CHECK(cudnnBatchNormalizationBackward(c.handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t),
-                                                   kOne.get(t), kZero.get(t), c.xd.d, x.data_ptr(), c.xd.d,
-                                                   gy.data_ptr(), c.xd.d, dx.data_ptr(), c.pd.d, w.data_ptr(),
-                                                   dw.data_ptr(), db.data_ptr(), eps, mean.data_ptr(),
-                                                   invstd.data_ptr()));
+  SNUG_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+      c.handle.h, CUDNN_BATCHNORM_SPATIAL, kOne.get(t), kZero.get(t), kOne.get(t), kZero.get(t), c.xd.d, x.data_ptr(),
+      c.xd.d, gy.data_ptr(), c.xd.d, dx.data_ptr(), c.pd.d, w.data_ptr(), dw.data_ptr(), db.data_ptr(), eps,
+      mean.data_ptr(), invstd.data_ptr()));
 }
 
 }  // namespace snug::cuda

@@ -7,10 +7,10 @@
 
 #include <snug/base/error.h>
 
-#define SNUG_CUDA_CHECK(call)                                                  \
-  do {                                                                         \
-    const cudaError_t snug_cuda_err_ = (call);                                 \
-    if (snug_cuda_err_ != cudaSuccess)                                         \
+#define SNUG_CUDA_CHECK(call)                                                            \
+  do {                                                                                   \
+    const cudaError_t snug_cuda_err_ = (call);                                           \
+    if (snug_cuda_err_ != cudaSuccess)                                                   \
       ::snug::cuda::detail::throw_cuda_error(snug_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 

@@ -44,14 +44,13 @@ struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
   ConvDesc(DType t, const Conv2dParams& p) {
     SNUG_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
-    SNUG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, int(p.padding[0]), int(p.padding[1]), int(p.stride[0]),
-                                                     int(p.stride[1]), int(p.dilation[0]), int(p.dilation[1]),
-                                                     CUDNN_CROSS_CORRELATION,
-                                                     t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+    SNUG_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        d, int(p.padding[0]), int(p.padding[1]), int(p.stride[0]), int(p.stride[1]), int(p.dilation[0]),
+        int(p.dilation[1]), CUDNN_CROSS_CORRELATION, t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
     SNUG_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, int(p.groups)));
     const cudnnMathType_t math = (t == DType::f16 || t == DType::bf16) ? CUDNN_TENSOR_OP_MATH
-                                 : (t == DType::f32 && allow_tf32()) ? CUDNN_DEFAULT_MATH
-                                                                     : CUDNN_FMA_MATH;
+                                 : (t == DType::f32 && allow_tf32())   ? CUDNN_DEFAULT_MATH
+                                                                       : CUDNN_FMA_MATH;
     SNUG_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math));
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
@@ -61,8 +60,26 @@ struct ConvDesc {
 enum class Direction { forward, backward_data, backward_filter };
 using Key = std::array<int64_t, 20>;
 Key key_of(Direction dir, int device, DType t, const Shape& x, const Shape& w, const Conv2dParams& p) {
-  return {int64_t(dir), device, int64_t(t), allow_tf32(), x[0], x[1], x[2], x[3], w[0], w[2], w[3],
-          p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], p.groups, 0, 0};
+  return {int64_t(dir),
+          device,
+          int64_t(t),
+          allow_tf32(),
+          x[0],
+          x[1],
+          x[2],
+          x[3],
+          w[0],
+          w[2],
+          w[3],
+          p.stride[0],
+          p.stride[1],
+          p.padding[0],
+          p.padding[1],
+          p.dilation[0],
+          p.dilation[1],
+          p.groups,
+          0,
+          0};
 }
 struct Choice {
   int algo = 0;
@@ -117,14 +134,15 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bi
   const DType t = out.dtype();
   const LockedCudnn handle = cudnn_for(dev, guard.stream());
   cudnnHandle_t h = handle.h;
-  TensorDesc xd(t, x.size(0), x.size(1), x.size(2), x.size(3)), yd(t, out.size(0), out.size(1), out.size(2), out.size(3));
+  TensorDesc xd(t, x.size(0), x.size(1), x.size(2), x.size(3)),
+      yd(t, out.size(0), out.size(1), out.size(2), out.size(3));
   FilterDesc wd(t, weight.size(0), weight.size(1), weight.size(2), weight.size(3));
   ConvDesc cd(t, p);
   const Choice c = cached(key_of(Direction::forward, dev, t, x.shape(), weight.shape(), p), [&] {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int n = 0;
-    SNUG_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                            &n, perf));
+    SNUG_CUDNN_CHECK(
+        cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
     return first_usable(perf, n, "forward");
   });
   Workspace ws(out.device(), c.workspace);
@@ -138,9 +156,8 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bi
 }
 
 // grad_out (N, Cout, Ho, Wo) -> grad_x like x, grad_weight like weight, grad_bias (Cout); each optional.
-void CudaBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                                  const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
-                                  const Tensor& grad_bias) {
+void CudaBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
+                                  const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
   const int dev = grad_out.device().index;
   OnDevice guard(dev);
   if (grad_out.numel() == 0) {  // nothing flows back: every gradient is zero
@@ -174,13 +191,13 @@ void CudaBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const
     const Choice c = cached(key_of(Direction::backward_filter, dev, t, xs.shape(), ws_t.shape(), p), [&] {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
       int n = 0;
-      SNUG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, yd.d, cd.d, wd.d,
-                                                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+      SNUG_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          h, xd.d, yd.d, cd.d, wd.d, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
       return first_usable(perf, n, "backward-filter");
     });
     Workspace ws(grad_out.device(), c.workspace);
-    SNUG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, kOne.get(t), xd.d, x.data_ptr(), yd.d, grad_out.data_ptr(),
-                                                    cd.d, cudnnConvolutionBwdFilterAlgo_t(c.algo), ws.p, c.workspace,
+    SNUG_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, kOne.get(t), xd.d, x.data_ptr(), yd.d, grad_out.data_ptr(), cd.d,
+                                                    cudnnConvolutionBwdFilterAlgo_t(c.algo), ws.p, c.workspace,
                                                     kZero.get(t), wd.d, grad_weight.data_ptr()));
   }
   if (grad_bias.defined()) {

@@ -51,10 +51,10 @@ DeviceProperties properties(int device);
 // ---- raw device memory on the current device (no caching: the caching
 // allocator will sit on top of these) -----------------------------------------
 void* device_malloc(std::size_t bytes);
-void device_free(void* ptr);  // nullptr is a no-op
-void copy_to_device(void* dst, const void* src, std::size_t bytes);    // blocking
-void copy_to_host(void* dst, const void* src, std::size_t bytes);      // blocking
-void synchronize();  // waits for all work on the current device
+void device_free(void* ptr);                                         // nullptr is a no-op
+void copy_to_device(void* dst, const void* src, std::size_t bytes);  // blocking
+void copy_to_host(void* dst, const void* src, std::size_t bytes);    // blocking
+void synchronize();                                                  // waits for all work on the current device
 
 // ---- streams and events (on the current device) --------------------------------
 // Handles are the cudaStream_t / cudaEvent_t values as integers; stream 0 is

@@ -33,8 +33,7 @@ DeviceGuard::~DeviceGuard() {
   if (prev_ >= 0) (void)cudaSetDevice(prev_);
 }
 
-OnDevice::OnDevice(int device)
-    : guard_(device), stream_(memory::current_stream(Device(DeviceType::CUDA, device))) {}
+OnDevice::OnDevice(int device) : guard_(device), stream_(memory::current_stream(Device(DeviceType::CUDA, device))) {}
 
 CudaBackend& cuda_backend() {
   static CudaBackend b;
@@ -44,7 +43,9 @@ CudaBackend& cuda_backend() {
 namespace {
 
 // t's strides seen over `shape` (t broadcast to it).
-std::vector<int64_t> over(const Tensor& t, const Shape& shape) { return broadcast_strides(t.shape(), t.strides(), shape); }
+std::vector<int64_t> over(const Tensor& t, const Shape& shape) {
+  return broadcast_strides(t.shape(), t.strides(), shape);
+}
 
 template <int N>
 Geometry<N> geometry(const Shape& shape, const std::array<const Tensor*, N>& ops) {
@@ -70,8 +71,10 @@ uint64_t fill_bits(DType t, double value) {
   uint64_t bits = 0;
   dispatch_all(t, "fill", [&]<class T>() {
     T v;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) v = T(to_float_round_odd(value));
-    else v = static_cast<T>(static_cast<compute_t<T>>(value));
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+      v = T(to_float_round_odd(value));
+    else
+      v = static_cast<T>(static_cast<compute_t<T>>(value));
     std::memcpy(&bits, &v, sizeof(T));
   });
   return bits;
@@ -106,8 +109,8 @@ void CudaBackend::unary(UnaryOp op, double a, double b, const Tensor& x, const T
 
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   OnDevice g(dev(out));
-  kernels::binary(op, out.dtype(), geometry<3>(out.shape(), {&out, &a, &b}), out.data_ptr(), a.data_ptr(),
-                  b.data_ptr(), g.stream());
+  kernels::binary(op, out.dtype(), geometry<3>(out.shape(), {&out, &a, &b}), out.data_ptr(), a.data_ptr(), b.data_ptr(),
+                  g.stream());
 }
 
 void CudaBackend::compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -158,8 +161,8 @@ void CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& index
   if (out.numel() == 0) return;
   OnDevice g(dev(out));
   const int64_t is = index.dim() == 0 ? 0 : index.strides()[0];
-  const GatherPlan p = plan_gather(out.shape(), out.strides(), index_strides_along(out.shape(), dim, is),
-                                   x.strides(), dim);
+  const GatherPlan p =
+      plan_gather(out.shape(), out.strides(), index_strides_along(out.shape(), dim, is), x.strides(), dim);
   kernels::gather(x.element_size(), p.g, p.jump, out.data_ptr(), static_cast<const int64_t*>(index.data_ptr()),
                   x.data_ptr(), g.stream());
 }
@@ -168,8 +171,8 @@ void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index,
   if (src.numel() == 0) return;
   OnDevice g(dev(out));
   const int64_t is = index.dim() == 0 ? 0 : index.strides()[0];
-  const ScatterPlan p = plan_scatter(src.shape(), out.strides(), index_strides_along(src.shape(), dim, is),
-                                     src.strides(), dim);
+  const ScatterPlan p =
+      plan_scatter(src.shape(), out.strides(), index_strides_along(src.shape(), dim, is), src.strides(), dim);
   kernels::scatter_add(out.dtype(), p.outer, p.len, p.ostep, p.istep, p.sstep, out.data_ptr(),
                        static_cast<const int64_t*>(index.data_ptr()), src.data_ptr(), g.stream());
 }
@@ -201,26 +204,25 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
   OnDevice g(dev(out));
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
   kernels::layer_norm(x.dtype(), R, C, eps, x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
-                      bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr(),
-                      static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()), g.stream());
+                      bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr(), static_cast<float*>(mean.data_ptr()),
+                      static_cast<float*>(rstd.data_ptr()), g.stream());
 }
 
-void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                                      const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
-                                      const Tensor& grad_weight, const Tensor& grad_bias) {
+void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                                      const Tensor& grad_bias) {
   OnDevice g(dev(x));
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
   Tensor scratch;  // per-chunk column sums for the weight and bias gradients
   if (grad_weight.defined() || grad_bias.defined())
     scratch = empty({std::max<int64_t>(2 * kernels::layer_norm_wb_chunks(R) * C, 1)},
                     TensorOptions(x.dtype() == DType::f64 ? DType::f64 : DType::f32, x.device()));
-  kernels::layer_norm_backward(x.dtype(), R, C, grad_out.data_ptr(), x.data_ptr(),
-                               weight.defined() ? weight.data_ptr() : nullptr,
-                               static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()),
-                               grad_x.defined() ? grad_x.data_ptr() : nullptr,
-                               grad_weight.defined() ? grad_weight.data_ptr() : nullptr,
-                               grad_bias.defined() ? grad_bias.data_ptr() : nullptr,
-                               scratch.defined() ? scratch.data_ptr() : nullptr, g.stream());
+  kernels::layer_norm_backward(
+      x.dtype(), R, C, grad_out.data_ptr(), x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
+      static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()),
+      grad_x.defined() ? grad_x.data_ptr() : nullptr, grad_weight.defined() ? grad_weight.data_ptr() : nullptr,
+      grad_bias.defined() ? grad_bias.data_ptr() : nullptr, scratch.defined() ? scratch.data_ptr() : nullptr,
+      g.stream());
 }
 
 void CudaBackend::causal_softmax(const Tensor& x, double scale, const Tensor& out) {
@@ -247,12 +249,12 @@ void CudaBackend::pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& o
 void CudaBackend::pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
                                   const Tensor& grad_x) {
   OnDevice g(dev(grad_x));
-  kernels::pool2d_backward(
-      grad_x.dtype(),
-      pool_geometry(p, grad_x.size(0) * grad_x.size(1), grad_x.size(2), grad_x.size(3), grad_out.size(2),
-                    grad_out.size(3)),
-      grad_out.data_ptr(), indices.defined() ? static_cast<const int64_t*>(indices.data_ptr()) : nullptr,
-      grad_x.data_ptr(), g.stream());
+  kernels::pool2d_backward(grad_x.dtype(),
+                           pool_geometry(p, grad_x.size(0) * grad_x.size(1), grad_x.size(2), grad_x.size(3),
+                                         grad_out.size(2), grad_out.size(3)),
+                           grad_out.data_ptr(),
+                           indices.defined() ? static_cast<const int64_t*>(indices.data_ptr()) : nullptr,
+                           grad_x.data_ptr(), g.stream());
 }
 
 // ---- copies between devices ----------------------------------------------------------
@@ -276,8 +278,9 @@ void copy_and_wait(void* dst, const void* src, std::size_t n, cudaMemcpyKind kin
 
 void CudaBackend::copy_across(const Tensor& src, const Tensor& dst) {
   SNUG_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
-             ValueError, "copy_across: expected contiguous tensors of one dtype and size, got ", dtype_name(src.dtype()),
-             " ", shape_str(src.shape()), " -> ", dtype_name(dst.dtype()), " ", shape_str(dst.shape()));
+             ValueError, "copy_across: expected contiguous tensors of one dtype and size, got ",
+             dtype_name(src.dtype()), " ", shape_str(src.shape()), " -> ", dtype_name(dst.dtype()), " ",
+             shape_str(dst.shape()));
   const std::size_t n = dst.nbytes();
   const Device s = src.device(), d = dst.device();
   if (n == 0) return;

@@ -27,8 +27,7 @@ struct CudaBackend final : Backend {
   void arg_reduce(bool is_max, const Tensor& x, int64_t dim, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;  // matmul.cpp
   void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) override;
-  void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
-                        const Tensor& grad_in) override;
+  void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log, const Tensor& grad_in) override;
   void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
   void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
   void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
@@ -44,7 +43,7 @@ struct CudaBackend final : Backend {
               const Tensor& out) override;  // conv.cpp (cuDNN)
   void conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Conv2dParams& p,
                        const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) override;  // conv.cpp
-  void pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;  // pool.cu
+  void pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;   // pool.cu
   void pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
                        const Tensor& grad_x) override;  // pool.cu
   // Fused ops (NOTE [ Fused ops are backend entries ] in core/fused_defaults.cpp): attention runs
@@ -73,8 +72,7 @@ struct CudaBackend final : Backend {
   void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                    const update::AdamArgs& a) override;
   void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) override;
-  void unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags,
-                         int64_t slot) override;
+  void unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot) override;
 };
 
 CudaBackend& cuda_backend();

@@ -22,11 +22,16 @@ LockedCudnn cudnn_for(int device, std::uintptr_t stream) {
 
 cudnnDataType_t cudnn_type(DType t, const char* op) {
   switch (t) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f64: return CUDNN_DATA_DOUBLE;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    default: throw DTypeError(str(op, ": expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(t)));
+    case DType::f32:
+      return CUDNN_DATA_FLOAT;
+    case DType::f64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::f16:
+      return CUDNN_DATA_HALF;
+    case DType::bf16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      throw DTypeError(str(op, ": expected a floating dtype (f32, f64, f16, bf16), got ", dtype_name(t)));
   }
 }
 

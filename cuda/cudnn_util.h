@@ -8,15 +8,15 @@
 #include <cstdint>
 #include <mutex>
 
-#include <snug/core/dtype.h>
 #include <snug/base/error.h>
+#include <snug/core/dtype.h>
 
-#define SNUG_CUDNN_CHECK(call)                                                                            \
-  do {                                                                                                    \
-    const cudnnStatus_t snug_st_ = (call);                                                                \
-    if (snug_st_ != CUDNN_STATUS_SUCCESS)                                                                 \
-      throw ::snug::DeviceError(::snug::str("cuDNN error: ", #call, " failed with ",                      \
-                                            cudnnGetErrorString(snug_st_), " at ", __FILE__, ":", __LINE__)); \
+#define SNUG_CUDNN_CHECK(call)                                                                                      \
+  do {                                                                                                              \
+    const cudnnStatus_t snug_st_ = (call);                                                                          \
+    if (snug_st_ != CUDNN_STATUS_SUCCESS)                                                                           \
+      throw ::snug::DeviceError(::snug::str("cuDNN error: ", #call, " failed with ", cudnnGetErrorString(snug_st_), \
+                                            " at ", __FILE__, ":", __LINE__));                                      \
   } while (0)
 
 namespace snug::cuda {

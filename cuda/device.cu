@@ -23,8 +23,8 @@ int query_device_count() {
 void require_device(const char* what, int device) {
   const int n = device_count();
   SNUG_CHECK(n > 0, DeviceError, "cuda::", what, ": no CUDA GPU is present (device_count() == 0)");
-  SNUG_CHECK(device >= 0 && device < n, DeviceError, "cuda::", what, ": device ", device,
-             " is out of range (", n, " device", n == 1 ? "" : "s", " present)");
+  SNUG_CHECK(device >= 0 && device < n, DeviceError, "cuda::", what, ": device ", device, " is out of range (", n,
+             " device", n == 1 ? "" : "s", " present)");
 }
 }  // namespace
 

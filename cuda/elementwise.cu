@@ -17,7 +17,8 @@ namespace snug::cuda {
 namespace kernels {
 namespace {
 
-template <class T> inline constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <class T>
+inline constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 template <class T>
 inline constexpr bool needs_round_odd_v =
     std::is_same_v<T, double> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
@@ -45,8 +46,8 @@ struct CopyBody {
   D* dst;
   const S* src;
   __device__ void operator()(const int64_t* off) const {
-    using C = std::conditional_t<std::is_same_v<compute_t<S>, double> || std::is_same_v<compute_t<D>, double>,
-                                 double, compute_t<S>>;
+    using C = std::conditional_t<std::is_same_v<compute_t<S>, double> || std::is_same_v<compute_t<D>, double>, double,
+                                 compute_t<S>>;
     const S x = src[off[1]];
     if constexpr (std::is_same_v<D, bool>) {
       dst[off[0]] = static_cast<C>(x) != C(0);
@@ -131,7 +132,8 @@ struct LaunchUnary {
   const T* x;
   StreamHandle s;
   SNUG_HOST_ONLY_CALLBACK
-  template <class F> SNUG_HOST_DEVICE void operator()(F f) const {
+  template <class F>
+  SNUG_HOST_DEVICE void operator()(F f) const {
     launch_elementwise<2>("unary", *g, UnaryBody<T, F>{out, x, f}, s);
   }
 };
@@ -143,7 +145,8 @@ struct LaunchBinary {
   const T* b;
   StreamHandle s;
   SNUG_HOST_ONLY_CALLBACK
-  template <class F> SNUG_HOST_DEVICE void operator()(F f) const {
+  template <class F>
+  SNUG_HOST_DEVICE void operator()(F f) const {
     launch_elementwise<3>("binary", *g, BinaryBody<T, F>{out, a, b, f}, s);
   }
 };
@@ -160,11 +163,16 @@ void copy(DType dst_t, DType src_t, const Geometry<2>& g, void* dst, const void*
 
 void fill(std::size_t elem_size, uint64_t bits, const Geometry<1>& g, void* dst, StreamHandle s) {
   switch (elem_size) {
-    case 1: return launch_elementwise<1>("fill", g, FillBody<uint8_t>{static_cast<uint8_t*>(dst), uint8_t(bits)}, s);
-    case 2: return launch_elementwise<1>("fill", g, FillBody<uint16_t>{static_cast<uint16_t*>(dst), uint16_t(bits)}, s);
-    case 4: return launch_elementwise<1>("fill", g, FillBody<uint32_t>{static_cast<uint32_t*>(dst), uint32_t(bits)}, s);
-    case 8: return launch_elementwise<1>("fill", g, FillBody<uint64_t>{static_cast<uint64_t*>(dst), bits}, s);
-    default: throw DTypeError(str("cuda fill: unsupported element size ", elem_size));
+    case 1:
+      return launch_elementwise<1>("fill", g, FillBody<uint8_t>{static_cast<uint8_t*>(dst), uint8_t(bits)}, s);
+    case 2:
+      return launch_elementwise<1>("fill", g, FillBody<uint16_t>{static_cast<uint16_t*>(dst), uint16_t(bits)}, s);
+    case 4:
+      return launch_elementwise<1>("fill", g, FillBody<uint32_t>{static_cast<uint32_t*>(dst), uint32_t(bits)}, s);
+    case 8:
+      return launch_elementwise<1>("fill", g, FillBody<uint64_t>{static_cast<uint64_t*>(dst), bits}, s);
+    default:
+      throw DTypeError(str("cuda fill: unsupported element size ", elem_size));
   }
 }
 
@@ -177,14 +185,22 @@ void unary(UnaryOp op, double a, double b, DType t, const Geometry<2>& g, void* 
     const LaunchUnary<T> launch{&g, static_cast<T*>(out), static_cast<const T*>(x), s};
     if constexpr (std::is_integral_v<T>) {
       switch (op) {
-        case UnaryOp::neg: return launch(NegF{});
-        case UnaryOp::abs: return launch(AbsF{});
-        case UnaryOp::relu: return launch(ReluF{});
-        case UnaryOp::sign: return launch(SignF{});
-        case UnaryOp::square: return launch(SquareF{});
-        case UnaryOp::clamp: return launch(ClampF{a, b});
-        case UnaryOp::affine: return launch(AffineF{a, b});
-        default: return;
+        case UnaryOp::neg:
+          return launch(NegF{});
+        case UnaryOp::abs:
+          return launch(AbsF{});
+        case UnaryOp::relu:
+          return launch(ReluF{});
+        case UnaryOp::sign:
+          return launch(SignF{});
+        case UnaryOp::square:
+          return launch(SquareF{});
+        case UnaryOp::clamp:
+          return launch(ClampF{a, b});
+        case UnaryOp::affine:
+          return launch(AffineF{a, b});
+        default:
+          return;
       }
     } else {
       visit_unary(op, a, b, launch);
@@ -197,13 +213,20 @@ void binary(BinaryOp op, DType t, const Geometry<3>& g, void* out, const void* a
     const LaunchBinary<T> launch{&g, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), s};
     if constexpr (std::is_integral_v<T>) {
       switch (op) {
-        case BinaryOp::add: return launch(AddF{});
-        case BinaryOp::sub: return launch(SubF{});
-        case BinaryOp::mul: return launch(MulF{});
-        case BinaryOp::div: return launch(DivF{});
-        case BinaryOp::pow: return launch(PowF{});
-        case BinaryOp::maximum: return launch(MaximumF{});
-        case BinaryOp::minimum: return launch(MinimumF{});
+        case BinaryOp::add:
+          return launch(AddF{});
+        case BinaryOp::sub:
+          return launch(SubF{});
+        case BinaryOp::mul:
+          return launch(MulF{});
+        case BinaryOp::div:
+          return launch(DivF{});
+        case BinaryOp::pow:
+          return launch(PowF{});
+        case BinaryOp::maximum:
+          return launch(MaximumF{});
+        case BinaryOp::minimum:
+          return launch(MinimumF{});
         default:
           throw DTypeError(str(binary_op_name(op), ": not defined for integer tensors (", dtype_name(t), ")"));
       }
@@ -223,16 +246,20 @@ void compare(CompareOp op, DType t, const Geometry<3>& g, bool* out, const void*
 void where(DType t, const Geometry<4>& g, void* out, const bool* cond, const void* a, const void* b, StreamHandle s) {
   // Selection copies bytes, so one kernel per element size serves every dtype.
   auto go = [&]<class E>() {
-    launch_elementwise<4>("where", g,
-                          WhereBody<E>{static_cast<E*>(out), cond, static_cast<const E*>(a), static_cast<const E*>(b)},
-                          s);
+    launch_elementwise<4>(
+        "where", g, WhereBody<E>{static_cast<E*>(out), cond, static_cast<const E*>(a), static_cast<const E*>(b)}, s);
   };
   switch (dtype_size(t)) {
-    case 1: return go.template operator()<uint8_t>();
-    case 2: return go.template operator()<uint16_t>();
-    case 4: return go.template operator()<uint32_t>();
-    case 8: return go.template operator()<uint64_t>();
-    default: throw DTypeError(str("where: unsupported dtype ", dtype_name(t)));
+    case 1:
+      return go.template operator()<uint8_t>();
+    case 2:
+      return go.template operator()<uint16_t>();
+    case 4:
+      return go.template operator()<uint32_t>();
+    case 8:
+      return go.template operator()<uint64_t>();
+    default:
+      throw DTypeError(str("where: unsupported dtype ", dtype_name(t)));
   }
 }
 

@@ -24,8 +24,7 @@ __device__ SNUG_INLINE int64_t grid_step() { return int64_t(gridDim.x) * blockDi
 template <class G>
 __global__ void adam_kernel(int64_t n, float* __restrict__ p, const G* __restrict__ g, float* __restrict__ m,
                             float* __restrict__ v, update::AdamConsts k) {
-  for (int64_t i = first_index(); i < n; i += grid_step())
-    update::adam(p[i], static_cast<float>(g[i]), m[i], v[i], k);
+  for (int64_t i = first_index(); i < n; i += grid_step()) update::adam(p[i], static_cast<float>(g[i]), m[i], v[i], k);
 }
 
 // buf null without momentum (the same for every thread, so no divergence).
@@ -61,9 +60,15 @@ __global__ void unscale_kernel(int64_t n, const G* g, C* out, C inv, int32_t* fl
 template <class F>
 void dispatch_grad(DType gt, const char* op, F&& f) {
   switch (gt) {
-    case DType::f32: f(static_cast<const float*>(nullptr)); break;
-    case DType::f16: f(static_cast<const Half*>(nullptr)); break;
-    case DType::bf16: f(static_cast<const BFloat16*>(nullptr)); break;
+    case DType::f32:
+      f(static_cast<const float*>(nullptr));
+      break;
+    case DType::f16:
+      f(static_cast<const Half*>(nullptr));
+      break;
+    case DType::bf16:
+      f(static_cast<const BFloat16*>(nullptr));
+      break;
     default:
       throw DTypeError(::snug::str("cuda ", op, ": gradient must be f32, f16 or bf16, got ", dtype_name(gt)));
   }
@@ -81,8 +86,7 @@ void fused_adam(DType gt, int64_t n, float* p, const void* g, float* m, float* v
   check_launch("fused_adam");
 }
 
-void fused_sgd(DType gt, int64_t n, float* p, const void* g, float* buf, const update::SgdConsts& k,
-               StreamHandle s) {
+void fused_sgd(DType gt, int64_t n, float* p, const void* g, float* buf, const update::SgdConsts& k, StreamHandle s) {
   if (n == 0) return;
   dispatch_grad(gt, "fused_sgd", [&](auto tag) {
     using G = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
@@ -96,19 +100,19 @@ void unscale_check(DType gt, DType out_t, int64_t n, const void* g, void* out, d
   if (n == 0) return;
   const unsigned grid = grid_for(n);
   if (gt == DType::f64 && out_t == DType::f64) {
-    unscale_kernel<double, double><<<grid, kThreads, 0, as_stream(s)>>>(n, static_cast<const double*>(g),
-                                                                         static_cast<double*>(out), inv, flag);
+    unscale_kernel<double, double>
+        <<<grid, kThreads, 0, as_stream(s)>>>(n, static_cast<const double*>(g), static_cast<double*>(out), inv, flag);
   } else if (out_t == DType::f32) {
     // The CPU multiplies by the scalar as an f32 tensor (raw::binary_scalar): float(inv).
     const float finv = static_cast<float>(inv);
     dispatch_grad(gt, "unscale_check", [&](auto tag) {
       using G = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-      unscale_kernel<G, float><<<grid, kThreads, 0, as_stream(s)>>>(n, static_cast<const G*>(g),
-                                                                    static_cast<float*>(out), finv, flag);
+      unscale_kernel<G, float>
+          <<<grid, kThreads, 0, as_stream(s)>>>(n, static_cast<const G*>(g), static_cast<float*>(out), finv, flag);
     });
   } else {
-    throw DTypeError(::snug::str("cuda unscale_check: cannot unscale a ", dtype_name(gt), " gradient into ",
-                                 dtype_name(out_t)));
+    throw DTypeError(
+        ::snug::str("cuda unscale_check: cannot unscale a ", dtype_name(gt), " gradient into ", dtype_name(out_t)));
   }
   check_launch("unscale_check");
 }

@@ -23,8 +23,8 @@ namespace snug::cuda {
 // 16-bit, or the user allowed TF32); the short-T kernels are f32 throughout.
 void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse,
                               bool tf32 = false);
-void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
-                               int64_t heads, double scale, const Tensor& dqkv, bool tf32 = false);
+void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
+                               double scale, const Tensor& dqkv, bool tf32 = false);
 // From this sequence length on, attention goes through cuBLAS GEMMs and the
 // causal softmax row kernels of cuda/softmax.cu, in chunks of heads; below
 // it, one warp per row.

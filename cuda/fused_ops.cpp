@@ -90,11 +90,10 @@ void CudaBackend::sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf
 
 // A strided gradient is unscaled in a contiguous copy, written back when the
 // unscale is in place.
-void CudaBackend::unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags,
-                                    int64_t slot) {
+void CudaBackend::unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot) {
   const DType cd = g.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  const bool floating = cd == DType::f64 || g.dtype() == DType::f32 || g.dtype() == DType::f16 ||
-                        g.dtype() == DType::bf16;
+  const bool floating =
+      cd == DType::f64 || g.dtype() == DType::f32 || g.dtype() == DType::f16 || g.dtype() == DType::bf16;
   const bool in_place = out.is_same(g);
   const bool takes = floating && g.device().is_cuda() && out.device() == g.device() && out.dtype() == cd &&
                      out.numel() == g.numel() && (in_place || out.storage() != g.storage()) && flags.defined() &&
@@ -121,17 +120,17 @@ int check_attention(const char* op, const Tensor& qkv, int64_t heads) {
              shape_str(qkv.shape()));
   const int64_t C = qkv.size(2) / 3;
   SNUG_CHECK(heads > 0 && C % heads == 0, ValueError, "cuda::", op, ": ", heads, " heads do not divide the width ", C);
-  SNUG_CHECK(C / heads <= kMaxFusedAttentionHeadSize, ValueError, "cuda::", op, ": head size ", C / heads,
-             " is over ", kMaxFusedAttentionHeadSize);
+  SNUG_CHECK(C / heads <= kMaxFusedAttentionHeadSize, ValueError, "cuda::", op, ": head size ", C / heads, " is over ",
+             kMaxFusedAttentionHeadSize);
   check_dtype(op, "qkv", qkv, {DType::f32});
   SNUG_CHECK(qkv.is_contiguous(), ValueError, "cuda::", op, ": qkv must be contiguous");
   return qkv.device().index;
 }
 void check_like(const char* op, const char* name, const Tensor& t, const Tensor& qkv, const Shape& shape) {
-  SNUG_CHECK(t.defined() && t.device() == qkv.device() && t.dtype() == DType::f32 && t.is_contiguous() &&
-                 t.shape() == shape,
-             ValueError, "cuda::", op, ": ", name, " must be a contiguous f32 tensor of shape ", shape_str(shape),
-             " on ", qkv.device().str());
+  SNUG_CHECK(
+      t.defined() && t.device() == qkv.device() && t.dtype() == DType::f32 && t.is_contiguous() && t.shape() == shape,
+      ValueError, "cuda::", op, ": ", name, " must be a contiguous f32 tensor of shape ", shape_str(shape), " on ",
+      qkv.device().str());
 }
 }  // namespace
 
@@ -150,9 +149,7 @@ Tensor heads_of(const Tensor& x, int64_t H) {
   return x.view({B, T, H, D}).permute({0, 2, 1, 3});
 }
 // (B, H, T, D) view -> (B H, T, D) contiguous copy.
-Tensor packed(const Tensor& v) {
-  return raw::contiguous(v).view({v.size(0) * v.size(1), v.size(2), v.size(3)});
-}
+Tensor packed(const Tensor& v) { return raw::contiguous(v).view({v.size(0) * v.size(1), v.size(2), v.size(3)}); }
 // q, k, v of a (B, T, 3C) tensor, each packed to (B H, T, D).
 std::array<Tensor, 3> packed_qkv(const Tensor& qkv, int64_t H) {
   return {packed(head_view(qkv, H, 0)), packed(head_view(qkv, H, 1)), packed(head_view(qkv, H, 2))};
@@ -163,8 +160,8 @@ int64_t heads_per_chunk(int64_t BH, int64_t T) {
   return std::clamp<int64_t>(static_cast<int64_t>(g_score_chunk_bytes.load() / per_head), 1, BH);
 }
 
-void attention_forward_gemm(const Tensor& qkv, int64_t H, float scale, const Tensor& y, const Tensor& lse,
-                            bool tf32, std::uintptr_t stream) {
+void attention_forward_gemm(const Tensor& qkv, int64_t H, float scale, const Tensor& y, const Tensor& lse, bool tf32,
+                            std::uintptr_t stream) {
   const int64_t B = qkv.size(0), T = qkv.size(1), BH = B * H;
   Backend& be = backend_for(qkv.device());
   const auto [q, k, v] = packed_qkv(qkv, H);
@@ -178,7 +175,7 @@ void attention_forward_gemm(const Tensor& qkv, int64_t H, float scale, const Ten
     be.matmul(q.narrow(0, h0, c), k.narrow(0, h0, c).transpose(1, 2), sc);  // S = Q K^T   (c, T, T)
     kernels::causal_softmax(DType::f32, c * T, T, T, scale, sc.data_ptr(), sc.data_ptr(), stream,
                             static_cast<float*>(lse.data_ptr()) + h0 * T);  // S -> P, lse
-    be.matmul(sc, v.narrow(0, h0, c), yh.narrow(0, h0, c));  // Y = P V   (c, T, D)
+    be.matmul(sc, v.narrow(0, h0, c), yh.narrow(0, h0, c));                 // Y = P V   (c, T, D)
   }
   raw::copy_(heads_of(y, H), yh.view({B, H, T, q.size(2)}));
 }
@@ -189,7 +186,8 @@ void attention_backward_gemm(const Tensor& qkv, const Tensor& lse, const Tensor&
   Backend& be = backend_for(qkv.device());
   const auto [q, k, v] = packed_qkv(qkv, H);
   const Tensor go = packed(heads_of(gy, H));
-  const Tensor dq = empty(q.shape(), q.options()), dk = empty(q.shape(), q.options()), dv = empty(q.shape(), q.options());
+  const Tensor dq = empty(q.shape(), q.options()), dk = empty(q.shape(), q.options()),
+               dv = empty(q.shape(), q.options());
   const int64_t n = heads_per_chunk(BH, T);
   const Tensor sbuf = empty({n, T, T}, q.options()), pbuf = empty({n, T, T}, q.options());
   Tf32Scope tf(tf32);
@@ -230,8 +228,8 @@ void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, co
                                     static_cast<float*>(lse.data_ptr()), guard.stream());
 }
 
-void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
-                               int64_t heads, double scale, const Tensor& dqkv, bool tf32) {
+void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
+                               double scale, const Tensor& dqkv, bool tf32) {
   const int dev = check_attention("causal_attention_backward", qkv, heads);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   check_like("causal_attention_backward", "y", y, qkv, {B, T, C});
@@ -247,9 +245,9 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor&
   OnDevice guard(dev);
   kernels::causal_attention_backward(B, T, heads, C / heads, static_cast<float>(scale),
                                      static_cast<const float*>(qkv.data_ptr()), static_cast<const float*>(y.data_ptr()),
-                                     static_cast<const float*>(lse.data_ptr()), static_cast<const float*>(gy.data_ptr()),
-                                     static_cast<float*>(dqkv.data_ptr()), static_cast<float*>(dsum.data_ptr()),
-                                     guard.stream());
+                                     static_cast<const float*>(lse.data_ptr()),
+                                     static_cast<const float*>(gy.data_ptr()), static_cast<float*>(dqkv.data_ptr()),
+                                     static_cast<float*>(dsum.data_ptr()), guard.stream());
 }
 
 // ---- CudaBackend's attention entries (core/backend.h) ------------------------------------
@@ -284,9 +282,8 @@ void CudaBackend::causal_attention(const Tensor& qkv, int64_t heads, double scal
   copy(y32, y);  // rounded once
 }
 
-void CudaBackend::causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse,
-                                            const Tensor& grad_y, int64_t heads, double scale,
-                                            const Tensor& grad_qkv) {
+void CudaBackend::causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
+                                            int64_t heads, double scale, const Tensor& grad_qkv) {
   if (!takes_fused_attention(qkv, heads)) {
     Backend::causal_attention_backward(qkv, y, lse, grad_y, heads, scale, grad_qkv);
     return;

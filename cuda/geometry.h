@@ -81,7 +81,8 @@ Geometry<N> make_geometry(const std::vector<int64_t>& shape, const std::array<st
 
 // The strides of a tensor of shape `from` broadcast to `to` (right-aligned;
 // 0 for added dims and for size-1 dims that are expanded).
-inline std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& from, const std::vector<int64_t>& from_strides,
+inline std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& from,
+                                              const std::vector<int64_t>& from_strides,
                                               const std::vector<int64_t>& to) {
   std::vector<int64_t> out(to.size(), 0);
   const int64_t lead = int64_t(to.size()) - int64_t(from.size());

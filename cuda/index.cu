@@ -45,28 +45,32 @@ struct ScatterAddBody {
 
 }  // namespace
 
-void gather(std::size_t elem_size, const Geometry<3>& g, int64_t jump, void* out, const int64_t* index,
-            const void* x, StreamHandle s) {
+void gather(std::size_t elem_size, const Geometry<3>& g, int64_t jump, void* out, const int64_t* index, const void* x,
+            StreamHandle s) {
   auto go = [&]<class E>() {
     launch_elementwise<3>("gather", g, GatherBody<E>{static_cast<E*>(out), index, static_cast<const E*>(x), jump}, s);
   };
   switch (elem_size) {
-    case 1: return go.template operator()<uint8_t>();
-    case 2: return go.template operator()<uint16_t>();
-    case 4: return go.template operator()<uint32_t>();
-    case 8: return go.template operator()<uint64_t>();
-    default: throw DTypeError(str("gather: unsupported element size ", elem_size));
+    case 1:
+      return go.template operator()<uint8_t>();
+    case 2:
+      return go.template operator()<uint16_t>();
+    case 4:
+      return go.template operator()<uint32_t>();
+    case 8:
+      return go.template operator()<uint64_t>();
+    default:
+      throw DTypeError(str("gather: unsupported element size ", elem_size));
   }
 }
 
-void scatter_add(DType t, const Geometry<3>& outer, int64_t len, int64_t ostep, int64_t istep, int64_t sstep,
-                 void* out, const int64_t* index, const void* src, StreamHandle s) {
+void scatter_add(DType t, const Geometry<3>& outer, int64_t len, int64_t ostep, int64_t istep, int64_t sstep, void* out,
+                 const int64_t* index, const void* src, StreamHandle s) {
   if (len == 0) return;
   dispatch_numeric(t, "scatter_add", [&]<class T>() {
-    launch_elementwise<3>("scatter_add", outer,
-                          ScatterAddBody<T>{static_cast<T*>(out), index, static_cast<const T*>(src), len, ostep,
-                                            istep, sstep},
-                          s);
+    launch_elementwise<3>(
+        "scatter_add", outer,
+        ScatterAddBody<T>{static_cast<T*>(out), index, static_cast<const T*>(src), len, ostep, istep, sstep}, s);
   });
 }
 

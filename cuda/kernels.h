@@ -37,13 +37,13 @@ void where(DType t, const Geometry<4>& g, void* out, const bool* cond, const voi
 
 // ---- index.cu ------------------------------------------------------------------
 // out[o0] = x[o2 + index[o1] * jump] over g = (out, index, x seen without dim).
-void gather(std::size_t elem_size, const Geometry<3>& g, int64_t jump, void* out, const int64_t* index,
-            const void* x, StreamHandle s);
+void gather(std::size_t elem_size, const Geometry<3>& g, int64_t jump, void* out, const int64_t* index, const void* x,
+            StreamHandle s);
 // For each position of `outer` (out, index, src with dim set to size 1), walk
 // dim in order (len steps): out[o0 + index[o1 + j istep] ostep] += src[o2 + j sstep].
 // One thread per position and no atomics: NOTE [ Deterministic scatter ].
-void scatter_add(DType t, const Geometry<3>& outer, int64_t len, int64_t ostep, int64_t istep, int64_t sstep,
-                 void* out, const int64_t* index, const void* src, StreamHandle s);
+void scatter_add(DType t, const Geometry<3>& outer, int64_t len, int64_t ostep, int64_t istep, int64_t sstep, void* out,
+                 const int64_t* index, const void* src, StreamHandle s);
 
 // ---- random.cu -----------------------------------------------------------------
 // out (n,) contiguous floating: element i from the Philox stream at st
@@ -56,8 +56,8 @@ void random(bool normal, DType t, PhiloxState st, double a, double b, int64_t n,
 void reduce(ReduceOp op, DType x_t, DType out_t, const Geometry<2>& kept, const Geometry<1>& red, const void* x,
             void* out, StreamHandle s);
 // kept: (x, out) offsets; each output walks len elements xstep apart.
-void arg_reduce(bool is_max, DType t, const Geometry<2>& kept, int64_t len, int64_t xstep, const void* x,
-                int64_t* out, StreamHandle s);
+void arg_reduce(bool is_max, DType t, const Geometry<2>& kept, int64_t len, int64_t xstep, const void* x, int64_t* out,
+                StreamHandle s);
 
 // ---- softmax.cu ----------------------------------------------------------------
 // rows: (x, y) row starts; steps: along the softmax dim.
@@ -68,8 +68,8 @@ void softmax_backward(DType t, bool log, const Geometry<3>& rows, int64_t len, i
                       int64_t dstep, const void* g, const void* y, void* d, StreamHandle s);
 // x, y (rows, Tk) contiguous (x may be y), row r is query r % Tq. lse (rows)
 // or null: each row's log sum exp(scale x) over its visible columns.
-void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y,
-                    StreamHandle s, float* lse = nullptr);
+void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y, StreamHandle s,
+                    float* lse = nullptr);
 // causal_softmax's backward for f32 rows of T (Tq = Tk) from its lse, for the
 // attention's cuBLAS path (NOTE [ Attention through cuBLAS ]): s holds the
 // raw scores of (rows / T) heads and becomes P; dp = dO V^T becomes
@@ -85,9 +85,8 @@ void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const 
 // elements of the accumulation type (f64 for f64, else f32) when gw or gb is
 // given (the column sums' per-chunk partials).
 int64_t layer_norm_wb_chunks(int64_t R);
-void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w,
-                         const float* mean, const float* rstd, void* gx, void* gw, void* gb, void* scratch,
-                         StreamHandle s);
+void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w, const float* mean,
+                         const float* rstd, void* gx, void* gw, void* gb, void* scratch, StreamHandle s);
 
 // ---- pool.cu --------------------------------------------------------------------
 // Windows over (H, W) of core/pool_window.h, shared with core/cpu/pool.cpp.
@@ -103,8 +102,7 @@ void pool2d_backward(DType t, const PoolGeometry& g, const void* grad_out, const
 void fused_adam(DType gt, int64_t n, float* p, const void* g, float* m, float* v, const update::AdamConsts& k,
                 StreamHandle s);
 // buf f32 (n) or null without momentum.
-void fused_sgd(DType gt, int64_t n, float* p, const void* g, float* buf, const update::SgdConsts& k,
-               StreamHandle s);
+void fused_sgd(DType gt, int64_t n, float* p, const void* g, float* buf, const update::SgdConsts& k, StreamHandle s);
 // out (n) = g (n) * inv, f32 out for f32/f16/bf16 g (out may be g when g is
 // f32), f64 out for f64 g (in place or not); *flag = 1 if any out is inf/NaN.
 void unscale_check(DType gt, DType out_t, int64_t n, const void* g, void* out, double inv, int32_t* flag,

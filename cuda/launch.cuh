@@ -5,8 +5,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <snug/core/dtype.h>
 #include <snug/base/error.h>
+#include <snug/core/dtype.h>
 #include <snug/cuda/geometry.h>
 #include <snug/cuda/kernels.h>
 
@@ -63,7 +63,8 @@ __device__ A block_reduce(A v, F combine, A* buf) {
   return r;
 }
 
-template <class A> struct SumOp {
+template <class A>
+struct SumOp {
   __device__ A operator()(A a, A b) const { return a + b; }
 };
 

@@ -41,7 +41,8 @@ __global__ void layer_norm_kernel(int64_t R, int64_t C, compute_t<T> eps, const 
       rstd[r] = float(rs);
     }
     T* yr = y + r * C;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) yr[c] = T(layer_norm_row::normalize_at(A(xr[c]), mu, rs, w, b, c));
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      yr[c] = T(layer_norm_row::normalize_at(A(xr[c]), mu, rs, w, b, c));
   }
 }
 
@@ -131,23 +132,22 @@ void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const 
                 float* mean, float* rstd, StreamHandle s) {
   if (R == 0) return;
   dispatch_floating(t, "layer_norm", [&]<class T>() {
-    layer_norm_kernel<T><<<row_grid(R), kThreads, 0, as_stream(s)>>>(
-        R, C, compute_t<T>(eps), static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
-        static_cast<T*>(y), mean, rstd);
+    layer_norm_kernel<T><<<row_grid(R), kThreads, 0, as_stream(s)>>>(R, C, compute_t<T>(eps), static_cast<const T*>(x),
+                                                                     static_cast<const T*>(w), static_cast<const T*>(b),
+                                                                     static_cast<T*>(y), mean, rstd);
     check_launch("layer_norm");
   });
 }
 
 int64_t layer_norm_wb_chunks(int64_t R) { return R <= 0 ? 0 : ((R + 63) / 64 < 512 ? (R + 63) / 64 : 512); }
 
-void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w,
-                         const float* mean, const float* rstd, void* gx, void* gw, void* gb, void* scratch,
-                         StreamHandle s) {
+void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w, const float* mean,
+                         const float* rstd, void* gx, void* gw, void* gb, void* scratch, StreamHandle s) {
   dispatch_floating(t, "layer_norm_backward", [&]<class T>() {
     if (gx && R > 0) {
-      layer_norm_backward_x_kernel<T><<<row_grid(R), kThreads, 0, as_stream(s)>>>(
-          R, C, static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd,
-          static_cast<T*>(gx));
+      layer_norm_backward_x_kernel<T>
+          <<<row_grid(R), kThreads, 0, as_stream(s)>>>(R, C, static_cast<const T*>(g), static_cast<const T*>(x),
+                                                       static_cast<const T*>(w), mean, rstd, static_cast<T*>(gx));
       check_launch("layer_norm_backward");
     }
     if ((gw || gb) && C > 0) {
@@ -157,12 +157,12 @@ void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const voi
       A* pb = pw + chunks * C;
       if (chunks > 0) {
         const dim3 grid(unsigned((C + kWbCols - 1) / kWbCols), unsigned(chunks)), block(kWbCols, kWbLanes);
-        layer_norm_wb_partial_kernel<T><<<grid, block, 0, as_stream(s)>>>(
-            R, C, chunk_rows, static_cast<const T*>(g), static_cast<const T*>(x), mean, rstd, pw, pb);
+        layer_norm_wb_partial_kernel<T><<<grid, block, 0, as_stream(s)>>>(R, C, chunk_rows, static_cast<const T*>(g),
+                                                                          static_cast<const T*>(x), mean, rstd, pw, pb);
         check_launch("layer_norm_backward (weight, bias partial sums)");
       }
-      layer_norm_wb_finish_kernel<T><<<grid_for(C), kThreads, 0, as_stream(s)>>>(C, chunks, pw, pb,
-                                                                                 static_cast<T*>(gw), static_cast<T*>(gb));
+      layer_norm_wb_finish_kernel<T>
+          <<<grid_for(C), kThreads, 0, as_stream(s)>>>(C, chunks, pw, pb, static_cast<T*>(gw), static_cast<T*>(gb));
       check_launch("layer_norm_backward (weight, bias)");
     }
   });

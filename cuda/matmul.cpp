@@ -23,13 +23,12 @@
 #include <snug/cuda/gemm_plan.h>
 #include <snug/memory/allocator.h>
 
-#define SNUG_CUBLAS_CHECK(call)                                                                       \
-  do {                                                                                                \
-    const cublasStatus_t snug_st_ = (call);                                                           \
-    if (snug_st_ != CUBLAS_STATUS_SUCCESS)                                                            \
-      throw ::snug::DeviceError(::snug::str("cuBLAS error: ", #call, " failed with ",                 \
-                                            cublasGetStatusName(snug_st_), " (", cublasGetStatusString(snug_st_), \
-                                            ") at ", __FILE__, ":", __LINE__));                       \
+#define SNUG_CUBLAS_CHECK(call)                                                                                        \
+  do {                                                                                                                 \
+    const cublasStatus_t snug_st_ = (call);                                                                            \
+    if (snug_st_ != CUBLAS_STATUS_SUCCESS)                                                                             \
+      throw ::snug::DeviceError(::snug::str("cuBLAS error: ", #call, " failed with ", cublasGetStatusName(snug_st_),   \
+                                            " (", cublasGetStatusString(snug_st_), ") at ", __FILE__, ":", __LINE__)); \
   } while (0)
 
 namespace snug::cuda {
@@ -49,8 +48,8 @@ constexpr int kMaxHandles = 64;
 struct HandleState {
   cublasHandle_t h = nullptr;
   bool bound = false;
-  std::uintptr_t stream = 0;                     // the stream the handle is set to, once bound
-  std::map<std::uintptr_t, void*> workspaces;    // per stream
+  std::uintptr_t stream = 0;                   // the stream the handle is set to, once bound
+  std::map<std::uintptr_t, void*> workspaces;  // per stream
 };
 
 struct LockedHandle {
@@ -82,9 +81,7 @@ LockedHandle handle_for(int device, std::uintptr_t stream) {
   return {std::move(lock), hs.h};
 }
 
-GemmOperandPlan plan_operand(const Tensor& t) {
-  return plan_gemm_operand(t.shape().data(), t.strides().data());
-}
+GemmOperandPlan plan_operand(const Tensor& t) { return plan_gemm_operand(t.shape().data(), t.strides().data()); }
 
 }  // namespace
 
@@ -150,9 +147,9 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   // A' = b's memory, B' = a's memory (NOTE [ Row-major matmul through cuBLAS ]).
   const LockedHandle handle = handle_for(out.device().index, guard.stream());
   SNUG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle.h, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-      int(g.m), int(g.n), int(g.k), alpha, bc.data_ptr(), dt, int(g.lda), g.stride_a, ac.data_ptr(), dt, int(g.ldb),
-      g.stride_b, beta, out.data_ptr(), dt, int(g.ldc), g.stride_c, int(g.batch), ct, CUBLAS_GEMM_DEFAULT));
+      handle.h, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, int(g.m), int(g.n),
+      int(g.k), alpha, bc.data_ptr(), dt, int(g.lda), g.stride_a, ac.data_ptr(), dt, int(g.ldb), g.stride_b, beta,
+      out.data_ptr(), dt, int(g.ldc), g.stride_c, int(g.batch), ct, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace snug::cuda

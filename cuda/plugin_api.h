@@ -12,13 +12,13 @@
 
 // X(name) for every function of snug::cuda the plugin implements. Not here:
 // compiled() and the TF32 switch, which libsnug answers itself.
-#define SNUG_CUDA_PLUGIN_FUNCTIONS(X)                                                                        \
-  X(device_count) X(runtime_version) X(current_device) X(set_device) X(properties) X(device_malloc)         \
-  X(device_free) X(copy_to_device) X(copy_to_host) X(synchronize) X(create_stream) X(destroy_stream)         \
-  X(synchronize_stream) X(stream_wait) X(record_event) X(event_done) X(synchronize_event) X(elapsed_ms)      \
-  X(destroy_event) X(ensure_registered) X(pinned_allocate) X(pinned_free) X(pinned_record_stream)            \
-  X(unary_f32) X(binary_f32) X(causal_attention_forward) X(causal_attention_backward)                      \
-  X(set_attention_chunk_bytes)
+#define SNUG_CUDA_PLUGIN_FUNCTIONS(X)                                                                                \
+  X(device_count)                                                                                                    \
+  X(runtime_version) X(current_device) X(set_device) X(properties) X(device_malloc) X(device_free) X(copy_to_device) \
+      X(copy_to_host) X(synchronize) X(create_stream) X(destroy_stream) X(synchronize_stream) X(stream_wait)         \
+          X(record_event) X(event_done) X(synchronize_event) X(elapsed_ms) X(destroy_event) X(ensure_registered)     \
+              X(pinned_allocate) X(pinned_free) X(pinned_record_stream) X(unary_f32) X(binary_f32)                   \
+                  X(causal_attention_forward) X(causal_attention_backward) X(set_attention_chunk_bytes)
 // ... and of snug::distributed (the NCCL group, cuda/nccl/, or its stand-in).
 #define SNUG_CUDA_PLUGIN_NCCL_FUNCTIONS(X) X(nccl_available) X(make_nccl_group)
 

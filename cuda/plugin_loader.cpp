@@ -85,8 +85,9 @@ std::atomic<bool> g_allow_tf32{false};
 std::string plugin_error() {
   if (api() != nullptr) return "";
   return str("the CUDA backend plugin libsnug-cuda.so was not loaded: ", loaded().error,
-             kBuilt ? "" : " (this build of snug has no CUDA support: configure with -DSNUG_CUDA=ON on a machine with "
-                           "nvcc and cuDNN)");
+             kBuilt ? ""
+                    : " (this build of snug has no CUDA support: configure with -DSNUG_CUDA=ON on a machine with "
+                      "nvcc and cuDNN)");
 }
 
 bool compiled() { return api() != nullptr; }
@@ -154,8 +155,8 @@ void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, co
                               bool tf32) {
   need("causal_attention_forward").causal_attention_forward(qkv, heads, scale, y, lse, tf32);
 }
-void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
-                               int64_t heads, double scale, const Tensor& dqkv, bool tf32) {
+void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
+                               double scale, const Tensor& dqkv, bool tf32) {
   need("causal_attention_backward").causal_attention_backward(qkv, y, lse, gy, heads, scale, dqkv, tf32);
 }
 std::size_t set_attention_chunk_bytes(std::size_t bytes) {

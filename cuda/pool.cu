@@ -9,8 +9,8 @@
 
 #include <type_traits>
 
-#include <snug/cuda/launch.cuh>
 #include <snug/core/pool_window.h>
+#include <snug/cuda/launch.cuh>
 
 namespace snug::cuda::kernels {
 
@@ -38,8 +38,8 @@ void pool2d(DType t, const PoolGeometry& g, const void* x, void* out, int64_t* i
   const int64_t total = g.planes * g.Ho * g.Wo;
   if (total == 0) return;
   dispatch_floating(t, "pool2d", [&]<class T>() {
-    pool_forward_kernel<T><<<grid_for(total), kThreads, 0, as_stream(s)>>>(g, static_cast<const T*>(x),
-                                                                          static_cast<T*>(out), indices);
+    pool_forward_kernel<T>
+        <<<grid_for(total), kThreads, 0, as_stream(s)>>>(g, static_cast<const T*>(x), static_cast<T*>(out), indices);
     check_launch("pool2d");
   });
 }
@@ -49,8 +49,8 @@ void pool2d_backward(DType t, const PoolGeometry& g, const void* grad_out, const
   const int64_t total = g.planes * g.H * g.W;
   if (total == 0) return;
   dispatch_floating(t, "pool2d_backward", [&]<class T>() {
-    pool_backward_kernel<T><<<grid_for(total), kThreads, 0, as_stream(s)>>>(g, static_cast<const T*>(grad_out),
-                                                                           indices, static_cast<T*>(grad_x));
+    pool_backward_kernel<T><<<grid_for(total), kThreads, 0, as_stream(s)>>>(g, static_cast<const T*>(grad_out), indices,
+                                                                            static_cast<T*>(grad_x));
     check_launch("pool2d_backward");
   });
 }

@@ -13,16 +13,25 @@
 #include <limits>
 #include <type_traits>
 
-#include <snug/cuda/launch.cuh>
 #include <snug/core/reduce_dispatch.h>
+#include <snug/cuda/launch.cuh>
 
 namespace snug::cuda::kernels {
 
 namespace {
 
-template <class T> struct Acc { using type = std::conditional_t<std::is_integral_v<T>, int64_t, double>; };
-template <> struct Acc<Half> { using type = float; };
-template <> struct Acc<BFloat16> { using type = float; };
+template <class T>
+struct Acc {
+  using type = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+};
+template <>
+struct Acc<Half> {
+  using type = float;
+};
+template <>
+struct Acc<BFloat16> {
+  using type = float;
+};
 
 // Thread per output: kept is (x, out), red is (x).
 template <class T, class O, class A, class R>
@@ -83,8 +92,7 @@ void run_reduce(ReduceOp op, const Geometry<2>& kept, const Geometry<1>& red, co
 
 // Ties give the first index; the first NaN wins (as the CPU and PyTorch).
 template <class T>
-__global__ void arg_reduce_kernel(bool is_max, Geometry<2> kept, int64_t len, int64_t xstep, const T* x,
-                                  int64_t* out) {
+__global__ void arg_reduce_kernel(bool is_max, Geometry<2> kept, int64_t len, int64_t xstep, const T* x, int64_t* out) {
   using C = compute_t<T>;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < kept.numel; k += step) {
@@ -122,12 +130,12 @@ void reduce(ReduceOp op, DType x_t, DType out_t, const Geometry<2>& kept, const 
   });
 }
 
-void arg_reduce(bool is_max, DType t, const Geometry<2>& kept, int64_t len, int64_t xstep, const void* x,
-                int64_t* out, StreamHandle s) {
+void arg_reduce(bool is_max, DType t, const Geometry<2>& kept, int64_t len, int64_t xstep, const void* x, int64_t* out,
+                StreamHandle s) {
   if (kept.numel == 0) return;
   dispatch_all(t, is_max ? "argmax" : "argmin", [&]<class T>() {
-    arg_reduce_kernel<T><<<grid_for(kept.numel), kThreads, 0, as_stream(s)>>>(is_max, kept, len, xstep,
-                                                                              static_cast<const T*>(x), out);
+    arg_reduce_kernel<T>
+        <<<grid_for(kept.numel), kThreads, 0, as_stream(s)>>>(is_max, kept, len, xstep, static_cast<const T*>(x), out);
     check_launch(is_max ? "argmax" : "argmin");
   });
 }

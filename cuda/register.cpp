@@ -26,7 +26,7 @@
 namespace snug::cuda {
 
 std::unique_ptr<memory::RawBackend> make_device_memory_backend(Device d);  // memory.cpp
-std::unique_ptr<memory::RawBackend> make_pinned_memory_backend();         // memory.cpp
+std::unique_ptr<memory::RawBackend> make_pinned_memory_backend();          // memory.cpp
 
 void ensure_registered() {
   static std::once_flag once;

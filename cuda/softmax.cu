@@ -26,7 +26,8 @@ namespace {
 
 using softmax_row::FastExp;
 
-template <class A> struct MaxOp {
+template <class A>
+struct MaxOp {
   __device__ A operator()(A a, A b) const { return softmax_row::max_nan(a, b); }  // NaN wins
 };
 
@@ -46,7 +47,8 @@ __global__ void softmax_kernel(bool log, Geometry<2> rows, int64_t len, int64_t 
     for (int64_t i = threadIdx.x; i < len; i += blockDim.x) m = MaxOp<A>{}(m, A(xr[i * xstep]));
     m = block_reduce(m, MaxOp<A>{}, mbuf);
     S s = 0;
-    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) s += S(softmax_row::shifted_exp(A(xr[i * xstep]), m, FastExp{}));
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x)
+      s += S(softmax_row::shifted_exp(A(xr[i * xstep]), m, FastExp{}));
     s = block_reduce(s, SumOp<S>{}, sbuf);
     if (log) {
       const A ls = softmax_row::log_sum<A>(s);
@@ -152,8 +154,8 @@ void softmax(DType t, bool log, const Geometry<2>& rows, int64_t len, int64_t xs
              void* y, StreamHandle s) {
   if (rows.numel == 0 || len == 0) return;
   dispatch_floating(t, log ? "log_softmax" : "softmax", [&]<class T>() {
-    softmax_kernel<T><<<row_grid(rows.numel), kThreads, 0, as_stream(s)>>>(log, rows, len, xstep, ystep,
-                                                                          static_cast<const T*>(x), static_cast<T*>(y));
+    softmax_kernel<T><<<row_grid(rows.numel), kThreads, 0, as_stream(s)>>>(
+        log, rows, len, xstep, ystep, static_cast<const T*>(x), static_cast<T*>(y));
     check_launch("softmax");
   });
 }
@@ -168,8 +170,8 @@ void softmax_backward(DType t, bool log, const Geometry<3>& rows, int64_t len, i
   });
 }
 
-void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y,
-                    StreamHandle s, float* lse) {
+void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y, StreamHandle s,
+                    float* lse) {
   if (rows == 0 || Tk == 0) return;
   dispatch_floating(t, "causal_softmax", [&]<class T>() {
     causal_softmax_kernel<T><<<row_grid(rows), kThreads, 0, as_stream(s)>>>(

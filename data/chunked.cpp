@@ -31,8 +31,8 @@ ChunkedDataset::ChunkedDataset(std::string path, ChunkedOptions opt, RecordDecod
   if (bytes % opt.record_bytes != 0) {
     ::close(fd_);
     throw IOError(str(path_, ": truncated record ", bytes / opt.record_bytes, " at offset ",
-                      bytes / opt.record_bytes * opt.record_bytes, " (the file has ", bytes, " bytes, not a whole number of ",
-                      opt.record_bytes, "-byte records)"));
+                      bytes / opt.record_bytes * opt.record_bytes, " (the file has ", bytes,
+                      " bytes, not a whole number of ", opt.record_bytes, "-byte records)"));
   }
   records_ = bytes / opt.record_bytes;
   chunk_records_ = std::max<int64_t>(1, opt.chunk_bytes / opt.record_bytes);
@@ -45,9 +45,7 @@ ChunkedDataset::~ChunkedDataset() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int64_t ChunkedDataset::memory_bytes() const {
-  return int64_t(slots_.size()) * chunk_records_ * opt_.record_bytes;
-}
+int64_t ChunkedDataset::memory_bytes() const { return int64_t(slots_.size()) * chunk_records_ * opt_.record_bytes; }
 
 int64_t ChunkedDataset::chunk_reads() const {
   std::lock_guard<std::mutex> lk(mu_);
@@ -140,8 +138,8 @@ Sample ChunkedDataset::emit(const uint8_t* bytes, int64_t index) const {
 }
 
 Sample ChunkedDataset::get(int64_t i) const {
-  SNUG_CHECK(i >= 0 && i < records_, IndexError, "ChunkedDataset(", path_, "): record ", i, " out of range (",
-             records_, " records)");
+  SNUG_CHECK(i >= 0 && i < records_, IndexError, "ChunkedDataset(", path_, "): record ", i, " out of range (", records_,
+             " records)");
   const int64_t chunk = i / chunk_records_;
   const size_t s = acquire(chunk);
   // The slot cannot be reused while pinned, so its bytes are read unlocked.

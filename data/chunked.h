@@ -46,9 +46,9 @@ namespace snug::data {
 using RecordDecoder = std::function<Sample(const uint8_t* bytes, int64_t record_bytes, int64_t index)>;
 
 struct ChunkedOptions {
-  int64_t record_bytes = 0;          // required: the size of every record
-  int64_t chunk_bytes = 4 << 20;     // rounded down to whole records (at least one)
-  int64_t max_resident_chunks = 2;   // chunk buffers held at once (>= 1)
+  int64_t record_bytes = 0;         // required: the size of every record
+  int64_t chunk_bytes = 4 << 20;    // rounded down to whole records (at least one)
+  int64_t max_resident_chunks = 2;  // chunk buffers held at once (>= 1)
 };
 
 class ChunkedDataset : public Dataset {

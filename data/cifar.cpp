@@ -30,8 +30,7 @@ std::string find_batch(const std::string& dir, const std::string& name) {
 
 Cifar10Split read_cifar10_batch(const std::string& path) {
   const std::vector<uint8_t> b = read_file_bytes(path);
-  SNUG_CHECK(!b.empty(), IOError, path, ": empty file (offset 0); a CIFAR-10 batch is records of ", kRecord,
-             " bytes");
+  SNUG_CHECK(!b.empty(), IOError, path, ": empty file (offset 0); a CIFAR-10 batch is records of ", kRecord, " bytes");
   const auto size = int64_t(b.size());
   SNUG_CHECK(size % kRecord == 0, IOError, path, ": truncated record ", size / kRecord, " at offset ",
              size / kRecord * kRecord, " (the file has ", size, " bytes, ", size % kRecord, " past the last whole ",

@@ -65,14 +65,14 @@ CollateFn pad_collate(PadOptions opt) {
     const auto B = int64_t(samples.size());
     const size_t nf = samples[0].size();
     SNUG_CHECK(opt.length_field < nf && samples[0][opt.length_field].dim() >= 1, ValueError,
-               "pad_collate: length_field ", opt.length_field, " is not a field with at least one dim (the samples have ",
-               nf, " fields)");
-    SNUG_CHECK(opt.pad_values.empty() || opt.pad_values.size() == nf, ValueError, "pad_collate: ",
-               opt.pad_values.size(), " pad_values for ", nf, " fields");
+               "pad_collate: length_field ", opt.length_field,
+               " is not a field with at least one dim (the samples have ", nf, " fields)");
+    SNUG_CHECK(opt.pad_values.empty() || opt.pad_values.size() == nf, ValueError,
+               "pad_collate: ", opt.pad_values.size(), " pad_values for ", nf, " fields");
     Batch out;
     for (size_t k = 0; k < nf; ++k) {
       const Tensor& first = samples[0][k];
-      if (first.dim() == 0) {  // labels and other scalars: stacked
+      if (first.dim() == 0) {                  // labels and other scalars: stacked
         Tensor t = empty({B}, first.dtype());  // (B)
         for (int64_t b = 0; b < B; ++b) {
           SNUG_CHECK(samples[size_t(b)][k].dim() == 0, ShapeError, "pad_collate: field ", k, " of sample ", b,
@@ -101,8 +101,8 @@ CollateFn pad_collate(PadOptions opt) {
       }
       out.fields.push_back(t);
       if (k == opt.length_field) {
-        out.lengths = empty({B}, DType::i64);         // (B)
-        out.mask = zeros({B, L}, DType::b8);          // (B, L)
+        out.lengths = empty({B}, DType::i64);  // (B)
+        out.mask = zeros({B, L}, DType::b8);   // (B, L)
         int64_t* len = out.lengths.data<int64_t>();
         bool* m = out.mask.data<bool>();
         for (int64_t b = 0; b < B; ++b) {

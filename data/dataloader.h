@@ -41,11 +41,11 @@ namespace snug::data {
 
 struct DataLoaderOptions {
   int64_t batch_size = 1;
-  bool shuffle = false;  // a fresh seeded permutation every epoch
-  uint64_t seed = 0;     // the sampler's and sample_rng()'s seed
-  int num_workers = 0;   // 0: batches are made on the calling thread, when asked for
-  int prefetch_factor = 2;  // batches in flight per worker (NOTE [ DataLoader bounded prefetch ])
-  bool drop_last = false;   // drop a final batch smaller than batch_size
+  bool shuffle = false;             // a fresh seeded permutation every epoch
+  uint64_t seed = 0;                // the sampler's and sample_rng()'s seed
+  int num_workers = 0;              // 0: batches are made on the calling thread, when asked for
+  int prefetch_factor = 2;          // batches in flight per worker (NOTE [ DataLoader bounded prefetch ])
+  bool drop_last = false;           // drop a final batch smaller than batch_size
   bool persistent_workers = false;  // keep the threads between epochs
   // Stage batches in pinned (page-locked) host memory (memory/pinned.h)
   // for fast copies to a GPU. Accepted everywhere; a no-op without a GPU

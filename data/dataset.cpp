@@ -90,7 +90,8 @@ Transform random_flip(int64_t dim, double p, size_t field) {
     PhiloxState st = sample_rng().reserve(1);
     if (double(uniform_at(st, 0)) < p) {
       const int64_t d = dim < 0 ? dim + x.dim() : dim;
-      SNUG_CHECK(d >= 0 && d < x.dim(), IndexError, "random_flip: dim ", dim, " out of range for shape ", shape_str(x.shape()));
+      SNUG_CHECK(d >= 0 && d < x.dim(), IndexError, "random_flip: dim ", dim, " out of range for shape ",
+                 shape_str(x.shape()));
       const int64_t n = x.size(d);
       Tensor rev = empty({n}, DType::i64);
       int64_t* r = rev.data<int64_t>();

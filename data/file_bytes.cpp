@@ -21,8 +21,8 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
       int code = 0;
       std::string why = gzerror(f, &code);
       gzclose(f);
-      throw IOError(str(path, ": corrupt compressed data after decompressed offset ", buf.size(), " (zlib: ", why,
-                        ")"));
+      throw IOError(
+          str(path, ": corrupt compressed data after decompressed offset ", buf.size(), " (zlib: ", why, ")"));
     }
     if (n == 0) break;
     buf.insert(buf.end(), chunk.begin(), chunk.begin() + n);

@@ -19,14 +19,14 @@ uint32_t be32(const std::vector<uint8_t>& b, size_t at) {
 }
 
 // Checks the magic number and reads `ndims` dimensions; returns the header size.
-size_t read_header(const std::vector<uint8_t>& b, const std::string& path, uint32_t magic, int ndims,
-                   const char* what, std::vector<int64_t>& dims) {
+size_t read_header(const std::vector<uint8_t>& b, const std::string& path, uint32_t magic, int ndims, const char* what,
+                   std::vector<int64_t>& dims) {
   const size_t header = 4 + 4 * size_t(ndims);
   if (b.size() >= 4 && be32(b, 0) != magic)
-    throw IOError(str(path, ": bad magic number 0x", std::hex, be32(b, 0), " at offset 0 (expected 0x", magic,
-                      std::dec, ": IDX unsigned bytes with ", ndims, " dims, MNIST ", what, ")"));
-  SNUG_CHECK(b.size() >= header, IOError, path, ": truncated header at offset ", b.size(), " (the file has ",
-             b.size(), " bytes; an IDX ", what, " header has ", header, ")");
+    throw IOError(str(path, ": bad magic number 0x", std::hex, be32(b, 0), " at offset 0 (expected 0x", magic, std::dec,
+                      ": IDX unsigned bytes with ", ndims, " dims, MNIST ", what, ")"));
+  SNUG_CHECK(b.size() >= header, IOError, path, ": truncated header at offset ", b.size(), " (the file has ", b.size(),
+             " bytes; an IDX ", what, " header has ", header, ")");
   for (int d = 0; d < ndims; ++d) {
     const uint32_t v = be32(b, 4 + 4 * size_t(d));
     SNUG_CHECK(v > 0 && v < (1u << 30), IOError, path, ": implausible dimension ", v, " at offset ", 4 + 4 * d);
@@ -51,8 +51,8 @@ std::string find_file(const std::string& dir, const std::string& name) {
     fs::path p = fs::path(dir) / cand;
     if (fs::is_regular_file(p)) return p.string();
   }
-  throw IOError(str("load_mnist: ", (std::filesystem::path(dir) / name).string(), "(.gz) not found: neither ",
-                    name, ".gz nor ", name, " is in ", dir));
+  throw IOError(str("load_mnist: ", (std::filesystem::path(dir) / name).string(), "(.gz) not found: neither ", name,
+                    ".gz nor ", name, " is in ", dir));
 }
 
 }  // namespace

@@ -69,8 +69,8 @@ std::vector<int64_t> ShardedSampler::indices(int64_t epoch) const {
 
 ChunkShuffleSampler::ChunkShuffleSampler(int64_t n, int64_t chunk_size, uint64_t seed, bool shuffle)
     : n_(n), chunk_(chunk_size), seed_(seed), shuffle_(shuffle) {
-  SNUG_CHECK(n >= 0 && chunk_size >= 1, ValueError, "ChunkShuffleSampler: expected n >= 0 and chunk_size >= 1, got ",
-             n, " and ", chunk_size);
+  SNUG_CHECK(n >= 0 && chunk_size >= 1, ValueError, "ChunkShuffleSampler: expected n >= 0 and chunk_size >= 1, got ", n,
+             " and ", chunk_size);
 }
 
 std::vector<int64_t> ChunkShuffleSampler::indices(int64_t epoch) const {
@@ -116,15 +116,14 @@ int64_t BatchSampler::size() const {
 
 TokenBudgetBatchSampler::TokenBudgetBatchSampler(std::vector<int64_t> lengths, TokenBudgetOptions opt)
     : lengths_(std::move(lengths)), opt_(opt) {
-  SNUG_CHECK(opt.max_tokens >= 1, ValueError, "TokenBudgetBatchSampler: max_tokens must be >= 1, got ",
-             opt.max_tokens);
+  SNUG_CHECK(opt.max_tokens >= 1, ValueError, "TokenBudgetBatchSampler: max_tokens must be >= 1, got ", opt.max_tokens);
   SNUG_CHECK(opt.pool_size >= 0 && opt.max_batch_size >= 0, ValueError,
              "TokenBudgetBatchSampler: pool_size and max_batch_size must be >= 0");
   for (size_t i = 0; i < lengths_.size(); ++i) {
     // A sample over the budget cannot be batched without truncating it, and
     // truncating silently would hide data; say so instead.
-    SNUG_CHECK(lengths_[i] >= 1 && lengths_[i] <= opt.max_tokens, ValueError, "TokenBudgetBatchSampler: sample ",
-               i, " has length ", lengths_[i], " (expected 1..max_tokens = ", opt.max_tokens, ")");
+    SNUG_CHECK(lengths_[i] >= 1 && lengths_[i] <= opt.max_tokens, ValueError, "TokenBudgetBatchSampler: sample ", i,
+               " has length ", lengths_[i], " (expected 1..max_tokens = ", opt.max_tokens, ")");
   }
 }
 
@@ -176,8 +175,8 @@ std::vector<int64_t> sequence_lengths(const Dataset& ds, size_t field) {
   std::vector<int64_t> out(size_t(ds.size()));
   for (int64_t i = 0; i < ds.size(); ++i) {
     Sample s = ds.get(i);
-    SNUG_CHECK(field < s.size() && s[field].dim() >= 1, ValueError, "sequence_lengths: sample ", i,
-               " has no field ", field, " with at least one dim");
+    SNUG_CHECK(field < s.size() && s[field].dim() >= 1, ValueError, "sequence_lengths: sample ", i, " has no field ",
+               field, " with at least one dim");
     out[size_t(i)] = s[field].size(0);
   }
   return out;

@@ -58,8 +58,8 @@ Tensor CharTokenizer::encode_tensor(std::string_view text) const {
 std::string CharTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string out(ids.size(), '\0');
   for (size_t i = 0; i < ids.size(); ++i) {
-    SNUG_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), IndexError, "CharTokenizer::decode: id ", ids[i],
-               " at position ", i, " is outside the vocabulary [0, ", vocab_size(), ")");
+    SNUG_CHECK(ids[i] >= 0 && ids[i] < vocab_size(), IndexError, "CharTokenizer::decode: id ", ids[i], " at position ",
+               i, " is outside the vocabulary [0, ", vocab_size(), ")");
     out[i] = vocab_[size_t(ids[i])];
   }
   return out;

@@ -19,8 +19,8 @@ namespace snug::data {
 
 TokenFile::TokenFile(const std::string& path, int token_bytes, int64_t vocab_size)
     : path_(path), width_(token_bytes), vocab_(vocab_size) {
-  SNUG_CHECK(token_bytes == 2 || token_bytes == 4, ValueError, "TokenFile: token_bytes must be 2 (uint16) or 4 (uint32), got ",
-             token_bytes);
+  SNUG_CHECK(token_bytes == 2 || token_bytes == 4, ValueError,
+             "TokenFile: token_bytes must be 2 (uint16) or 4 (uint32), got ", token_bytes);
   SNUG_CHECK(vocab_size >= 0, ValueError, "TokenFile: vocab_size must be >= 0, got ", vocab_size);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   SNUG_CHECK(fd >= 0, IOError, path, ": cannot open (offset 0): ", std::strerror(errno));
@@ -34,8 +34,8 @@ TokenFile::TokenFile(const std::string& path, int token_bytes, int64_t vocab_siz
   if (bytes == 0 || bytes % token_bytes != 0) {
     ::close(fd);
     SNUG_CHECK(bytes != 0, IOError, path, ": empty token file (offset 0)");
-    throw IOError(str(path, ": truncated token at offset ", bytes / token_bytes * token_bytes, " (the file has ",
-                      bytes, " bytes, not a whole number of ", token_bytes * 8, "-bit tokens)"));
+    throw IOError(str(path, ": truncated token at offset ", bytes / token_bytes * token_bytes, " (the file has ", bytes,
+                      " bytes, not a whole number of ", token_bytes * 8, "-bit tokens)"));
   }
   void* p = ::mmap(nullptr, size_t(bytes), PROT_READ, MAP_SHARED, fd, 0);
   const int e = errno;
@@ -73,8 +73,8 @@ void TokenFile::copy_tokens(int64_t start, int64_t n, int64_t* out) const {
   }
   if (vocab_ > 0) {
     for (int64_t i = 0; i < n; ++i)
-      SNUG_CHECK(out[i] < vocab_, IOError, path_, ": token ", out[i], " at offset ", (start + i) * width_,
-                 " (token ", start + i, ") is outside the vocabulary of ", vocab_, " (corrupt file, or the wrong token width?)");
+      SNUG_CHECK(out[i] < vocab_, IOError, path_, ": token ", out[i], " at offset ", (start + i) * width_, " (token ",
+                 start + i, ") is outside the vocabulary of ", vocab_, " (corrupt file, or the wrong token width?)");
   }
 }
 
@@ -142,8 +142,8 @@ void write_token_file(const std::string& path, const std::vector<int64_t>& token
   const int64_t limit = token_bytes == 2 ? (int64_t(1) << 16) : (int64_t(1) << 32);
   std::vector<uint8_t> bytes(tokens.size() * size_t(token_bytes));
   for (size_t i = 0; i < tokens.size(); ++i) {
-    SNUG_CHECK(tokens[i] >= 0 && tokens[i] < limit, ValueError, "write_token_file: token ", tokens[i],
-               " at position ", i, " does not fit ", token_bytes * 8, " bits (use token_bytes = 4)");
+    SNUG_CHECK(tokens[i] >= 0 && tokens[i] < limit, ValueError, "write_token_file: token ", tokens[i], " at position ",
+               i, " does not fit ", token_bytes * 8, " bits (use token_bytes = 4)");
     for (int k = 0; k < token_bytes; ++k) bytes[i * size_t(token_bytes) + size_t(k)] = uint8_t(tokens[i] >> (8 * k));
   }
   const std::string tmp = path + ".tmp";

@@ -156,8 +156,10 @@ void DataParallel::launch(Bucket& b) {
     const Tensor& p = params_[b.params[i]];
     Tensor slot = b.flat.narrow(0, b.offsets[i], p.numel());
     Tensor g = p.grad();
-    if (g.defined()) raw::copy_(slot, g.reshape({-1}));
-    else raw::fill_(slot, 0.0);
+    if (g.defined())
+      raw::copy_(slot, g.reshape({-1}));
+    else
+      raw::fill_(slot, 0.0);
   }
   b.launched = true;
   b.work = group_->all_reduce_async(b.flat, ReduceOp::avg);

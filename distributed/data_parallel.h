@@ -67,7 +67,9 @@ class DataParallel {
   class NoSync {
    public:
     explicit NoSync(DataParallel& dp) : dp_(&dp), prev_(dp.sync_) { dp.sync_ = false; }
-    ~NoSync() { if (dp_) dp_->sync_ = prev_; }
+    ~NoSync() {
+      if (dp_) dp_->sync_ = prev_;
+    }
     NoSync(NoSync&& o) noexcept : dp_(o.dp_), prev_(o.prev_) { o.dp_ = nullptr; }
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;

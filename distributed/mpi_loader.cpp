@@ -35,10 +35,11 @@ bool mpi_available() { return api() != nullptr; }
 
 std::shared_ptr<ProcessGroup> make_mpi_group(std::chrono::milliseconds timeout) {
   if (const MpiPluginApi* a = api()) return a->make_mpi_group(timeout);
-  throw DistributedError(str("make_mpi_group: snug runs without MPI here: the MPI plugin libsnug-mpi.so was not loaded: ",
-                             loaded().error,
-                             kBuilt ? "" : " (this snug was built without MPI: configure with SNUG_MPI=ON after "
-                                           "installing Open MPI: apt-get install openmpi-bin libopenmpi-dev)"));
+  throw DistributedError(
+      str("make_mpi_group: snug runs without MPI here: the MPI plugin libsnug-mpi.so was not loaded: ", loaded().error,
+          kBuilt ? ""
+                 : " (this snug was built without MPI: configure with SNUG_MPI=ON after "
+                   "installing Open MPI: apt-get install openmpi-bin libopenmpi-dev)"));
 }
 
 }  // namespace snug::distributed

@@ -12,10 +12,14 @@ namespace snug::distributed {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::max: return "max";
-    case ReduceOp::min: return "min";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::min:
+      return "min";
   }
   return "?";
 }
@@ -24,21 +28,21 @@ std::chrono::milliseconds default_timeout() {
   if (const char* s = std::getenv("SNUG_DIST_TIMEOUT"); s && *s) {
     char* end = nullptr;
     double sec = std::strtod(s, &end);
-    SNUG_CHECK(end && *end == 0 && sec > 0, ValueError, "SNUG_DIST_TIMEOUT must be a positive number of seconds, got \"",
-               s, "\"");
+    SNUG_CHECK(end && *end == 0 && sec > 0, ValueError,
+               "SNUG_DIST_TIMEOUT must be a positive number of seconds, got \"", s, "\"");
     return std::chrono::milliseconds(static_cast<int64_t>(sec * 1000.0));
   }
   return std::chrono::seconds(300);
 }
 
 ProcessGroup::ProcessGroup(int rank, int size) : rank_(rank), size_(size), timeout_(default_timeout()) {
-  SNUG_CHECK(size >= 1 && rank >= 0 && rank < size, ValueError, "ProcessGroup: rank ", rank,
-             " is not in [0, ", size, ")");
+  SNUG_CHECK(size >= 1 && rank >= 0 && rank < size, ValueError, "ProcessGroup: rank ", rank, " is not in [0, ", size,
+             ")");
 }
 
 void ProcessGroup::check_usable(const char* op) const {
-  SNUG_CHECK(!broken(), DistributedError, op, " on rank ", rank_, ": the ", backend(),
-             " process group is broken (", broken_reason_, "); the ranks are out of step, end the job");
+  SNUG_CHECK(!broken(), DistributedError, op, " on rank ", rank_, ": the ", backend(), " process group is broken (",
+             broken_reason_, "); the ranks are out of step, end the job");
 }
 
 void ProcessGroup::check_tensor(const char* op, const Tensor& t) const {
@@ -133,8 +137,8 @@ WorldInfo detect_world() {
     w.size = env_int(s.size, 1);
     w.local_rank = env_int(s.local, 0);
     w.source = s.name;
-    SNUG_CHECK(w.size >= 1 && w.rank < w.size, ValueError, "detect_world: ", s.name, " says rank ", w.rank,
-               " of ", w.size, " processes");
+    SNUG_CHECK(w.size >= 1 && w.rank < w.size, ValueError, "detect_world: ", s.name, " says rank ", w.rank, " of ",
+               w.size, " processes");
     return w;
   }
   return {};

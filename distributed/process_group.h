@@ -35,9 +35,13 @@
 namespace snug {
 
 // A collective failed: a broken group, a backend error, mismatched tensors.
-class DistributedError : public Error { using Error::Error; };
+class DistributedError : public Error {
+  using Error::Error;
+};
 // A collective did not finish within the group's timeout (NOTE [ Collective timeouts ]).
-class DistributedTimeoutError : public DistributedError { using DistributedError::DistributedError; };
+class DistributedTimeoutError : public DistributedError {
+  using DistributedError::DistributedError;
+};
 
 namespace distributed {
 
@@ -94,7 +98,9 @@ class ProcessGroup {
   // Checks shared by every backend: defined, contiguous, rank in range...
   void check_tensor(const char* op, const Tensor& t) const;
   void check_usable(const char* op) const;  // throws if broken
-  void mark_broken(std::string why) { if (broken_reason_.empty()) broken_reason_ = std::move(why); }
+  void mark_broken(std::string why) {
+    if (broken_reason_.empty()) broken_reason_ = std::move(why);
+  }
 
   int rank_, size_;
   std::chrono::milliseconds timeout_;

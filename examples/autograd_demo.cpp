@@ -73,8 +73,8 @@ int main(int argc, char** argv) {
   std::vector<Tensor> params = {w1, b1, w2, b2};
 
   const double target_var = mean(square(y - mean(y))).item();
-  std::fprintf(text, "fitting sin(x) at %d points with a 1-%d-1 tanh MLP (predicting the mean would score %.4f)\n", n, h,
-              target_var);
+  std::fprintf(text, "fitting sin(x) at %d points with a 1-%d-1 tanh MLP (predicting the mean would score %.4f)\n", n,
+               h, target_var);
   double first = 0, last = 0;
   for (int step = 0; step < args.steps; ++step) {
     const Tensor hid = tanh(matmul(x, w1) + b1);  // (n,H)
@@ -90,18 +90,17 @@ int main(int argc, char** argv) {
         p.set_grad(Tensor());  // like zero_grad(set_to_none=true)
       }
     }
-    if (step % args.every == 0 || step == args.steps - 1)
-      std::fprintf(text, "step %5d  loss %.6f\n", step, last);
+    if (step % args.every == 0 || step == args.steps - 1) std::fprintf(text, "step %5d  loss %.6f\n", step, last);
   }
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool learned = last < target_var / 10;
   std::fprintf(text, "loss %.6f -> %.6f in %d steps (%.2f s)%s\n", first, last, args.steps, seconds,
-              learned ? "" : "  [did not reach var(y)/10]");
+               learned ? "" : "  [did not reach var(y)/10]");
   if (args.json)
-    std::printf("{\"example\":\"autograd_demo\",\"steps\":%d,\"hidden\":%d,\"lr\":%g,\"seed\":%llu,"
-                "\"initial_loss\":%.6g,\"final_loss\":%.6g,\"seconds\":%.3f,\"cuda_devices\":%d}\n",
-                args.steps, h, args.lr, (unsigned long long)args.seed, first, last, seconds,
-                cuda::device_count());
+    std::printf(
+        "{\"example\":\"autograd_demo\",\"steps\":%d,\"hidden\":%d,\"lr\":%g,\"seed\":%llu,"
+        "\"initial_loss\":%.6g,\"final_loss\":%.6g,\"seconds\":%.3f,\"cuda_devices\":%d}\n",
+        args.steps, h, args.lr, (unsigned long long)args.seed, first, last, seconds, cuda::device_count());
   return learned ? 0 : 1;
 }

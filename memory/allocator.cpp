@@ -44,9 +44,8 @@ Registry& registry() {
 }  // namespace
 
 const char* tag_name(Tag t) {
-  static const char* names[kNumTags] = {"other", "parameter", "gradient", "optimizer_state",
-                                        "activation", "temporary", "data", "workspace",
-                                        "master_weights"};
+  static const char* names[kNumTags] = {"other",     "parameter", "gradient",  "optimizer_state", "activation",
+                                        "temporary", "data",      "workspace", "master_weights"};
   int i = static_cast<int>(t);
   return i >= 0 && i < kNumTags ? names[i] : "?";
 }
@@ -67,8 +66,10 @@ CachingAllocator& allocator_for(Device d) {
   std::lock_guard<std::mutex> lock(r.mu);
   if (CachingAllocator* a = slot.load(std::memory_order_relaxed)) return *a;
   std::unique_ptr<RawBackend> backend;
-  if (const BackendFactory& f = r.factories[static_cast<int>(d.type)]) backend = f(d);
-  else if (d.is_cpu()) backend = std::make_unique<HostBackend>();
+  if (const BackendFactory& f = r.factories[static_cast<int>(d.type)])
+    backend = f(d);
+  else if (d.is_cpu())
+    backend = std::make_unique<HostBackend>();
   SNUG_CHECK(backend != nullptr, DeviceError, "memory: no memory backend for ", d,
              d.is_cuda() ? " (this build has no CUDA backend registered)" : "");
   auto* a = new CachingAllocator(d, std::move(backend), r.settings);  // never deleted: see NOTE above

@@ -66,8 +66,10 @@ const char* CachingAllocator::intern_op(const char* op) {
   const char** seen = op_seen_.find(op);
   if (seen && std::strcmp(*seen, op) == 0) return *seen;
   const char* copy = op_names_.emplace(op).first->c_str();
-  if (seen) *seen = copy;
-  else op_seen_.insert(op, copy);
+  if (seen)
+    *seen = copy;
+  else
+    op_seen_.insert(op, copy);
   return copy;
 }
 
@@ -221,8 +223,8 @@ void CachingAllocator::release_cached() {
 
 // The out-of-memory path: a new segment; then wait for blocks held back by
 // other streams and look again; then free the cache and retry; then throw.
-CachingAllocator::Block* CachingAllocator::alloc_slow(bool small, std::size_t size, std::size_t nbytes,
-                                                      StreamId stream, Tag tag, const char* op) {
+CachingAllocator::Block* CachingAllocator::alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream,
+                                                      Tag tag, const char* op) {
   const std::size_t seg = segment_size(size);
   if (Block* b = new_segment(small, seg, stream)) {
     ++stats_.num_cache_misses;
@@ -255,8 +257,10 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   if (!pending_.empty()) process_events(/*wait=*/false);
   const bool small = size <= settings_.small_threshold;
   Block* b = find_free(small, size, stream);
-  if (b) ++stats_.num_cache_hits;
-  else b = alloc_slow(small, size, nbytes, stream, tag, op);
+  if (b)
+    ++stats_.num_cache_hits;
+  else
+    b = alloc_slow(small, size, nbytes, stream, tag, op);
 
   if (should_split(b, size)) {
     Block* rest = new_block();
@@ -382,8 +386,7 @@ std::size_t CachingAllocator::largest_free_block() const {
 void CachingAllocator::throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
                                  const char* op, bool backend_failed) {
   ++stats_.num_ooms;
-  if (history_.enabled())
-    history_.record(Action::oom, trace_now_ns(), 0, size, nbytes, stream, tag, intern_op(op));
+  if (history_.enabled()) history_.record(Action::oom, trace_now_ns(), 0, size, nbytes, stream, tag, intern_op(op));
   const std::size_t seg = segment_size(size);
   const auto allocated = static_cast<std::size_t>(stats_.allocated_bytes.current);
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
@@ -399,8 +402,8 @@ void CachingAllocator::throw_oom(bool small, std::size_t size, std::size_t nbyte
     cause = str("the ", backend_->name(), " backend could not provide a ", format_bytes(seg),
                 " segment (the device itself is out of memory)");
   } else if (allocated + size > capacity_ || size > capacity_) {
-    cause = str("capacity: live allocations (", format_bytes(allocated), ") plus this request (",
-                format_bytes(size), ") exceed the capacity (", format_bytes(capacity_), ")");
+    cause = str("capacity: live allocations (", format_bytes(allocated), ") plus this request (", format_bytes(size),
+                ") exceed the capacity (", format_bytes(capacity_), ")");
   } else {
     fragmentation = true;
     cause = str("fragmentation: ", format_bytes(capacity_ - allocated),
@@ -408,22 +411,20 @@ void CachingAllocator::throw_oom(bool small, std::size_t size, std::size_t nbyte
                 " segment is large enough");
   }
   std::string cap = capacity_ == kNoLimit ? std::string("none set") : format_bytes(capacity_);
-  std::string msg = str(
-      device_, " out of memory: tried to allocate ", format_bytes(nbytes), " (", nbytes, " bytes; ", size,
-      " after rounding, from the ", small ? "small" : "large", " pool, stream ", stream, ")\n",
-      "  capacity                 ", cap, "\n",
-      "  allocated                ", format_bytes(allocated), "\n",
-      "  reserved but unallocated ", format_bytes(cached), " (after freeing the cache and retrying)\n",
-      "  largest free block       ", format_bytes(largest), "\n",
-      "  fragmentation            ", frag_text, " (1 - largest free block / reserved but unallocated)\n",
-      "  cause: ", cause, "\n",
-      "  what would help: activation checkpointing (autograd checkpoint / checkpoint_sequential: recompute "
-      "segments in backward instead of keeping their activations), mixed precision (amp autocast to f16/bf16), "
-      "gradient accumulation (smaller micro-batches, same effective batch), a smaller batch",
-      fragmentation ? "; for fragmentation also SNUG_ALLOC_CONF=max_split_size=... (keeps large cached blocks "
-                      "whole) or memory::empty_cache()"
-                    : "",
-      capacity_ != kNoLimit && !backend_failed ? "; or raise the capacity (memory::set_capacity)" : "");
+  std::string msg =
+      str(device_, " out of memory: tried to allocate ", format_bytes(nbytes), " (", nbytes, " bytes; ", size,
+          " after rounding, from the ", small ? "small" : "large", " pool, stream ", stream, ")\n",
+          "  capacity                 ", cap, "\n", "  allocated                ", format_bytes(allocated), "\n",
+          "  reserved but unallocated ", format_bytes(cached), " (after freeing the cache and retrying)\n",
+          "  largest free block       ", format_bytes(largest), "\n", "  fragmentation            ", frag_text,
+          " (1 - largest free block / reserved but unallocated)\n", "  cause: ", cause, "\n",
+          "  what would help: activation checkpointing (autograd checkpoint / checkpoint_sequential: recompute "
+          "segments in backward instead of keeping their activations), mixed precision (amp autocast to f16/bf16), "
+          "gradient accumulation (smaller micro-batches, same effective batch), a smaller batch",
+          fragmentation ? "; for fragmentation also SNUG_ALLOC_CONF=max_split_size=... (keeps large cached blocks "
+                          "whole) or memory::empty_cache()"
+                        : "",
+          capacity_ != kNoLimit && !backend_failed ? "; or raise the capacity (memory::set_capacity)" : "");
   throw OutOfMemoryError(msg, nbytes, capacity_);
 }
 
@@ -481,9 +482,8 @@ DeviceStats CachingAllocator::stats() const {
 
 void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.active_bytes,
-                  &stats_.inactive_split_bytes, &stats_.reserved_bytes, &stats_.allocation, &stats_.active,
-                  &stats_.inactive_split, &stats_.segment})
+  for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes,
+                  &stats_.reserved_bytes, &stats_.allocation, &stats_.active, &stats_.inactive_split, &stats_.segment})
     s->reset_peak();
   for (int t = 0; t < kNumTags; ++t) {
     stats_.tag_bytes[t].reset_peak();
@@ -498,8 +498,8 @@ void CachingAllocator::record_history(bool enabled, std::size_t max_entries) {
 
 void CachingAllocator::record(Action a, const Block* b, std::size_t requested) {
   if (!history_.enabled()) return;
-  history_.record(a, trace_now_ns(), reinterpret_cast<std::uintptr_t>(b->ptr), b->size, requested, b->stream,
-                  b->tag, b->op);
+  history_.record(a, trace_now_ns(), reinterpret_cast<std::uintptr_t>(b->ptr), b->size, requested, b->stream, b->tag,
+                  b->op);
 }
 
 DeviceSnapshot CachingAllocator::snapshot() const {
@@ -518,8 +518,8 @@ DeviceSnapshot CachingAllocator::snapshot() const {
     seg.small_pool = head->small;
     for (const Block* b = head; b; b = b->next) {
       seg.size += b->size;
-      seg.blocks.push_back(BlockInfo{reinterpret_cast<std::uintptr_t>(b->ptr), b->size, b->requested, b->state,
-                                     b->tag, b->op ? b->op : ""});
+      seg.blocks.push_back(BlockInfo{reinterpret_cast<std::uintptr_t>(b->ptr), b->size, b->requested, b->state, b->tag,
+                                     b->op ? b->op : ""});
     }
     d.segments.push_back(std::move(seg));
   }
@@ -553,7 +553,8 @@ void CachingAllocator::check_invariants() const {
       if (b->state == BlockState::free) {
         ++n_free;
         if (b->next && b->next->state == BlockState::free) fail("two adjacent free blocks (missed coalesce)");
-        if (!(b->small ? small_free_ : large_free_).count(const_cast<Block*>(b))) fail("free block missing from its pool");
+        if (!(b->small ? small_free_ : large_free_).count(const_cast<Block*>(b)))
+          fail("free block missing from its pool");
         if (b->is_split()) {
           split_bytes += static_cast<int64_t>(b->size);
           ++n_split;

@@ -60,7 +60,7 @@ class CachingAllocator {
   // p (live) is also used on `stream`; see NOTE [ Stream-aware reuse ].
   void record_stream(void* p, StreamId stream);
 
-  void empty_cache();                   // waits for pending events, returns free segments
+  void empty_cache();                    // waits for pending events, returns free segments
   void set_capacity(std::size_t bytes);  // kNoLimit: none; frees the cache if over
   void set_capacity_fraction(double f);  // f in (0, 1] of backend().total_memory()
   std::size_t capacity() const;
@@ -119,8 +119,8 @@ class CachingAllocator {
   NodePool set_nodes_;
   std::vector<Block*> spare_blocks_;  // Block objects kept for reuse
   FreeSet small_free_, large_free_;
-  PtrMap<Block*> live_;               // allocated blocks by address
-  std::map<std::uintptr_t, Block*> segments_;         // first block of each segment
+  PtrMap<Block*> live_;                                  // allocated blocks by address
+  std::map<std::uintptr_t, Block*> segments_;            // first block of each segment
   std::vector<std::pair<EventHandle, Block*>> pending_;  // see NOTE [ Stream-aware reuse ]
   // An OpScope's string need only outlive the scope, but a block keeps its op
   // name for snapshots: blocks point at copies here (by content, never freed;

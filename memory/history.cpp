@@ -14,11 +14,16 @@ using nlohmann::json;
 
 const char* action_name(Action a) {
   switch (a) {
-    case Action::alloc: return "alloc";
-    case Action::free: return "free";
-    case Action::segment_alloc: return "segment_alloc";
-    case Action::segment_free: return "segment_free";
-    case Action::oom: return "oom";
+    case Action::alloc:
+      return "alloc";
+    case Action::free:
+      return "free";
+    case Action::segment_alloc:
+      return "segment_alloc";
+    case Action::segment_free:
+      return "segment_free";
+    case Action::oom:
+      return "oom";
   }
   return "?";
 }
@@ -31,9 +36,12 @@ Action parse_action(const std::string& s) {
 
 const char* block_state_name(BlockState s) {
   switch (s) {
-    case BlockState::allocated: return "allocated";
-    case BlockState::pending_free: return "pending_free";
-    case BlockState::free: return "free";
+    case BlockState::allocated:
+      return "allocated";
+    case BlockState::pending_free:
+      return "pending_free";
+    case BlockState::free:
+      return "free";
   }
   return "?";
 }
@@ -60,9 +68,7 @@ void History::enable(bool on, std::size_t max_entries) {
   enabled_ = on;
 }
 
-void History::clear() {
-  head_ = count_ = dropped_ = 0;
-}
+void History::clear() { head_ = count_ = dropped_ = 0; }
 
 void History::record(Action a, uint64_t time_ns, std::uintptr_t addr, std::size_t size, std::size_t requested,
                      StreamId stream, Tag tag, const char* op) {
@@ -75,11 +81,15 @@ void History::record(Action a, uint64_t time_ns, std::uintptr_t addr, std::size_
   e.requested = requested;
   e.stream = stream;
   e.tag = tag;
-  if (op) e.op.assign(op);
-  else e.op.clear();
+  if (op)
+    e.op.assign(op);
+  else
+    e.op.clear();
   head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
-  if (count_ < ring_.size()) ++count_;
-  else ++dropped_;
+  if (count_ < ring_.size())
+    ++count_;
+  else
+    ++dropped_;
 }
 
 std::vector<TraceEntry> History::entries() const {
@@ -117,12 +127,13 @@ Tag tag_from(const std::string& s) {
   throw ValueError(str("memory trace: unknown tag \"", s, "\""));
 }
 
-#define SNUG_STAT_FIELDS(X)                                                                                \
-  X(allocated_bytes) X(requested_bytes) X(active_bytes) X(inactive_split_bytes) X(reserved_bytes) X(allocation) \
-  X(active) X(inactive_split) X(segment)
-#define SNUG_COUNTER_FIELDS(X)                                                                         \
-  X(num_alloc_retries) X(num_ooms) X(num_cache_hits) X(num_cache_misses) X(num_raw_allocs) X(num_raw_frees) \
-  X(num_deferred_frees)
+#define SNUG_STAT_FIELDS(X)                                                                            \
+  X(allocated_bytes)                                                                                   \
+  X(requested_bytes) X(active_bytes) X(inactive_split_bytes) X(reserved_bytes) X(allocation) X(active) \
+      X(inactive_split) X(segment)
+#define SNUG_COUNTER_FIELDS(X) \
+  X(num_alloc_retries)         \
+  X(num_ooms) X(num_cache_hits) X(num_cache_misses) X(num_raw_allocs) X(num_raw_frees) X(num_deferred_frees)
 
 json stats_json(const DeviceStats& s) {
   json j;
@@ -159,8 +170,8 @@ DeviceStats stats_from(const json& j) {
 }
 
 json event_json(const TraceEntry& e) {
-  return {{"action", action_name(e.action)}, {"time_ns", e.time_ns}, {"address", e.address}, {"size", e.size},
-          {"requested", e.requested}, {"stream", e.stream}, {"tag", tag_name(e.tag)}, {"op", e.op}};
+  return {{"action", action_name(e.action)}, {"time_ns", e.time_ns}, {"address", e.address},   {"size", e.size},
+          {"requested", e.requested},        {"stream", e.stream},   {"tag", tag_name(e.tag)}, {"op", e.op}};
 }
 
 TraceEntry event_from(const json& j) {
@@ -185,16 +196,27 @@ std::string snapshot_to_json(const Snapshot& snap, int indent) {
     for (const SegmentInfo& s : d.segments) {
       json blocks = json::array();
       for (const BlockInfo& b : s.blocks)
-        blocks.push_back({{"address", b.address}, {"size", b.size}, {"requested", b.requested},
-                          {"state", block_state_name(b.state)}, {"tag", tag_name(b.tag)}, {"op", b.op}});
-      segs.push_back({{"address", s.address}, {"size", s.size}, {"stream", s.stream},
-                      {"pool", s.small_pool ? "small" : "large"}, {"blocks", blocks}});
+        blocks.push_back({{"address", b.address},
+                          {"size", b.size},
+                          {"requested", b.requested},
+                          {"state", block_state_name(b.state)},
+                          {"tag", tag_name(b.tag)},
+                          {"op", b.op}});
+      segs.push_back({{"address", s.address},
+                      {"size", s.size},
+                      {"stream", s.stream},
+                      {"pool", s.small_pool ? "small" : "large"},
+                      {"blocks", blocks}});
     }
     json events = json::array();
     for (const TraceEntry& e : d.events) events.push_back(event_json(e));
-    devices.push_back({{"device", d.device}, {"backend", d.backend}, {"settings", d.settings.to_string()},
-                       {"capacity", size_or_null(d.capacity)}, {"stats", stats_json(d.stats)},
-                       {"segments", segs}, {"events", events}});
+    devices.push_back({{"device", d.device},
+                       {"backend", d.backend},
+                       {"settings", d.settings.to_string()},
+                       {"capacity", size_or_null(d.capacity)},
+                       {"stats", stats_json(d.stats)},
+                       {"segments", segs},
+                       {"events", events}});
   }
   json root = {{"format", "snug-memory-snapshot"}, {"version", 1}, {"devices", devices}};
   return root.dump(indent);
@@ -228,10 +250,10 @@ Snapshot snapshot_from_json(const std::string& text, const std::string& what) {
           b.size = bj.at("size").get<std::size_t>();
           b.requested = bj.value("requested", std::size_t{0});
           std::string st = bj.at("state").get<std::string>();
-          b.state = st == "allocated" ? BlockState::allocated
+          b.state = st == "allocated"      ? BlockState::allocated
                     : st == "pending_free" ? BlockState::pending_free
-                    : st == "free" ? BlockState::free
-                                   : throw ValueError(str("unknown block state \"", st, "\""));
+                    : st == "free"         ? BlockState::free
+                                           : throw ValueError(str("unknown block state \"", st, "\""));
           b.tag = tag_from(bj.value("tag", std::string("other")));
           b.op = bj.value("op", std::string());
           s.blocks.push_back(std::move(b));

@@ -42,8 +42,8 @@ class History {
   void clear();
   // Overwrites the oldest entry when full; reuses its string's storage, so
   // steady-state recording does not allocate for short op names.
-  void record(Action a, uint64_t time_ns, std::uintptr_t addr, std::size_t size, std::size_t requested,
-              StreamId stream, Tag tag, const char* op);
+  void record(Action a, uint64_t time_ns, std::uintptr_t addr, std::size_t size, std::size_t requested, StreamId stream,
+              Tag tag, const char* op);
   std::vector<TraceEntry> entries() const;  // oldest first
   std::size_t dropped() const { return dropped_; }
 

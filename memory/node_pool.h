@@ -58,12 +58,12 @@ struct PoolAllocator {
   template <class U>
   PoolAllocator(const PoolAllocator<U>& o) : pool(o.pool) {}  // NOLINT: rebinding
 
-  T* allocate(std::size_t n) {
-    return static_cast<T*>(n == 1 ? pool->get(sizeof(T)) : ::operator new(n * sizeof(T)));
-  }
+  T* allocate(std::size_t n) { return static_cast<T*>(n == 1 ? pool->get(sizeof(T)) : ::operator new(n * sizeof(T))); }
   void deallocate(T* p, std::size_t n) {
-    if (n == 1) pool->put(p, sizeof(T));
-    else ::operator delete(p);
+    if (n == 1)
+      pool->put(p, sizeof(T));
+    else
+      ::operator delete(p);
   }
   template <class U>
   bool operator==(const PoolAllocator<U>& o) const {

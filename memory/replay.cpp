@@ -9,8 +9,8 @@
 
 namespace snug::memory {
 
-ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettings& settings,
-                    std::size_t capacity, bool snapshot_at_peak) {
+ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettings& settings, std::size_t capacity,
+                    bool snapshot_at_peak) {
   // The simulated device is as large as the capacity asks (or "infinite"), so
   // only the capacity decides whether a replayed allocation fits.
   const std::size_t total = capacity == kNoLimit ? std::size_t{1} << 46 : capacity;

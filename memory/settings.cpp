@@ -19,8 +19,8 @@ std::string size_str(std::size_t v) { return v == kNoLimit ? "none" : std::to_st
 std::size_t parse_size(const std::string& key, const std::string& text) {
   std::size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  SNUG_CHECK(i > 0, ValueError, "allocator setting ", key, ": expected a byte count like 512, 4MiB or 1G, got \"",
-             text, "\"");
+  SNUG_CHECK(i > 0, ValueError, "allocator setting ", key, ": expected a byte count like 512, 4MiB or 1G, got \"", text,
+             "\"");
   // Digit by digit with an overflow check: every value to_string() prints (up
   // to SIZE_MAX, 20 digits) must parse back (found by fuzzing: a 13-digit
   // count in MiB printed as 20 digits, which a 19-digit limit refused).
@@ -32,10 +32,14 @@ std::size_t parse_size(const std::string& key, const std::string& text) {
   }
   std::string suffix = text.substr(i);
   unsigned long long mult = 1;
-  if (suffix.empty() || suffix == "B") mult = 1;
-  else if (suffix == "K" || suffix == "KiB" || suffix == "k" || suffix == "KB") mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "MiB" || suffix == "MB") mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "GiB" || suffix == "GB") mult = 1ull << 30;
+  if (suffix.empty() || suffix == "B")
+    mult = 1;
+  else if (suffix == "K" || suffix == "KiB" || suffix == "k" || suffix == "KB")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "MiB" || suffix == "MB")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "GiB" || suffix == "GB")
+    mult = 1ull << 30;
   else
     throw ValueError(str("allocator setting ", key, ": unknown size suffix \"", suffix, "\" in \"", text,
                          "\" (use K, M, G, KiB, MiB or GiB)"));
@@ -50,14 +54,14 @@ const char* fit_name(FitPolicy f) { return f == FitPolicy::best ? "best" : "firs
 void AllocatorSettings::validate() const {
   // round must keep every block 64-byte aligned: segments start page-aligned
   // and blocks start at multiples of round inside them.
-  SNUG_CHECK(is_pow2(round) && round >= 64, ValueError,
-             "allocator setting round: must be a power of two >= 64, got ", round);
+  SNUG_CHECK(is_pow2(round) && round >= 64, ValueError, "allocator setting round: must be a power of two >= 64, got ",
+             round);
   SNUG_CHECK(small_threshold > 0 && small_threshold % round == 0, ValueError,
              "allocator setting small_threshold: must be a positive multiple of round (", round, "), got ",
              small_threshold);
   SNUG_CHECK(small_segment >= small_threshold && small_segment % round == 0, ValueError,
-             "allocator setting small_segment: must be a multiple of round (", round,
-             ") and >= small_threshold (", small_threshold, "), got ", small_segment);
+             "allocator setting small_segment: must be a multiple of round (", round, ") and >= small_threshold (",
+             small_threshold, "), got ", small_segment);
   SNUG_CHECK(large_round > 0 && large_round % round == 0, ValueError,
              "allocator setting large_round: must be a positive multiple of round (", round, "), got ", large_round);
   SNUG_CHECK(large_segment > small_threshold && large_segment % large_round == 0, ValueError,
@@ -71,9 +75,8 @@ void AllocatorSettings::validate() const {
              large_growth);
   // A max_split_size at or below the shared large segment would leave fresh
   // large segments unsplittable and unusable by the requests they were made for.
-  SNUG_CHECK(max_split_size > large_segment, ValueError,
-             "allocator setting max_split_size: must be > large_segment (", large_segment, ") or none, got ",
-             max_split_size);
+  SNUG_CHECK(max_split_size > large_segment, ValueError, "allocator setting max_split_size: must be > large_segment (",
+             large_segment, ") or none, got ", max_split_size);
   SNUG_CHECK(max_split_tolerance % round == 0, ValueError,
              "allocator setting max_split_tolerance: must be a multiple of round (", round, "), got ",
              max_split_tolerance);
@@ -81,9 +84,9 @@ void AllocatorSettings::validate() const {
 
 std::string AllocatorSettings::to_string() const {
   return str("round=", round, ",small_threshold=", small_threshold, ",small_segment=", small_segment,
-             ",large_segment=", large_segment, ",large_threshold=", large_threshold, ",large_round=", large_round, ",large_growth=", large_growth,
-             ",max_split_size=", size_str(max_split_size), ",max_split_tolerance=", max_split_tolerance,
-             ",fit=", fit_name(fit));
+             ",large_segment=", large_segment, ",large_threshold=", large_threshold, ",large_round=", large_round,
+             ",large_growth=", large_growth, ",max_split_size=", size_str(max_split_size),
+             ",max_split_tolerance=", max_split_tolerance, ",fit=", fit_name(fit));
 }
 
 AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings s) {
@@ -101,20 +104,31 @@ AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings s) {
     SNUG_CHECK(eq != std::string::npos && eq > 0, ValueError, "allocator settings: expected key=value, got \"", item,
                "\" in \"", conf, "\"");
     std::string key = item.substr(0, eq), val = item.substr(eq + 1);
-    if (key == "round") s.round = parse_size(key, val);
-    else if (key == "small_threshold") s.small_threshold = parse_size(key, val);
-    else if (key == "small_segment") s.small_segment = parse_size(key, val);
-    else if (key == "large_segment") s.large_segment = parse_size(key, val);
-    else if (key == "large_threshold") s.large_threshold = parse_size(key, val);
-    else if (key == "large_round") s.large_round = parse_size(key, val);
-    else if (key == "large_growth") s.large_growth = parse_size(key, val);
-    else if (key == "max_split_tolerance") s.max_split_tolerance = parse_size(key, val);
+    if (key == "round")
+      s.round = parse_size(key, val);
+    else if (key == "small_threshold")
+      s.small_threshold = parse_size(key, val);
+    else if (key == "small_segment")
+      s.small_segment = parse_size(key, val);
+    else if (key == "large_segment")
+      s.large_segment = parse_size(key, val);
+    else if (key == "large_threshold")
+      s.large_threshold = parse_size(key, val);
+    else if (key == "large_round")
+      s.large_round = parse_size(key, val);
+    else if (key == "large_growth")
+      s.large_growth = parse_size(key, val);
+    else if (key == "max_split_tolerance")
+      s.max_split_tolerance = parse_size(key, val);
     else if (key == "max_split_size")
       s.max_split_size = (val == "none" || val == "inf") ? kNoLimit : parse_size(key, val);
     else if (key == "fit") {
-      if (val == "best") s.fit = FitPolicy::best;
-      else if (val == "first") s.fit = FitPolicy::first;
-      else throw ValueError(str("allocator setting fit: expected best or first, got \"", val, "\""));
+      if (val == "best")
+        s.fit = FitPolicy::best;
+      else if (val == "first")
+        s.fit = FitPolicy::first;
+      else
+        throw ValueError(str("allocator setting fit: expected best or first, got \"", val, "\""));
     } else {
       throw ValueError(str("allocator settings: unknown setting \"", key,
                            "\" (known: round, small_threshold, small_segment, large_segment, large_threshold, "

@@ -18,17 +18,17 @@ enum class FitPolicy : uint8_t { best, first };
 inline constexpr std::size_t kNoLimit = SIZE_MAX;
 
 struct AllocatorSettings {
-  std::size_t round = 512;                   // every request is rounded up to a multiple
-  std::size_t small_threshold = 1u << 20;    // requests <= this use the small pool
-  std::size_t small_segment = 2u << 20;      // raw segment size of the small pool
-  std::size_t large_segment = 20u << 20;     // raw segment for large requests < large_threshold
-  std::size_t large_threshold = 10u << 20;   // requests >= this get their own segment...
-  std::size_t large_round = 2u << 20;        // ...rounded up to a multiple of this
+  std::size_t round = 512;                  // every request is rounded up to a multiple
+  std::size_t small_threshold = 1u << 20;   // requests <= this use the small pool
+  std::size_t small_segment = 2u << 20;     // raw segment size of the small pool
+  std::size_t large_segment = 20u << 20;    // raw segment for large requests < large_threshold
+  std::size_t large_threshold = 10u << 20;  // requests >= this get their own segment...
+  std::size_t large_round = 2u << 20;       // ...rounded up to a multiple of this
   // Requests < large_threshold get a segment of large-pool reserved bytes /
   // large_growth (at least the request, at most large_segment, rounded up to
   // large_round); 0: always large_segment. See NOTE [ Segment growth ].
   std::size_t large_growth = 16;
-  std::size_t max_split_size = kNoLimit;     // blocks >= this are never split
+  std::size_t max_split_size = kNoLimit;        // blocks >= this are never split
   std::size_t max_split_tolerance = 20u << 20;  // an oversize request may take a block this much bigger
   FitPolicy fit = FitPolicy::best;
 

@@ -45,13 +45,13 @@ struct DeviceStats {
   Stat allocated_bytes, requested_bytes, active_bytes, inactive_split_bytes, reserved_bytes;
   Stat allocation, active, inactive_split, segment;  // counts of blocks / segments
 
-  int64_t num_alloc_retries = 0;  // allocations that had to free the cache and retry
-  int64_t num_ooms = 0;           // OutOfMemoryErrors thrown
-  int64_t num_cache_hits = 0;     // allocations served from a cached free block
-  int64_t num_cache_misses = 0;   // allocations that needed a new segment (== raw allocs made for them)
-  int64_t num_raw_allocs = 0;     // segments obtained from the backend
-  int64_t num_raw_frees = 0;      // segments returned to the backend
-  int64_t num_deferred_frees = 0; // frees that waited for another stream's event
+  int64_t num_alloc_retries = 0;   // allocations that had to free the cache and retry
+  int64_t num_ooms = 0;            // OutOfMemoryErrors thrown
+  int64_t num_cache_hits = 0;      // allocations served from a cached free block
+  int64_t num_cache_misses = 0;    // allocations that needed a new segment (== raw allocs made for them)
+  int64_t num_raw_allocs = 0;      // segments obtained from the backend
+  int64_t num_raw_frees = 0;       // segments returned to the backend
+  int64_t num_deferred_frees = 0;  // frees that waited for another stream's event
 
   // Allocated bytes per tag (index: static_cast<int>(Tag)). tag_at_peak is the
   // breakdown at the moment allocated_bytes last reached its peak, which

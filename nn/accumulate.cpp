@@ -31,7 +31,8 @@ double GradAccumulator::backward(const Tensor& mean_loss, double weight) {
 
 int64_t count_tokens(const Tensor& targets, int64_t ignore_index) {
   Tensor valid = raw::compare_scalar(CompareOp::ne, targets, static_cast<double>(ignore_index));
-  return static_cast<int64_t>(std::llround(raw::reduce(ReduceOp::sum, raw::to_dtype(valid, DType::f64), {}, false).item()));
+  return static_cast<int64_t>(
+      std::llround(raw::reduce(ReduceOp::sum, raw::to_dtype(valid, DType::f64), {}, false).item()));
 }
 
 std::vector<Tensor> split_batch(const Tensor& t, int64_t k) {

@@ -21,13 +21,13 @@ Tensor MultiheadAttention::forward(const Tensor& x, const Tensor& mask) {
   SNUG_CHECK(x.dim() == 3 && x.size(2) == embd, ShapeError, "MultiheadAttention: expected input (B, T, ", embd,
              "), got ", shape_str(x.shape()));
   const int64_t B = x.size(0), T = x.size(1), D = head_dim;
-  Tensor qkv_out = qkv->forward(x);                                   // (B, T, 3C)
-  if (causal && !mask.defined())  // fused on the CPU (NOTE [ Fused causal attention ])
+  Tensor qkv_out = qkv->forward(x);  // (B, T, 3C)
+  if (causal && !mask.defined())     // fused on the CPU (NOTE [ Fused causal attention ])
     return proj->forward(F::causal_self_attention(qkv_out, heads, dropout_p, is_training()));
   Tensor split = qkv_out.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
   Tensor q = split.select(0, 0), k = split.select(0, 1), v = split.select(0, 2);
   Tensor y = F::scaled_dot_product_attention(q, k, v, causal, mask, dropout_p, is_training());  // (B, H, T, D)
-  y = y.transpose(1, 2).reshape({B, T, heads * D});                  // (B, T, H D), = (B, T, C) unless heads were pruned
+  y = y.transpose(1, 2).reshape({B, T, heads * D});  // (B, T, H D), = (B, T, C) unless heads were pruned
   return proj->forward(y);
 }
 

@@ -22,7 +22,7 @@ struct ChainSegment {
 };
 
 struct ChainPlan {
-  std::vector<ChainSegment> segments;  // empty: run the chain plainly
+  std::vector<ChainSegment> segments;   // empty: run the chain plainly
   autograd::CheckpointOptions options;  // for the checkpointed segments (policy, verify)
 
   bool empty() const { return segments.empty(); }

@@ -11,22 +11,26 @@ namespace snug::nn {
 namespace F = functional;
 
 namespace {
-std::string pair_str(std::array<int64_t, 2> a) {
-  return a[0] == a[1] ? str(a[0]) : str("(", a[0], ", ", a[1], ")");
-}
+std::string pair_str(std::array<int64_t, 2> a) { return a[0] == a[1] ? str(a[0]) : str("(", a[0], ", ", a[1], ")"); }
 }  // namespace
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d, int64_t g, bool has_bias,
                TensorOptions opt)
     : Conv2d(in, out, {k, k}, {s, s}, {p, p}, {d, d}, g, has_bias, opt) {}
 
-Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> k, std::array<int64_t, 2> s,
-               std::array<int64_t, 2> p, std::array<int64_t, 2> d, int64_t g, bool has_bias, TensorOptions opt)
-    : Module("Conv2d"), in_channels(in), out_channels(out), groups(g), kernel_size(k), stride(s), padding(p),
+Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::array<int64_t, 2> p,
+               std::array<int64_t, 2> d, int64_t g, bool has_bias, TensorOptions opt)
+    : Module("Conv2d"),
+      in_channels(in),
+      out_channels(out),
+      groups(g),
+      kernel_size(k),
+      stride(s),
+      padding(p),
       dilation(d) {
   SNUG_CHECK(in > 0 && out > 0, ValueError, "Conv2d: channels must be positive, got in=", in, ", out=", out);
-  SNUG_CHECK(g >= 1 && in % g == 0 && out % g == 0, ValueError, "Conv2d: groups=", g,
-             " must divide both in=", in, " and out=", out);
+  SNUG_CHECK(g >= 1 && in % g == 0 && out % g == 0, ValueError, "Conv2d: groups=", g, " must divide both in=", in,
+             " and out=", out);
   SNUG_CHECK(k[0] >= 1 && k[1] >= 1, ValueError, "Conv2d: kernel size must be >= 1, got ", pair_str(k));
   SNUG_CHECK(s[0] >= 1 && s[1] >= 1 && d[0] >= 1 && d[1] >= 1 && p[0] >= 0 && p[1] >= 0, ValueError,
              "Conv2d: expected stride >= 1, dilation >= 1, padding >= 0, got stride ", pair_str(s), ", dilation ",
@@ -42,8 +46,14 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::array<int64_t, 2> k, std::array<int
 }
 
 Conv2d::Conv2d(std::string name, const Conv2d& like)
-    : Module(std::move(name)), in_channels(like.in_channels), out_channels(like.out_channels), groups(like.groups),
-      kernel_size(like.kernel_size), stride(like.stride), padding(like.padding), dilation(like.dilation) {}
+    : Module(std::move(name)),
+      in_channels(like.in_channels),
+      out_channels(like.out_channels),
+      groups(like.groups),
+      kernel_size(like.kernel_size),
+      stride(like.stride),
+      padding(like.padding),
+      dilation(like.dilation) {}
 
 Tensor Conv2d::forward(const Tensor& x) { return F::conv2d(x, weight, bias, stride, padding, dilation, groups); }
 
@@ -73,8 +83,8 @@ BatchNorm2d::BatchNorm2d(int64_t c, double e, double m, bool affine, TensorOptio
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  SNUG_CHECK(x.dim() >= 2 && x.size(1) == num_features, ShapeError, "BatchNorm2d(", num_features,
-             "): input of shape ", shape_str(x.shape()), " does not have ", num_features, " channels in dim 1");
+  SNUG_CHECK(x.dim() >= 2 && x.size(1) == num_features, ShapeError, "BatchNorm2d(", num_features, "): input of shape ",
+             shape_str(x.shape()), " does not have ", num_features, " channels in dim 1");
   if (is_training()) {
     NoGradGuard ng;
     num_batches_tracked.add_(1.0);
@@ -83,8 +93,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 }
 
 std::string BatchNorm2d::repr() const {
-  return str("BatchNorm2d(", num_features, ", eps=", eps, ", momentum=", momentum, ", affine=",
-             weight.defined() ? "true" : "false", ")");
+  return str("BatchNorm2d(", num_features, ", eps=", eps, ", momentum=", momentum,
+             ", affine=", weight.defined() ? "true" : "false", ")");
 }
 
 MaxPool2d::MaxPool2d(int64_t k, int64_t s, int64_t p)
@@ -95,8 +105,8 @@ MaxPool2d::MaxPool2d(int64_t k, int64_t s, int64_t p)
 }
 Tensor MaxPool2d::forward(const Tensor& x) { return F::max_pool2d(x, kernel_size, stride, padding); }
 std::string MaxPool2d::repr() const {
-  return str("MaxPool2d(kernel_size=", pair_str(kernel_size), ", stride=", pair_str(stride), ", padding=",
-             pair_str(padding), ")");
+  return str("MaxPool2d(kernel_size=", pair_str(kernel_size), ", stride=", pair_str(stride),
+             ", padding=", pair_str(padding), ")");
 }
 
 AvgPool2d::AvgPool2d(int64_t k, int64_t s, int64_t p)
@@ -107,13 +117,12 @@ AvgPool2d::AvgPool2d(int64_t k, int64_t s, int64_t p)
 }
 Tensor AvgPool2d::forward(const Tensor& x) { return F::avg_pool2d(x, kernel_size, stride, padding); }
 std::string AvgPool2d::repr() const {
-  return str("AvgPool2d(kernel_size=", pair_str(kernel_size), ", stride=", pair_str(stride), ", padding=",
-             pair_str(padding), ")");
+  return str("AvgPool2d(kernel_size=", pair_str(kernel_size), ", stride=", pair_str(stride),
+             ", padding=", pair_str(padding), ")");
 }
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(std::array<int64_t, 2> o) : Module("AdaptiveAvgPool2d"), output_size(o) {
-  SNUG_CHECK(o[0] >= 1 && o[1] >= 1, ValueError, "AdaptiveAvgPool2d: output size must be >= 1, got ",
-             pair_str(o));
+  SNUG_CHECK(o[0] >= 1 && o[1] >= 1, ValueError, "AdaptiveAvgPool2d: output size must be >= 1, got ", pair_str(o));
 }
 Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return F::adaptive_avg_pool2d(x, output_size); }
 std::string AdaptiveAvgPool2d::repr() const { return str("AdaptiveAvgPool2d(", pair_str(output_size), ")"); }

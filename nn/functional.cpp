@@ -50,8 +50,8 @@ LinearArgs linear_args(const char* op, const Tensor& x_in, const Tensor& weight_
                shape_str(bias.shape()), " does not match weight ", shape_str(weight.shape()));
   SNUG_CHECK(x.is_floating_point(), DTypeError, op, ": expected a floating input (f32, f64, f16, bf16), got ",
              dtype_name(x.dtype()));
-  SNUG_CHECK(weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), DTypeError, op,
-             ": input (", dtype_name(x.dtype()), "), weight (", dtype_name(weight.dtype()), ") and bias (",
+  SNUG_CHECK(weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), DTypeError, op, ": input (",
+             dtype_name(x.dtype()), "), weight (", dtype_name(weight.dtype()), ") and bias (",
              bias.defined() ? dtype_name(bias.dtype()) : "none", ") must have the same dtype; convert with .to(dtype)");
   SNUG_CHECK(weight.device() == x.device() && (!bias.defined() || bias.device() == x.device()), DeviceError, op,
              ": input is on ", x.device().str(), " but weight is on ", weight.device().str(),
@@ -59,9 +59,8 @@ LinearArgs linear_args(const char* op, const Tensor& x_in, const Tensor& weight_
   a.in = weight.size(1), a.outf = weight.size(0);
   a.out_shape = x.shape();
   a.out_shape.back() = a.outf;
-  a.x2 = raw::can_view(x, {x.numel() / std::max<int64_t>(a.in, 1), a.in})
-             ? raw::view(x, {-1, a.in})
-             : raw::view(raw::contiguous(x), {-1, a.in});
+  a.x2 = raw::can_view(x, {x.numel() / std::max<int64_t>(a.in, 1), a.in}) ? raw::view(x, {-1, a.in})
+                                                                          : raw::view(raw::contiguous(x), {-1, a.in});
   return a;
 }
 
@@ -85,15 +84,15 @@ LinearNeeds needs_of(const FunctionNode& self, size_t first) {
 // The backward of y = x W^T + b from g2 = dL/dy as (N, out); x2s is x as
 // (N, in) (undefined when W needs no gradient), w the weight. Returns
 // {gx (xs), gW, gb}, each undefined unless wanted.
-G linear_backward(LinearNeeds need, const Tensor& g2, const Tensor& x2s, const Tensor& w, const Shape& xs,
-                  int64_t in, int64_t outf) {
+G linear_backward(LinearNeeds need, const Tensor& g2, const Tensor& x2s, const Tensor& w, const Shape& xs, int64_t in,
+                  int64_t outf) {
   if (!need.x && !need.w && !need.b) return {Tensor(), Tensor(), Tensor()};
   const int64_t rows = g2.size(0);
   const double gemms = (need.x ? 1 : 0) + (need.w ? 1 : 0);
   profiler::RecordOp rec("matmul", g2.device(), gemms * 2.0 * double(rows) * double(in) * double(outf));
-  Tensor gx = need.x ? empty({rows, in}, g2.options()) : Tensor();   // (N, in)
-  Tensor gw = need.w ? empty({outf, in}, g2.options()) : Tensor();   // (out, in)
-  Tensor gb = need.b ? empty({outf}, g2.options()) : Tensor();       // (out)
+  Tensor gx = need.x ? empty({rows, in}, g2.options()) : Tensor();  // (N, in)
+  Tensor gw = need.w ? empty({outf, in}, g2.options()) : Tensor();  // (out, in)
+  Tensor gb = need.b ? empty({outf}, g2.options()) : Tensor();      // (out)
   backend_for(g2.device()).linear_backward(g2, need.w ? x2s : Tensor(), need.x ? w : Tensor(), gx, gw, gb);
   return {need.x ? raw::view(gx, xs) : Tensor(), gw, gb};
 }
@@ -103,9 +102,8 @@ G linear_backward(LinearNeeds need, const Tensor& g2, const Tensor& x2s, const T
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   const LinearArgs a = linear_args("linear", x_in, weight_in, bias_in);
   const Tensor &x = a.x, &weight = a.weight, &bias = a.bias, &x2 = a.x2;
-  Tensor y = autograd::keep_or_compute("linear", [&] {
-    return std::vector<Tensor>{raw::view(linear_forward(a, Act::none, Tensor()), a.out_shape)};
-  })[0];
+  Tensor y = autograd::keep_or_compute(
+      "linear", [&] { return std::vector<Tensor>{raw::view(linear_forward(a, Act::none, Tensor()), a.out_shape)}; })[0];
   if (any_requires_grad({x, weight, bias})) {
     const Shape xs = x.shape();
     const int64_t in = a.in, outf = a.outf;
@@ -122,7 +120,7 @@ namespace {
 // The derivative of an activation as an elementwise op: (g, s) -> g * act'(s),
 // s being the output for ReLU and the pre-activation for GELU.
 BinaryOp act_backward_op(Act act) {
-  return act == Act::relu ? BinaryOp::relu_backward
+  return act == Act::relu   ? BinaryOp::relu_backward
          : act == Act::gelu ? BinaryOp::gelu_backward
                             : BinaryOp::gelu_tanh_backward;
 }
@@ -205,9 +203,8 @@ Tensor mlp(const char* op, const Tensor& x_in, const Tensor& w1_in, const Tensor
            const Tensor& b2_in, Act act) {
   const LinearArgs a1 = linear_args(op, x_in, w1_in, b1_in);
   const Tensor w2 = autocast::lower(w2_in), b2 = autocast::lower(b2_in);
-  SNUG_CHECK(w2.dim() == 2 && w2.size(1) == a1.outf, ShapeError, op, ": second weight of shape ",
-             shape_str(w2.shape()), " does not take the first layer's ", a1.outf, " outputs (expected (out, ",
-             a1.outf, "))");
+  SNUG_CHECK(w2.dim() == 2 && w2.size(1) == a1.outf, ShapeError, op, ": second weight of shape ", shape_str(w2.shape()),
+             " does not take the first layer's ", a1.outf, " outputs (expected (out, ", a1.outf, "))");
   if (b2.defined())
     SNUG_CHECK(b2.dim() == 1 && b2.size(0) == w2.size(0), ShapeError, op, ": bias of shape ", shape_str(b2.shape()),
                " does not match the second weight ", shape_str(w2.shape()));
@@ -341,9 +338,12 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
 namespace {
 Tensor reduce_loss(const Tensor& per_row, Reduction r, const Tensor& count_valid = Tensor()) {
   switch (r) {
-    case Reduction::none: return per_row;
-    case Reduction::sum: return sum(per_row);
-    case Reduction::mean: return count_valid.defined() ? sum(per_row) / count_valid : mean(per_row);
+    case Reduction::none:
+      return per_row;
+    case Reduction::sum:
+      return sum(per_row);
+    case Reduction::mean:
+      return count_valid.defined() ? sum(per_row) / count_valid : mean(per_row);
   }
   return per_row;
 }
@@ -368,11 +368,12 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
   Tensor tsafe = raw::where(valid, target, zeros({}, TensorOptions(DType::i64, target.device())));
   {
     // Range check on the valid targets only, with a message naming the value.
-    Tensor bad = raw::binary(BinaryOp::mul, raw::to_dtype(valid, DType::i64),
-                             raw::to_dtype(raw::binary(BinaryOp::maximum,
-                                                       raw::to_dtype(raw::compare_scalar(CompareOp::lt, tsafe, 0), DType::i64),
-                                                       raw::to_dtype(raw::compare_scalar(CompareOp::ge, tsafe, double(C)), DType::i64)),
-                                           DType::i64));
+    Tensor bad = raw::binary(
+        BinaryOp::mul, raw::to_dtype(valid, DType::i64),
+        raw::to_dtype(
+            raw::binary(BinaryOp::maximum, raw::to_dtype(raw::compare_scalar(CompareOp::lt, tsafe, 0), DType::i64),
+                        raw::to_dtype(raw::compare_scalar(CompareOp::ge, tsafe, double(C)), DType::i64)),
+            DType::i64));
     if (raw::reduce(ReduceOp::sum, bad, {}, false).item() > 0) {
       Tensor idx = raw::arg_reduce(true, bad, 0, false);
       int64_t i = static_cast<int64_t>(idx.item());
@@ -381,8 +382,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
                            ignore_index, ")"));
     }
   }
-  Tensor logp = raw::softmax(logits, 1, true);                                             // (N, C)
-  Tensor picked = raw::view(raw::gather(logp, 1, raw::view(tsafe, {N, 1})), {N});          // (N)
+  Tensor logp = raw::softmax(logits, 1, true);                                     // (N, C)
+  Tensor picked = raw::view(raw::gather(logp, 1, raw::view(tsafe, {N, 1})), {N});  // (N)
   Tensor loss = raw::unary(UnaryOp::neg, picked);
   if (eps > 0) {
     Tensor smooth = raw::unary(UnaryOp::neg, raw::reduce(ReduceOp::mean, logp, {1}, false));
@@ -394,9 +395,15 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
   Tensor count = raw::reduce(ReduceOp::sum, validf, {}, false);
   Tensor out;
   switch (reduction) {
-    case Reduction::none: out = loss; break;
-    case Reduction::sum: out = raw::reduce(ReduceOp::sum, loss, {}, false); break;
-    case Reduction::mean: out = raw::binary(BinaryOp::div, raw::reduce(ReduceOp::sum, loss, {}, false), count); break;
+    case Reduction::none:
+      out = loss;
+      break;
+    case Reduction::sum:
+      out = raw::reduce(ReduceOp::sum, loss, {}, false);
+      break;
+    case Reduction::mean:
+      out = raw::binary(BinaryOp::div, raw::reduce(ReduceOp::sum, loss, {}, false), count);
+      break;
   }
   if (any_requires_grad({logits})) {
     record("cross_entropy", {logits}, {out}, {logp, tsafe, validf, count},
@@ -405,14 +412,14 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
              // Per-row weight w_i = upstream grad for row i (x 1/count for mean), 0 if ignored.
              Tensor w = reduction == Reduction::none ? g[0] : raw::expand(raw::view(g[0], {1}), {N});
              if (reduction == Reduction::mean) w = raw::binary(BinaryOp::div, w, self.saved_at(3));
-             w = raw::binary(BinaryOp::mul, w, vf);                                    // (N)
+             w = raw::binary(BinaryOp::mul, w, vf);  // (N)
              Tensor w2 = raw::view(raw::contiguous(w), {N, 1});
              // softmax = exp(logp); computed as softmax(logp) (the same up to rounding:
              // logp's rows already sum to one in exp) because the row kernel's exp is
              // vectorized and the generic exp calls libm once per element.
              Tensor gl = raw::binary(BinaryOp::mul, raw::softmax(lp, 1, false), w2);  // softmax * w
              if (eps > 0) gl = raw::binary(BinaryOp::sub, gl, raw::unary(UnaryOp::affine, w2, eps / double(C), 0));
-             Tensor hot = raw::unary(UnaryOp::affine, w2, -(1 - eps), 0);              // (N, 1)
+             Tensor hot = raw::unary(UnaryOp::affine, w2, -(1 - eps), 0);  // (N, 1)
              gl = raw::scatter_add(gl, 1, raw::view(t, {N, 1}), hot);
              return {gl};
            });
@@ -426,7 +433,8 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, int64_t ignore
              shape_str(log_probs.shape()));
   SNUG_CHECK(target.dim() == 1 && target.size(0) == log_probs.size(0), ShapeError, "nll_loss: target of shape ",
              shape_str(target.shape()), " does not match log_probs ", shape_str(log_probs.shape()));
-  SNUG_CHECK(target.dtype() == DType::i64, DTypeError, "nll_loss: target must be i64, got ", dtype_name(target.dtype()));
+  SNUG_CHECK(target.dtype() == DType::i64, DTypeError, "nll_loss: target must be i64, got ",
+             dtype_name(target.dtype()));
   const int64_t N = log_probs.size(0);
   Tensor valid = raw::compare_scalar(CompareOp::ne, target, static_cast<double>(ignore_index));
   Tensor tsafe = raw::where(valid, target, zeros({}, TensorOptions(DType::i64, target.device())));
@@ -438,8 +446,8 @@ Tensor nll_loss(const Tensor& log_probs_in, const Tensor& target, int64_t ignore
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, Reduction reduction) {
   const Tensor input = autocast::widen(input_in), target = autocast::widen(target_in);  // autocast: f32
-  SNUG_CHECK(input.shape() == target.shape(), ShapeError, "mse_loss: input ", shape_str(input.shape()),
-             " and target ", shape_str(target.shape()), " must have the same shape");
+  SNUG_CHECK(input.shape() == target.shape(), ShapeError, "mse_loss: input ", shape_str(input.shape()), " and target ",
+             shape_str(target.shape()), " must have the same shape");
   Tensor d = input - target;
   return reduce_loss(d * d, reduction);
 }
@@ -451,9 +459,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& x_in, const Tensor& t_in, 
              " and target ", shape_str(t.shape()), " must have the same shape");
   Tensor tt = raw::to_dtype(t, x.dtype());
   Tensor l = raw::binary(BinaryOp::sub, raw::unary(UnaryOp::relu, x), raw::binary(BinaryOp::mul, x, tt));
-  Tensor soft = raw::unary(UnaryOp::log, raw::unary(UnaryOp::affine,
-                                                   raw::unary(UnaryOp::exp, raw::unary(UnaryOp::neg, raw::unary(UnaryOp::abs, x))),
-                                                   1.0, 1.0));
+  Tensor soft =
+      raw::unary(UnaryOp::log,
+                 raw::unary(UnaryOp::affine,
+                            raw::unary(UnaryOp::exp, raw::unary(UnaryOp::neg, raw::unary(UnaryOp::abs, x))), 1.0, 1.0));
   l = raw::binary(BinaryOp::add, l, soft);
   if (any_requires_grad({x, t})) {
     record("binary_cross_entropy_with_logits", {x, t}, {l}, {x, tt}, [](FunctionNode& self, const G& g) -> G {
@@ -489,8 +498,8 @@ Tensor causal_softmax(const Tensor& x, double scale) {
   return y;
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                    const Tensor& mask, double dropout_p, bool training) {
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& mask,
+                                    double dropout_p, bool training) {
   SNUG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError,
              "scaled_dot_product_attention: q, k, v must have the same number of dims (B, H, T, D), got ",
              shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
@@ -522,8 +531,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // ---- causal self-attention from packed q|k|v ---------------------------------------
 // qkv (B, T, 3C) -> (B, T, C); backward: dqkv (B, T, 3C), written whole by the kernel.
 Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p, bool training, bool fused) {
-  SNUG_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, ShapeError,
-             "causal_self_attention: expected qkv (B, T, 3C), got ", shape_str(qkv.shape()));
+  SNUG_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, ShapeError, "causal_self_attention: expected qkv (B, T, 3C), got ",
+             shape_str(qkv.shape()));
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
   SNUG_CHECK(heads > 0 && C % heads == 0, ValueError, "causal_self_attention: ", heads,
              " heads do not divide the width ", C);
@@ -534,8 +543,8 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
   // The fused kernels have no dropout: with it, the composed ops.
   if (!fused || (dropout_p > 0 && training)) {
     Tensor split = qkv.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
-    Tensor y = scaled_dot_product_attention(split.select(0, 0), split.select(0, 1), split.select(0, 2), true,
-                                            Tensor(), dropout_p, training);  // (B, H, T, D)
+    Tensor y = scaled_dot_product_attention(split.select(0, 0), split.select(0, 1), split.select(0, 2), true, Tensor(),
+                                            dropout_p, training);  // (B, H, T, D)
     return y.transpose(1, 2).reshape({B, T, C});
   }
   // The backend's causal_attention (NOTE [ Fused causal attention ] in
@@ -546,22 +555,23 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p,
   profiler::RecordOp rec("causal_attention", qkv.device(), flops);
   const Tensor xc = raw::contiguous(qkv);  // (B, T, 3C)
   std::vector<Tensor> outs = autograd::keep_or_compute("causal_attention", [&] {
-    Tensor y = empty({B, T, C}, xc.options());                                                   // (B, T, C)
+    Tensor y = empty({B, T, C}, xc.options());                                                          // (B, T, C)
     Tensor lse = empty({B, heads, T}, xc.options().with_dtype(promote_types(xc.dtype(), DType::f32)));  // (B, H, T)
     backend_for(xc.device()).causal_attention(xc, heads, scale, y, lse);
     return std::vector<Tensor>{y, lse};
   });
   const Tensor& y = outs[0];
   if (any_requires_grad({qkv}))
-    record("causal_attention", {qkv}, {y}, {xc, y, outs[1]}, [heads, scale, flops](FunctionNode& self, const G& g) -> G {
-      const Tensor x = self.saved_at(0);
-      profiler::RecordOp rec("causal_attention_backward", x.device(), 2.5 * flops);
-      Tensor gx = empty(x.shape(), x.options());  // (B, T, 3C)
-      backend_for(x.device())
-          .causal_attention_backward(x, self.saved_at(1), self.saved_at(2), raw::contiguous(raw::to_dtype(g[0], x.dtype())),
-                                     heads, scale, gx);
-      return {gx};
-    });
+    record("causal_attention", {qkv}, {y}, {xc, y, outs[1]},
+           [heads, scale, flops](FunctionNode& self, const G& g) -> G {
+             const Tensor x = self.saved_at(0);
+             profiler::RecordOp rec("causal_attention_backward", x.device(), 2.5 * flops);
+             Tensor gx = empty(x.shape(), x.options());  // (B, T, 3C)
+             backend_for(x.device())
+                 .causal_attention_backward(x, self.saved_at(1), self.saved_at(2),
+                                            raw::contiguous(raw::to_dtype(g[0], x.dtype())), heads, scale, gx);
+             return {gx};
+           });
   return y;
 }
 

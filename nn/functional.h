@@ -61,8 +61,9 @@ Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p 
 
 // ---- convolution and pooling (nn/functional_conv.cpp, nn/functional_pool.cpp) ----
 // x (N, Cin, H, W), weight (Cout, Cin/groups, kH, kW), bias (Cout) -> (N, Cout, Ho, Wo)
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), std::array<int64_t, 2> stride = {1, 1},
-              std::array<int64_t, 2> padding = {0, 0}, std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1);
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              std::array<int64_t, 2> stride = {1, 1}, std::array<int64_t, 2> padding = {0, 0},
+              std::array<int64_t, 2> dilation = {1, 1}, int64_t groups = 1);
 // x (N, C, H, W) -> (N, C, Ho, Wo); stride defaults to kernel size.
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
                   std::array<int64_t, 2> padding = {0, 0});

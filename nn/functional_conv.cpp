@@ -47,16 +47,15 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   const int64_t Cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);
   SNUG_CHECK(C % groups == 0, ShapeError, "conv2d: input channels ", C, " are not divisible by groups ", groups,
              " (input ", shape_str(x.shape()), ")");
-  SNUG_CHECK(Cout % groups == 0, ShapeError, "conv2d: output channels ", Cout, " (weight ",
-             shape_str(weight.shape()), ") are not divisible by groups ", groups);
-  SNUG_CHECK(weight.size(1) == C / groups, ShapeError, "conv2d: weight ", shape_str(weight.shape()),
-             " expects ", weight.size(1) * groups, " input channels (", weight.size(1), " per group x ", groups,
+  SNUG_CHECK(Cout % groups == 0, ShapeError, "conv2d: output channels ", Cout, " (weight ", shape_str(weight.shape()),
+             ") are not divisible by groups ", groups);
+  SNUG_CHECK(weight.size(1) == C / groups, ShapeError, "conv2d: weight ", shape_str(weight.shape()), " expects ",
+             weight.size(1) * groups, " input channels (", weight.size(1), " per group x ", groups,
              " groups), but the input ", shape_str(x.shape()), " has ", C);
   SNUG_CHECK(kh >= 1 && kw >= 1, ShapeError, "conv2d: empty kernel in weight ", shape_str(weight.shape()));
   if (bias.defined())
-    SNUG_CHECK(bias.dim() == 1 && bias.size(0) == Cout, ShapeError, "conv2d: bias of shape ",
-               shape_str(bias.shape()), " does not match weight ", shape_str(weight.shape()), " (expected (", Cout,
-               "))");
+    SNUG_CHECK(bias.dim() == 1 && bias.size(0) == Cout, ShapeError, "conv2d: bias of shape ", shape_str(bias.shape()),
+               " does not match weight ", shape_str(weight.shape()), " (expected (", Cout, "))");
   SNUG_CHECK(x.is_floating_point(), DTypeError, "conv2d: expected a floating input, got ", dtype_name(x.dtype()));
   SNUG_CHECK(weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), DTypeError,
              "conv2d: input (", dtype_name(x.dtype()), "), weight (", dtype_name(weight.dtype()), ") and bias (",
@@ -66,9 +65,8 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
              bias.defined() ? str(" and bias on ", bias.device().str()) : std::string());
   const int64_t Hp = H + 2 * padding[0], Wp = W + 2 * padding[1];
   const int64_t ekh = dilation[0] * (kh - 1) + 1, ekw = dilation[1] * (kw - 1) + 1;  // dilated kernel
-  SNUG_CHECK(Hp >= ekh && Wp >= ekw, ShapeError, "conv2d: input ", shape_str(x.shape()), " padded to ", Hp, "x",
-             Wp, " is smaller than the kernel ", ekh, "x", ekw, " (", kh, "x", kw, " dilated by ",
-             pair_str(dilation), ")");
+  SNUG_CHECK(Hp >= ekh && Wp >= ekw, ShapeError, "conv2d: input ", shape_str(x.shape()), " padded to ", Hp, "x", Wp,
+             " is smaller than the kernel ", ekh, "x", ekw, " (", kh, "x", kw, " dilated by ", pair_str(dilation), ")");
   const int64_t Ho = (Hp - ekh) / stride[0] + 1, Wo = (Wp - ekw) / stride[1] + 1;
 
   Conv2dParams p;
@@ -79,7 +77,8 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   }
   p.groups = groups;
   // 2 FLOPs per multiply-add: each output takes C/groups kh kw of them.
-  const double flops = 2.0 * double(N) * double(Cout) * double(Ho) * double(Wo) * double(weight.size(1)) * double(kh) * double(kw);
+  const double flops =
+      2.0 * double(N) * double(Cout) * double(Ho) * double(Wo) * double(weight.size(1)) * double(kh) * double(kw);
   // conv2d_relu is one op whatever the device: the backend's conv2d_relu entry
   // (on the CPU in f32/f64 the ReLU runs inside the convolution, core/cpu/conv.h).
   const bool fused = relu_after;
@@ -88,8 +87,10 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   Tensor bc = bias.defined() ? raw::contiguous(bias) : Tensor();
   Tensor y = empty({N, Cout, Ho, Wo}, x.options());
   Backend& be = backend_for(x.device());
-  if (fused) be.conv2d_relu(xc, wc, bc, p, y);
-  else be.conv2d(xc, wc, bc, p, y);
+  if (fused)
+    be.conv2d_relu(xc, wc, bc, p, y);
+  else
+    be.conv2d(xc, wc, bc, p, y);
 
   if (any_requires_grad({x, weight, bias})) {
     // Keep only what the wanted gradients read: x for gw, w for gx (and the
@@ -100,24 +101,27 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
     const DType dt = x.dtype();
     record(fused ? "conv2d_relu" : "conv2d", {x, weight, bias}, {y}, {keep_x, keep_w, fused ? y : Tensor()},
            [p, xs, ws, dt, flops, fused](FunctionNode& self, const G& g) -> G {
-      // Each wanted gradient (gx, gw) costs as much as the forward.
-      profiler::RecordOp rec(fused ? "conv2d_relu_backward" : "conv2d_backward", g[0].device(),
-                             flops * ((self.needs_grad(0) ? 1 : 0) + (self.needs_grad(1) ? 1 : 0)));
-      Tensor go = raw::contiguous(raw::to_dtype(g[0], dt));  // (N, Cout, Ho, Wo)
-      if (fused && !self.needs_grad(0) && !self.needs_grad(1))  // only the bias
-        return {Tensor(), Tensor(),
-                raw::reduce(ReduceOp::sum, raw::binary(BinaryOp::relu_backward, go, self.saved_at(2)), {0, 2, 3}, false)};
-      if (!self.needs_grad(0) && !self.needs_grad(1))  // only the bias: nothing else was saved
-        return {Tensor(), Tensor(), raw::reduce(ReduceOp::sum, go, {0, 2, 3}, false)};
-      const TensorOptions o(dt, go.device());
-      Tensor gx = self.needs_grad(0) ? empty(xs, o) : Tensor();
-      Tensor gw = self.needs_grad(1) ? empty(ws, o) : Tensor();
-      Tensor gb = self.needs_grad(2) ? empty({ws[0]}, o) : Tensor();
-      Backend& bb = backend_for(go.device());
-      if (fused) bb.conv2d_relu_backward(go, self.saved_at(2), self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
-      else bb.conv2d_backward(go, self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
-      return {gx, gw, gb};
-    });
+             // Each wanted gradient (gx, gw) costs as much as the forward.
+             profiler::RecordOp rec(fused ? "conv2d_relu_backward" : "conv2d_backward", g[0].device(),
+                                    flops * ((self.needs_grad(0) ? 1 : 0) + (self.needs_grad(1) ? 1 : 0)));
+             Tensor go = raw::contiguous(raw::to_dtype(g[0], dt));     // (N, Cout, Ho, Wo)
+             if (fused && !self.needs_grad(0) && !self.needs_grad(1))  // only the bias
+               return {Tensor(), Tensor(),
+                       raw::reduce(ReduceOp::sum, raw::binary(BinaryOp::relu_backward, go, self.saved_at(2)), {0, 2, 3},
+                                   false)};
+             if (!self.needs_grad(0) && !self.needs_grad(1))  // only the bias: nothing else was saved
+               return {Tensor(), Tensor(), raw::reduce(ReduceOp::sum, go, {0, 2, 3}, false)};
+             const TensorOptions o(dt, go.device());
+             Tensor gx = self.needs_grad(0) ? empty(xs, o) : Tensor();
+             Tensor gw = self.needs_grad(1) ? empty(ws, o) : Tensor();
+             Tensor gb = self.needs_grad(2) ? empty({ws[0]}, o) : Tensor();
+             Backend& bb = backend_for(go.device());
+             if (fused)
+               bb.conv2d_relu_backward(go, self.saved_at(2), self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
+             else
+               bb.conv2d_backward(go, self.saved_at(0), self.saved_at(1), p, gx, gw, gb);
+             return {gx, gw, gb};
+           });
   }
   return y;
 }

@@ -41,7 +41,7 @@ Tensor pool(const char* op, const Tensor& x, const Pool2dParams& p, int64_t Ho, 
     const DType dt = x.dtype();
     record(op, {x}, {y}, {idx}, [p, xs, dt](FunctionNode& self, const G& g) -> G {
       profiler::RecordOp rec("pool2d_backward", g[0].device());
-      Tensor go = raw::contiguous(raw::to_dtype(g[0], dt));  // (N, C, Ho, Wo)
+      Tensor go = raw::contiguous(raw::to_dtype(g[0], dt));   // (N, C, Ho, Wo)
       Tensor gx = empty(xs, TensorOptions(dt, go.device()));  // (N, C, H, W)
       backend_for(go.device()).pool2d_backward(go, p, self.saved_at(0), gx);
       return {gx};
@@ -62,8 +62,8 @@ Pool2dParams window_params(const char* op, PoolKind kind, const Tensor& x, std::
     SNUG_CHECK(kernel[d] >= 1, ValueError, op, ": kernel size must be >= 1, got ", pair_str(kernel));
     SNUG_CHECK(stride[d] >= 1, ValueError, op, ": stride must be >= 1, got ", pair_str(stride));
     SNUG_CHECK(padding[d] >= 0 && 2 * padding[d] <= kernel[d], ValueError, op,
-               ": padding must be between 0 and half the kernel size, got padding ", pair_str(padding),
-               " for kernel ", pair_str(kernel));
+               ": padding must be between 0 and half the kernel size, got padding ", pair_str(padding), " for kernel ",
+               pair_str(kernel));
     const int64_t in = x.size(2 + d) + 2 * padding[d];
     SNUG_CHECK(in >= kernel[d], ShapeError, op, ": input ", shape_str(x.shape()), " padded by ", pair_str(padding),
                " is smaller than the kernel ", pair_str(kernel));

@@ -14,9 +14,12 @@ namespace F = functional;
 
 const char* activation_name(Activation a) {
   switch (a) {
-    case Activation::relu: return "relu";
-    case Activation::gelu: return "gelu";
-    case Activation::gelu_tanh: return "gelu_tanh";
+    case Activation::relu:
+      return "relu";
+    case Activation::gelu:
+      return "gelu";
+    case Activation::gelu_tanh:
+      return "gelu_tanh";
   }
   return "?";
 }
@@ -33,8 +36,12 @@ void adopt(Module& m, const std::string& name, const Tensor& t) {
 // ---- the fused layers ------------------------------------------------------------------
 
 LinearAct::LinearAct(const Linear& l, Activation a)
-    : Module("LinearAct"), weight(l.weight), bias(l.bias), in_features(l.in_features),
-      out_features(l.out_features), act(a) {
+    : Module("LinearAct"),
+      weight(l.weight),
+      bias(l.bias),
+      in_features(l.in_features),
+      out_features(l.out_features),
+      act(a) {
   adopt(*this, "weight", weight);
   adopt(*this, "bias", bias);
 }
@@ -49,8 +56,15 @@ std::string LinearAct::repr() const {
 }
 
 FusedMLP::FusedMLP(const Linear& fc1, Activation a, const Linear& fc2)
-    : Module("FusedMLP"), weight(fc1.weight), bias(fc1.bias), weight2(fc2.weight), bias2(fc2.bias),
-      in_features(fc1.in_features), hidden_features(fc1.out_features), out_features(fc2.out_features), act(a) {
+    : Module("FusedMLP"),
+      weight(fc1.weight),
+      bias(fc1.bias),
+      weight2(fc2.weight),
+      bias2(fc2.bias),
+      in_features(fc1.in_features),
+      hidden_features(fc1.out_features),
+      out_features(fc2.out_features),
+      act(a) {
   SNUG_CHECK(fc2.in_features == fc1.out_features, ShapeError, "FusedMLP: ", fc2.repr(), " does not take the ",
              fc1.out_features, " outputs of ", fc1.repr());
   adopt(*this, "weight", weight);
@@ -68,8 +82,16 @@ std::string FusedMLP::repr() const {
 }
 
 Conv2dReLU::Conv2dReLU(const Conv2d& c)
-    : Module("Conv2dReLU"), weight(c.weight), bias(c.bias), in_channels(c.in_channels), out_channels(c.out_channels),
-      groups(c.groups), kernel_size(c.kernel_size), stride(c.stride), padding(c.padding), dilation(c.dilation) {
+    : Module("Conv2dReLU"),
+      weight(c.weight),
+      bias(c.bias),
+      in_channels(c.in_channels),
+      out_channels(c.out_channels),
+      groups(c.groups),
+      kernel_size(c.kernel_size),
+      stride(c.stride),
+      padding(c.padding),
+      dilation(c.dilation) {
   adopt(*this, "weight", weight);
   adopt(*this, "bias", bias);
 }

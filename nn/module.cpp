@@ -32,8 +32,8 @@ void check_unused(const std::string& owner, const std::string& name, const Param
 }  // namespace
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
-  SNUG_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError, name_,
-             ": parameter name \"", name, "\" must be non-empty and contain no '.'");
+  SNUG_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError, name_, ": parameter name \"", name,
+             "\" must be non-empty and contain no '.'");
   check_unused(name_, name, params_, buffers_, children_);
   if (t.defined() && requires_grad) t.requires_grad_(true);
   params_.emplace_back(name, t);
@@ -244,7 +244,8 @@ std::string Module::pretty(int indent) const {
   os << repr();
   if (!children_.empty()) {
     os << " (\n";
-    for (auto& [n, c] : children_) os << std::string(indent + 2, ' ') << "(" << n << "): " << c->pretty(indent + 2) << "\n";
+    for (auto& [n, c] : children_)
+      os << std::string(indent + 2, ' ') << "(" << n << "): " << c->pretty(indent + 2) << "\n";
     os << std::string(indent, ' ') << ")";
   }
   return os.str();

@@ -115,7 +115,7 @@ class Module : public std::enable_shared_from_this<Module> {
   std::string load_state_dict(const NamedTensors& state, bool strict = true);
 
   virtual std::string repr() const { return name_; }  // one line, e.g. "Linear(in=128, out=384, bias=true)"
-  std::string pretty(int indent = 0) const;            // the tree of modules
+  std::string pretty(int indent = 0) const;           // the tree of modules
 
  protected:
   // A typed member or container element bound to a child: set assigns a

@@ -175,9 +175,8 @@ bool solve(const ChainProfile& prof, int64_t act_budget, ChainPlan* plan, PlanCo
   front[0].push_back({prof.prefix.saved_bytes, 0.0, -1, 0, false});
   for (int64_t i = 0; i <= n; ++i) {
     auto& f = front[i];
-    std::sort(f.begin(), f.end(), [](const State& a, const State& b) {
-      return a.kept != b.kept ? a.kept < b.kept : a.ms < b.ms;
-    });
+    std::sort(f.begin(), f.end(),
+              [](const State& a, const State& b) { return a.kept != b.kept ? a.kept < b.kept : a.ms < b.ms; });
     std::vector<State> pruned;
     for (const State& s : f)
       if (pruned.empty() || s.ms < pruned.back().ms) pruned.push_back(s);
@@ -235,11 +234,13 @@ bool solve(const ChainProfile& prof, int64_t act_budget, ChainPlan* plan, PlanCo
 
 int64_t minimum_activation_budget(const ChainProfile& prof) {
   int64_t hi = evaluate_plan(prof, ChainPlan{}).activation_peak;  // no checkpointing always fits its own peak
-  int64_t lo = -1;                                                  // infeasible
+  int64_t lo = -1;                                                // infeasible
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (solve(prof, mid, nullptr, nullptr)) hi = mid;
-    else lo = mid;
+    if (solve(prof, mid, nullptr, nullptr))
+      hi = mid;
+    else
+      lo = mid;
   }
   return hi;
 }
@@ -267,9 +268,8 @@ std::string ChainProfile::table() const {
   row(prefix);
   for (const auto& l : layers) row(l);
   row(head);
-  os << "static: parameters " << mib(parameter_bytes) << ", gradients " << mib(gradient_bytes)
-     << ", optimizer state " << mib(optimizer_state_bytes) << ", other " << mib(other_bytes) << ", step "
-     << mib(step_bytes);
+  os << "static: parameters " << mib(parameter_bytes) << ", gradients " << mib(gradient_bytes) << ", optimizer state "
+     << mib(optimizer_state_bytes) << ", other " << mib(other_bytes) << ", step " << mib(step_bytes);
   if (autocast_cast_bytes > 0) os << ", autocast casts " << mib(autocast_cast_bytes);
   os << "\n";
   return os.str();
@@ -344,12 +344,13 @@ ChainProfile profile(const ChainModel& model, Device dev, int optimizer_slots, i
   const std::vector<bool> none(params.size(), false);
 
   Tensor x0;
-  prof.prefix = measure("prefix", [&](const Tensor&) { return model.prefix(); }, Tensor(), dev, &x0, clock);
+  prof.prefix = measure(
+      "prefix", [&](const Tensor&) { return model.prefix(); }, Tensor(), dev, &x0, clock);
   const std::vector<bool> prefix_grads = with_grad();
   // One untimed round of the first layer: the first call pays for thread
   // start-up and fresh allocator segments, which the step never sees again.
-  const LayerCost warm =
-      measure("warm-up", [&](const Tensor& in) { return model.layers[0]->forward(in); }, x0, dev, nullptr, clock);
+  const LayerCost warm = measure(
+      "warm-up", [&](const Tensor& in) { return model.layers[0]->forward(in); }, x0, dev, nullptr, clock);
   clear_grads();
   // Every repeat runs the chain from the same input; dropout draws differ
   // between repeats, which changes no byte count and no shape.
@@ -361,7 +362,8 @@ ChainProfile profile(const ChainModel& model, Device dev, int optimizer_slots, i
       auto& layer = model.layers[i];
       Tensor y;
       const std::vector<bool> before = with_grad();
-      LayerCost c = measure(str("layer ", i), [&](const Tensor& in) { return layer->forward(in); }, x, dev, &y, clock);
+      LayerCost c = measure(
+          str("layer ", i), [&](const Tensor& in) { return layer->forward(in); }, x, dev, &y, clock);
       c.param_grad_bytes = new_grad_bytes(with_grad(), before, none);
       fwd[i].push_back(c.forward_ms);
       bwd[i].push_back(c.backward_ms);
@@ -417,8 +419,10 @@ PlanCost evaluate_plan(const ChainProfile& prof, const ChainPlan& plan) {
   const auto& ls = prof.layers;
   const auto n = static_cast<int64_t>(ls.size());
   std::vector<ChainSegment> segs = plan.segments;
-  if (segs.empty()) segs.push_back({0, n, false});
-  else plan.validate(n);
+  if (segs.empty())
+    segs.push_back({0, n, false});
+  else
+    plan.validate(n);
   const Prefixes p(ls, prof.head);
   PlanCost c;
   int64_t peak = prefix_req(prof, p);
@@ -443,8 +447,8 @@ namespace {
   const int64_t min_act = minimum_activation_budget(prof);
   const int64_t minimum = prof.static_bytes() + std::max(min_act, step_req(prof));
   throw OutOfMemoryError(
-      str(what, " a budget of ", mib(budget), " cannot hold a training step; the minimum is ", mib(minimum),
-          " (", minimum, " bytes): parameters ", mib(prof.parameter_bytes), ", gradients ", mib(prof.gradient_bytes),
+      str(what, " a budget of ", mib(budget), " cannot hold a training step; the minimum is ", mib(minimum), " (",
+          minimum, " bytes): parameters ", mib(prof.parameter_bytes), ", gradients ", mib(prof.gradient_bytes),
           ", optimizer state ", mib(prof.optimizer_state_bytes), ", other ", mib(prof.other_bytes),
           prof.autocast_cast_bytes > 0 ? str(", autocast casts ", mib(prof.autocast_cast_bytes)) : std::string(),
           ", and activations of at least ", mib(min_act),
@@ -503,8 +507,7 @@ std::string MemoryEstimate::table() const {
 void check_fits(const ChainProfile& prof, const ChainPlan& plan, int64_t budget) {
   const MemoryEstimate e = estimate_memory(prof, plan);
   if (e.total() <= budget) return;
-  throw_too_small(prof, budget,
-                  str("check_fits: with plan ", plan.str(), " a step needs ", mib(e.total()), "; "));
+  throw_too_small(prof, budget, str("check_fits: with plan ", plan.str(), " a step needs ", mib(e.total()), "; "));
 }
 
 int64_t parse_bytes(const std::string& text) {
@@ -519,13 +522,20 @@ int64_t parse_bytes(const std::string& text) {
              "\" is not a byte count (e.g. 4096, 150MiB, 1.5G)");
   std::string unit = text.substr(pos);
   double mult = 0;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KiB") mult = 1024.0;
-  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "KB") mult = 1e3;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GB") mult = 1e9;
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "K" || unit == "KiB")
+    mult = 1024.0;
+  else if (unit == "M" || unit == "MiB")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "KB")
+    mult = 1e3;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GB")
+    mult = 1e9;
   SNUG_CHECK(mult > 0, ValueError, "parse_bytes: unknown unit \"", unit, "\" in \"", text,
              "\" (use B, K/KiB, M/MiB, G/GiB, or KB/MB/GB for powers of 1000)");
   const double bytes = v * mult;

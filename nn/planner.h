@@ -22,7 +22,7 @@ namespace snug::nn {
 
 // A model seen as prefix -> chain of single-tensor layers -> head (loss).
 struct ChainModel {
-  std::function<Tensor()> prefix;              // () -> the chain's input, e.g. embeddings (B, T, C)
+  std::function<Tensor()> prefix;               // () -> the chain's input, e.g. embeddings (B, T, C)
   std::vector<std::shared_ptr<Module>> layers;  // each (B, T, C) -> (B, T, C)
   std::function<Tensor(const Tensor&)> head;    // the chain's output -> scalar loss
   std::vector<Tensor> parameters;               // every trainable parameter, once
@@ -37,7 +37,7 @@ struct LayerCost {
   int64_t forward_peak = 0;   // highest bytes above those live before its forward, during it (saved included)
   int64_t backward_peak = 0;  // highest bytes above those live when its backward starts (saved + incoming gradient)
   double forward_ms = 0, backward_ms = 0;
-  int64_t cast_bytes = 0;     // parameter casts its forward added to the autocast cache (left out of the above)
+  int64_t cast_bytes = 0;  // parameter casts its forward added to the autocast cache (left out of the above)
   // Its parameters' gradients, which its backward creates (part of
   // backward_peak) and which then live to the end of the step.
   int64_t param_grad_bytes = 0;

@@ -62,8 +62,11 @@ TrainSummary TrainLoop::run() {
     const auto t0 = std::chrono::steady_clock::now();
     const double loss = step_(s);
     const auto t1 = std::chrono::steady_clock::now();
-    StepInfo info{.step = s + 1, .total = opt_.steps, .loss = loss,
-                  .ms = std::chrono::duration<double, std::milli>(t1 - t0).count(), .eval = eval_,
+    StepInfo info{.step = s + 1,
+                  .total = opt_.steps,
+                  .loss = loss,
+                  .ms = std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                  .eval = eval_,
                   .last = s + 1 == opt_.steps};
     sum.step_ms.push_back(info.ms);
     for (auto& fn : after_) fn(info);
@@ -112,8 +115,10 @@ std::string progress_line(int64_t step, int64_t total, double loss, double per_s
 
 void print_progress(std::FILE* f, const std::string& line, bool tty) {
   // \r redraws the line on a terminal; the clear-to-end erases a longer old one.
-  if (tty) std::fprintf(f, "\r%s\033[K", line.c_str());
-  else std::fprintf(f, "%s\n", line.c_str());
+  if (tty)
+    std::fprintf(f, "\r%s\033[K", line.c_str());
+  else
+    std::fprintf(f, "%s\n", line.c_str());
 }
 
 }  // namespace snug::nn

@@ -16,7 +16,8 @@ uint64_t parse_u64(const std::map<std::string, std::string>& md, const std::stri
   const std::string& s = it->second;
   bool ok = !s.empty() && s.size() <= 20;
   for (char c : s) ok = ok && c >= '0' && c <= '9';
-  SNUG_CHECK(ok, IOError, "load_checkpoint: ", path, ": metadata \"", key, "\" is not an unsigned integer: \"", s, "\"");
+  SNUG_CHECK(ok, IOError, "load_checkpoint: ", path, ": metadata \"", key, "\" is not an unsigned integer: \"", s,
+             "\"");
   return std::stoull(s);
 }
 }  // namespace
@@ -64,10 +65,15 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts&
   check_format(f, path, "load_checkpoint");
   NamedTensors model_sd, optim_sd, scaler_sd;
   for (auto& [n, t] : f.tensors) {
-    if (n.rfind("model.", 0) == 0) model_sd.emplace_back(n.substr(6), t);
-    else if (n.rfind("optim.", 0) == 0) optim_sd.emplace_back(n.substr(6), t);
-    else if (n.rfind("scaler.", 0) == 0) scaler_sd.emplace_back(n.substr(7), t);
-    else throw IOError(str("load_checkpoint: ", path, ": unexpected tensor \"", n, "\" (expected model.*, optim.* or scaler.*)"));
+    if (n.rfind("model.", 0) == 0)
+      model_sd.emplace_back(n.substr(6), t);
+    else if (n.rfind("optim.", 0) == 0)
+      optim_sd.emplace_back(n.substr(6), t);
+    else if (n.rfind("scaler.", 0) == 0)
+      scaler_sd.emplace_back(n.substr(7), t);
+    else
+      throw IOError(
+          str("load_checkpoint: ", path, ": unexpected tensor \"", n, "\" (expected model.*, optim.* or scaler.*)"));
   }
   LoadedCheckpoint out;
   out.metadata = f.metadata;
@@ -76,8 +82,8 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts&
   uint64_t sched_step = parts.scheduler ? parse_u64(f.metadata, "scheduler.step", path) : 0;
   std::vector<PhiloxState> rng;
   for (auto& [name, g] : parts.generators)
-    rng.push_back({parse_u64(f.metadata, "rng." + name + ".seed", path),
-                   parse_u64(f.metadata, "rng." + name + ".offset", path)});
+    rng.push_back(
+        {parse_u64(f.metadata, "rng." + name + ".seed", path), parse_u64(f.metadata, "rng." + name + ".offset", path)});
   SNUG_CHECK(!parts.scaler || !scaler_sd.empty(), IOError, "load_checkpoint: ", path,
              " holds no GradScaler state but a scaler was given");
   std::optional<amp::GradScaler> scaler_new;

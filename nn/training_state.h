@@ -27,11 +27,11 @@
 namespace snug::nn {
 
 struct CheckpointParts {
-  Module* model = nullptr;                       // required
-  optim::Optimizer* optimizer = nullptr;         // optional
-  optim::LRScheduler* scheduler = nullptr;       // optional
+  Module* model = nullptr;                                     // required
+  optim::Optimizer* optimizer = nullptr;                       // optional
+  optim::LRScheduler* scheduler = nullptr;                     // optional
   std::vector<std::pair<std::string, Generator*>> generators;  // e.g. {"default", &default_generator()}
-  amp::GradScaler* scaler = nullptr;             // optional (mixed precision)
+  amp::GradScaler* scaler = nullptr;                           // optional (mixed precision)
 };
 
 void save_checkpoint(const std::string& path, const CheckpointParts& parts, int64_t step,

@@ -222,8 +222,8 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
             if (opts_.checkpoint_stages) {
               autograd::CheckpointOptions co;
               co.name = str("pipeline stage ", k);
-              out = autograd::checkpoint([&](const std::vector<Tensor>& h) { return std::vector<Tensor>{run_layers(h[0])}; },
-                                         {in}, co)[0];
+              out = autograd::checkpoint(
+                  [&](const std::vector<Tensor>& h) { return std::vector<Tensor>{run_layers(h[0])}; }, {in}, co)[0];
             } else
               out = run_layers(in);
             if (last) {
@@ -232,8 +232,10 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
               out = stack_.loss(out, tgt) * w;
             }
           }
-          if (last) losses[m] = out.item();
-          else fwd[static_cast<size_t>(k)].send(op.micro_batch, handing_off(out.detach().to(placement_.devices[k + 1])));
+          if (last)
+            losses[m] = out.item();
+          else
+            fwd[static_cast<size_t>(k)].send(op.micro_batch, handing_off(out.detach().to(placement_.devices[k + 1])));
           inputs[m] = in;
           outputs[m] = out;
         } else {
@@ -255,8 +257,8 @@ double Pipeline::step(const Tensor& x, const Tensor& y) {
         }
         if (opts_.record_timeline) {
           std::lock_guard<std::mutex> lk(tl_mu);
-          timeline_.push_back({static_cast<int>(k), static_cast<int>(op.micro_batch), op.backward, s0 - t0,
-                               now_ms() - t0});
+          timeline_.push_back(
+              {static_cast<int>(k), static_cast<int>(op.micro_batch), op.backward, s0 - t0, now_ms() - t0});
         }
       }
     } catch (...) {
@@ -296,8 +298,8 @@ void Pipeline::write_timeline(const std::string& path) const {
       std::snprintf(line, sizeof line,
                     "%s{\"name\": \"%c%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f, "
                     "\"dur\": %.1f}",
-                    i ? ",\n" : "", e.backward ? 'B' : 'F', e.micro_batch, e.backward ? "backward" : "forward",
-                    e.stage, e.start_ms * 1e3, (e.end_ms - e.start_ms) * 1e3);
+                    i ? ",\n" : "", e.backward ? 'B' : 'F', e.micro_batch, e.backward ? "backward" : "forward", e.stage,
+                    e.start_ms * 1e3, (e.end_ms - e.start_ms) * 1e3);
       f << line;
     }
     f << "\n]}\n";

@@ -148,8 +148,8 @@ std::string Placement::str() const {
 
 Placement manual_placement(const std::vector<Device>& devices, const std::vector<int64_t>& bounds, int64_t num_layers) {
   SNUG_CHECK(!devices.empty(), ValueError, "manual_placement: no devices");
-  SNUG_CHECK(bounds.size() == devices.size() + 1, ValueError, "manual_placement: ", devices.size(),
-             " devices need ", devices.size() + 1, " bounds, got ", bounds.size());
+  SNUG_CHECK(bounds.size() == devices.size() + 1, ValueError, "manual_placement: ", devices.size(), " devices need ",
+             devices.size() + 1, " bounds, got ", bounds.size());
   SNUG_CHECK(bounds.front() == 0 && bounds.back() == num_layers, ValueError,
              "manual_placement: the ranges must cover layers [0, ", num_layers, "), got [", bounds.front(), ", ",
              bounds.back(), ")");
@@ -250,7 +250,8 @@ void predict(const StackProfile& prof, const StepShape& shape, Placement& p) {
 
 Placement plan_placement(const StackProfile& prof, const std::vector<Device>& devices, Policy policy,
                          const StepShape& shape, std::vector<int64_t> caps) {
-  SNUG_CHECK(policy != Policy::manual, ValueError, "plan_placement: a manual policy takes its ranges from manual_placement");
+  SNUG_CHECK(policy != Policy::manual, ValueError,
+             "plan_placement: a manual policy takes its ranges from manual_placement");
   SNUG_CHECK(!devices.empty(), ValueError, "plan_placement: no devices");
   SNUG_CHECK(shape.micro_batches >= 1, ValueError, "micro_batches must be >= 1, got ", shape.micro_batches);
   const auto N = static_cast<int64_t>(prof.layers.size());
@@ -263,8 +264,8 @@ Placement plan_placement(const StackProfile& prof, const std::vector<Device>& de
                          ? std::numeric_limits<int64_t>::max()
                          : static_cast<int64_t>(c));
     }
-  SNUG_CHECK(static_cast<int64_t>(caps.size()) == K, ValueError, "plan_placement: ", K, " devices but ",
-             caps.size(), " capacities");
+  SNUG_CHECK(static_cast<int64_t>(caps.size()) == K, ValueError, "plan_placement: ", K, " devices but ", caps.size(),
+             " capacities");
   const double inf = std::numeric_limits<double>::infinity();
   auto cost = [&](int64_t k, int64_t a, int64_t b) { return stage_cost(prof, shape, a, b, k, K); };
   Split sp;
@@ -281,8 +282,10 @@ Placement plan_placement(const StackProfile& prof, const std::vector<Device>& de
       const int64_t a = sp.bounds[k];
       int64_t b = k == K - 1 ? N : N - (K - 1 - k);
       while (b > a && cost(k, a, b).peak > caps[k]) --b;
-      if (b == a || (k == K - 1 && b != N)) sp.score = inf;
-      else sp.bounds[k + 1] = b;
+      if (b == a || (k == K - 1 && b != N))
+        sp.score = inf;
+      else
+        sp.bounds[k + 1] = b;
     }
   } else if (policy == Policy::balance_memory) {
     sp = best_split(N, K, [&](int64_t k, int64_t a, int64_t b) {
@@ -297,9 +300,8 @@ Placement plan_placement(const StackProfile& prof, const std::vector<Device>& de
   }
   if (sp.score == inf) {
     // Explain: the split that overshoots least, and by how much on which device.
-    Split close = best_split(N, K, [&](int64_t k, int64_t a, int64_t b) {
-      return static_cast<double>(cost(k, a, b).peak - caps[k]);
-    });
+    Split close = best_split(
+        N, K, [&](int64_t k, int64_t a, int64_t b) { return static_cast<double>(cost(k, a, b).peak - caps[k]); });
     std::ostringstream os;
     os << "plan_placement: no split of " << N << " layers over ";
     for (int64_t k = 0; k < K; ++k) os << (k ? ", " : "") << devices[k].str() << " (" << mib(caps[k]) << ")";
@@ -323,9 +325,9 @@ Placement plan_placement(const StackProfile& prof, const std::vector<Device>& de
       if (cost(0, i, i + 1).peak > cost(0, big, big + 1).peak) big = i;
     os << " the largest single layer, '" << prof.layers[big].name << "', needs " << mib(cost(0, big, big + 1).peak)
        << " on a device of its own. More devices, more micro-batches, per-stage checkpointing or a smaller batch help.";
-    throw OutOfMemoryError(os.str(), static_cast<std::size_t>(cost(worst_k, close.bounds[worst_k],
-                                                                   close.bounds[worst_k + 1]).peak),
-                           static_cast<std::size_t>(caps[worst_k]));
+    throw OutOfMemoryError(
+        os.str(), static_cast<std::size_t>(cost(worst_k, close.bounds[worst_k], close.bounds[worst_k + 1]).peak),
+        static_cast<std::size_t>(caps[worst_k]));
   }
   Placement p;
   p.devices = devices;
@@ -336,8 +338,8 @@ Placement plan_placement(const StackProfile& prof, const std::vector<Device>& de
 
 void place(LayerStack& stack, const Placement& p) {
   SNUG_CHECK(p.bounds.size() == p.devices.size() + 1 && p.bounds.back() == static_cast<int64_t>(stack.size()),
-             ValueError, "place: the placement covers ", p.bounds.empty() ? 0 : p.bounds.back(), " layers, the stack has ",
-             stack.size());
+             ValueError, "place: the placement covers ", p.bounds.empty() ? 0 : p.bounds.back(),
+             " layers, the stack has ", stack.size());
   for (size_t k = 0; k < p.devices.size(); ++k)
     for (int64_t i = p.bounds[k]; i < p.bounds[k + 1]; ++i) stack.layers[static_cast<size_t>(i)]->to(p.devices[k]);
 }

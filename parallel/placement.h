@@ -43,12 +43,12 @@ struct StepShape {
 // One layer measured on one micro-batch. Bytes are allocator bytes.
 struct LayerProfile {
   std::string name;
-  int64_t param_bytes = 0;   // trainable parameters it owns (tied weights: the owner only)
+  int64_t param_bytes = 0;  // trainable parameters it owns (tied weights: the owner only)
   int64_t buffer_bytes = 0;
-  int64_t saved_bytes = 0;   // held from its forward to its backward, output included
+  int64_t saved_bytes = 0;  // held from its forward to its backward, output included
   int64_t output_bytes = 0;
-  int64_t forward_peak = 0;  // above what was live before its forward
-  int64_t backward_peak = 0; // above what was live before its backward
+  int64_t forward_peak = 0;   // above what was live before its forward
+  int64_t backward_peak = 0;  // above what was live before its backward
   double forward_ms = 0, backward_ms = 0;
 };
 
@@ -66,8 +66,8 @@ struct StackProfile {
 StackProfile profile_stack(const LayerStack& stack, const Tensor& x, const Tensor& y, int optimizer_slots);
 
 struct Placement {
-  std::vector<Device> devices;     // stage k on devices[k]
-  std::vector<int64_t> bounds;     // stage k = layers [bounds[k], bounds[k+1]); size devices + 1
+  std::vector<Device> devices;          // stage k on devices[k]
+  std::vector<int64_t> bounds;          // stage k = layers [bounds[k], bounds[k+1]); size devices + 1
   std::vector<int64_t> predicted_peak;  // per stage, bytes (empty for a manual placement without a profile)
   std::vector<double> stage_ms;         // per stage, forward + backward of all micro-batches
   int64_t num_stages() const { return static_cast<int64_t>(devices.size()); }
@@ -76,8 +76,7 @@ struct Placement {
 
 // A placement from explicit ranges: stage k = layers [bounds[k], bounds[k+1]).
 // Checks that the ranges cover the stack in order and that no stage is empty.
-Placement manual_placement(const std::vector<Device>& devices, const std::vector<int64_t>& bounds,
-                           int64_t num_layers);
+Placement manual_placement(const std::vector<Device>& devices, const std::vector<int64_t>& bounds, int64_t num_layers);
 
 // Predicted peak bytes of each stage of p (fills p.predicted_peak, p.stage_ms).
 void predict(const StackProfile& prof, const StepShape& shape, Placement& p);

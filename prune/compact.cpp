@@ -56,9 +56,7 @@ Tensor& bias_of(nn::Module* m) {
   return dynamic_cast<nn::Conv2d*>(m)->bias;
 }
 
-Tensor index_tensor(const std::vector<int64_t>& idx) {
-  return from_vector(idx, {int64_t(idx.size())}, DType::i64);
-}
+Tensor index_tensor(const std::vector<int64_t>& idx) { return from_vector(idx, {int64_t(idx.size())}, DType::i64); }
 
 // What each producer channel carries after the modules between producer and
 // consumer when its weights are zero: its bias (or 0) through activations,
@@ -126,7 +124,7 @@ namespace {
 // between: channel-wise modules in between; act: a functional activation
 // applied after them (a TransformerBlock's GELU), or null.
 void compact_pair(const std::string& path, nn::Module* prod, const std::vector<nn::Module*>& between, const Act& act,
-                nn::Module* cons, bool flattened, nn::optim::Optimizer* optimizer, CompactReport& rep) {
+                  nn::Module* cons, bool flattened, nn::optim::Optimizer* optimizer, CompactReport& rep) {
   const bool prod_conv = dynamic_cast<nn::Conv2d*>(prod) != nullptr;
   const bool cons_conv = dynamic_cast<nn::Conv2d*>(cons) != nullptr;
   if (cons_conv && (!prod_conv || flattened)) return;  // shapes do not line up channel for channel
@@ -171,7 +169,8 @@ void compact_pair(const std::string& path, nn::Module* prod, const std::vector<n
   if (any) {
     Tensor& bc = bias_of(cons);
     SNUG_CHECK(bc.defined(), ValueError, "prune::compact: the pruned channels of \"", path,
-               "\" still emit a nonzero constant (their bias) and \"", "the next layer has no bias to fold it into; "
+               "\" still emit a nonzero constant (their bias) and \"",
+               "the next layer has no bias to fold it into; "
                "mask the bias too (prune::output_channels)");
     bc.add_(raw::to_device(raw::to_dtype(from_vector(delta, {O}), bc.dtype()), bc.device()));
   }
@@ -196,7 +195,6 @@ void compact_pair(const std::string& path, nn::Module* prod, const std::vector<n
   if (auto* cv = dynamic_cast<nn::Conv2d*>(cons)) cv->in_channels = int64_t(cols.size());
   rep.layers.push_back({path, C, int64_t(keep.size())});
 }
-
 
 // Drops the heads of a MultiheadAttention whose value rows are all zero.
 // Such a head outputs its value bias b_v (attention weights sum to 1), a
@@ -284,8 +282,9 @@ CompactReport compact(nn::Module& model, nn::optim::Optimizer* optimizer) {
   // Transformer blocks: the MLP (fc -> GELU -> fc_proj) and the attention heads.
   for (auto& [path, mod] : model.named_modules()) {
     if (auto* tb = dynamic_cast<nn::TransformerBlock*>(mod.get()))
-      compact_pair(path.empty() ? "fc" : path + ".fc", tb->fc.get(), {}, [](const Tensor& x) { return gelu(x); }, tb->fc_proj.get(), false,
-                   optimizer, rep);
+      compact_pair(
+          path.empty() ? "fc" : path + ".fc", tb->fc.get(), {}, [](const Tensor& x) { return gelu(x); },
+          tb->fc_proj.get(), false, optimizer, rep);
     if (auto* a = dynamic_cast<nn::MultiheadAttention*>(mod.get())) compact_heads(path, *a, optimizer, rep);
   }
   rep.param_bytes_after = parameter_bytes(model);

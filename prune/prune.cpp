@@ -60,8 +60,8 @@ Tensor get_param(nn::Module& m, const std::string& name) {
     if (n == name) return t;
     have += (have.empty() ? "" : ", ") + n;
   }
-  throw ValueError(str("prune: module ", m.repr(), " has no parameter \"", name, "\" (it has: ",
-                       have.empty() ? "none" : have, ")"));
+  throw ValueError(
+      str("prune: module ", m.repr(), " has no parameter \"", name, "\" (it has: ", have.empty() ? "none" : have, ")"));
 }
 
 void check_amount(const char* fn, double amount) {
@@ -130,8 +130,10 @@ void prune_by_score(const Tensor& p, std::vector<float> score, double amount) {
   std::vector<float> alive = alive_of(p);
   int64_t n_alive = 0;
   for (size_t i = 0; i < score.size(); ++i) {
-    if (alive[i] == 0) score[i] = -1.0f;  // below every |w| and every U[0,1) draw
-    else ++n_alive;
+    if (alive[i] == 0)
+      score[i] = -1.0f;  // below every |w| and every U[0,1) draw
+    else
+      ++n_alive;
   }
   const int64_t dead = int64_t(score.size()) - n_alive;
   install(p, mask_lowest(score, dead + std::llround(amount * double(n_alive))));
@@ -210,7 +212,7 @@ void output_channels(nn::Module& layer, double amount, double n) {
 void attention_heads(nn::MultiheadAttention& a, double amount) {
   check_amount("attention_heads", amount);
   const int64_t H = a.heads, D = a.head_dim, inner = H * D;
-  const Tensor& wq = a.qkv->weight;  // (3 inner, E)
+  const Tensor& wq = a.qkv->weight;   // (3 inner, E)
   const Tensor& wp = a.proj->weight;  // (E, inner)
   const int64_t E = wq.size(1), O = wp.size(0);
   std::vector<float> w = values_of(wq), p = values_of(wp), alive = alive_of(wq);
@@ -375,15 +377,14 @@ std::string format_sparsity_report(const std::vector<LayerSparsity>& rows) {
   os << buf;
   int64_t numel = 0, zeros = 0;
   for (auto& r : rows) {
-    std::snprintf(buf, sizeof buf, "%-28s %-18s %12lld %12lld %8.2f%% %s\n", r.name.c_str(),
-                  shape_str(r.shape).c_str(), (long long)r.numel, (long long)r.zeros, 100 * r.sparsity(),
-                  r.masked ? "yes" : "");
+    std::snprintf(buf, sizeof buf, "%-28s %-18s %12lld %12lld %8.2f%% %s\n", r.name.c_str(), shape_str(r.shape).c_str(),
+                  (long long)r.numel, (long long)r.zeros, 100 * r.sparsity(), r.masked ? "yes" : "");
     os << buf;
     numel += r.numel;
     zeros += r.zeros;
   }
-  std::snprintf(buf, sizeof buf, "%-28s %-18s %12lld %12lld %8.2f%%\n", "total", "", (long long)numel,
-                (long long)zeros, numel ? 100.0 * double(zeros) / double(numel) : 0.0);
+  std::snprintf(buf, sizeof buf, "%-28s %-18s %12lld %12lld %8.2f%%\n", "total", "", (long long)numel, (long long)zeros,
+                numel ? 100.0 * double(zeros) / double(numel) : 0.0);
   os << buf;
   return os.str();
 }

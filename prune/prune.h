@@ -80,7 +80,7 @@ void apply_masks(const std::vector<Tensor>& params);
 
 // ---- report --------------------------------------------------------------------
 struct LayerSparsity {
-  std::string name;     // "3.weight"
+  std::string name;  // "3.weight"
   Shape shape;
   int64_t numel = 0;
   int64_t zeros = 0;    // exact zeros in the values

@@ -51,7 +51,7 @@ void walk(nn::Module& m, const std::string& path, std::vector<Node>& nodes,
 // What a step does with one module.
 struct Decision {
   enum Kind { keep, replace, left } kind = keep;
-  std::string reason;                              // left
+  std::string reason;                                 // left
   std::function<std::shared_ptr<nn::Module>()> make;  // replace
 };
 using Rule = std::function<Decision(nn::Module&)>;

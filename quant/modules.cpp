@@ -87,8 +87,7 @@ Tensor QuantizedWeights::matmul_quantized(const Tensor& xq, const QParams& qx, c
 
 // ---- Linear ----------------------------------------------------------------------------------
 
-QuantizedLinear::QuantizedLinear(const nn::Linear& f, std::optional<QParams> input)
-    : nn::Linear("QuantizedLinear", f) {
+QuantizedLinear::QuantizedLinear(const nn::Linear& f, std::optional<QParams> input) : nn::Linear("QuantizedLinear", f) {
   bias = init(*this, f.weight, f.bias, std::move(input));
 }
 
@@ -116,8 +115,7 @@ void check_plain_conv(const nn::Conv2d& f, const char* who) {
 }
 }  // namespace
 
-QuantizedConv2d::QuantizedConv2d(const nn::Conv2d& f, std::optional<QParams> input)
-    : nn::Conv2d("QuantizedConv2d", f) {
+QuantizedConv2d::QuantizedConv2d(const nn::Conv2d& f, std::optional<QParams> input) : nn::Conv2d("QuantizedConv2d", f) {
   check_plain_conv(f, "QuantizedConv2d");
   bias = init(*this, f.weight, f.bias, std::move(input));
 }
@@ -223,8 +221,8 @@ QATConv2d::QATConv2d(const nn::Conv2d& f, const std::string& kind) : nn::Conv2d(
   register_module("input_fq", input_fq, std::make_shared<FakeQuantize>(make_input_observer(kind)));
 }
 Tensor QATConv2d::forward(const Tensor& x) {
-  return F::conv2d(input_fq->forward(x), fake_quantize(weight, weight_qparams(weight.detach())), bias, stride,
-                   padding, dilation, groups);
+  return F::conv2d(input_fq->forward(x), fake_quantize(weight, weight_qparams(weight.detach())), bias, stride, padding,
+                   dilation, groups);
 }
 std::string QATConv2d::repr() const { return "QAT" + nn::Conv2d::repr(); }
 

@@ -33,9 +33,9 @@
 #include <optional>
 #include <string>
 
+#include <snug/core/raw_int8.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/layers.h>
-#include <snug/core/raw_int8.h>
 #include <snug/quant/observer.h>
 
 namespace snug::quant {

@@ -111,7 +111,8 @@ std::unique_ptr<Observer> make_observer(const std::string& kind, ObserverOptions
   if (kind == "minmax") return std::make_unique<MinMaxObserver>(o);
   if (kind == "moving_average") return std::make_unique<MovingAverageMinMaxObserver>(o);
   if (kind == "percentile") return std::make_unique<PercentileObserver>(o);
-  throw ValueError(str("make_observer: unknown observer \"", kind, "\" (expected minmax, moving_average or percentile)"));
+  throw ValueError(
+      str("make_observer: unknown observer \"", kind, "\" (expected minmax, moving_average or percentile)"));
 }
 
 }  // namespace snug::quant

@@ -18,7 +18,7 @@ namespace snug::quant {
 struct ObserverOptions {
   DType dtype = DType::u8;  // u8 for activations, i8 for weights
   bool symmetric = false;
-  int64_t axis = -1;        // per channel along axis (MinMax and MovingAverage only)
+  int64_t axis = -1;  // per channel along axis (MinMax and MovingAverage only)
 };
 
 class Observer {

@@ -23,14 +23,14 @@ void channel_geometry(const Shape& shape, int64_t axis, int64_t& C, int64_t& inn
 }
 
 void check(const QParams& qp, const Tensor& t, const char* fn) {
-  SNUG_CHECK(t.device().is_cpu(), DeviceError, fn, ": quantization runs on the CPU; got a tensor on ",
-             t.device().str(), " (move it with .to(kCPU))");
+  SNUG_CHECK(t.device().is_cpu(), DeviceError, fn, ": quantization runs on the CPU; got a tensor on ", t.device().str(),
+             " (move it with .to(kCPU))");
   SNUG_CHECK(qp.dtype == DType::u8 || qp.dtype == DType::i8, DTypeError, fn, ": quantized dtype must be u8 or i8, got ",
              dtype_name(qp.dtype));
   const int64_t C = qp.axis < 0 ? 1 : (qp.axis < t.dim() ? t.size(qp.axis) : -1);
   SNUG_CHECK(qp.axis < t.dim(), ValueError, fn, ": axis ", qp.axis, " out of range for shape ", shape_str(t.shape()));
-  SNUG_CHECK(int64_t(qp.scale.size()) == C && int64_t(qp.zero_point.size()) == C, ValueError, fn, ": ",
-             qp.scale.size(), " scales and ", qp.zero_point.size(), " zero points for ", C, " channel(s) of shape ",
+  SNUG_CHECK(int64_t(qp.scale.size()) == C && int64_t(qp.zero_point.size()) == C, ValueError, fn, ": ", qp.scale.size(),
+             " scales and ", qp.zero_point.size(), " zero points for ", C, " channel(s) of shape ",
              shape_str(t.shape()));
   for (float s : qp.scale)
     SNUG_CHECK(s > 0 && std::isfinite(s), ValueError, fn, ": scales must be positive and finite, got ", s);
@@ -81,7 +81,8 @@ void min_max(const Tensor& x, int64_t axis, std::vector<float>& mins, std::vecto
   SNUG_CHECK(x.numel() > 0, ValueError, "quant::min_max: empty tensor of shape ", shape_str(x.shape()));
   SNUG_CHECK(x.device().is_cpu(), DeviceError, "quant::min_max: quantization runs on the CPU; got a tensor on ",
              x.device().str());
-  SNUG_CHECK(axis < x.dim(), ValueError, "quant::min_max: axis ", axis, " out of range for shape ", shape_str(x.shape()));
+  SNUG_CHECK(axis < x.dim(), ValueError, "quant::min_max: axis ", axis, " out of range for shape ",
+             shape_str(x.shape()));
   Tensor xc = raw::contiguous(raw::to_dtype(x, DType::f32));
   const float* p = xc.data<float>();
   int64_t C, inner;
@@ -127,8 +128,10 @@ Tensor quantize(const Tensor& x, const QParams& qp) {
       for (int64_t i = c0; i < e; ++i) out[i] = T(std::clamp(std::nearbyint(p[i] * inv) + zp, lo, hi));
     }
   };
-  if (qp.dtype == DType::u8) run(q.data<uint8_t>());
-  else run(q.data<int8_t>());
+  if (qp.dtype == DType::u8)
+    run(q.data<uint8_t>());
+  else
+    run(q.data<int8_t>());
   return q;
 }
 
@@ -148,8 +151,10 @@ Tensor dequantize(const Tensor& q, const QParams& qp) {
       out[i] = float(int32_t(in[i]) - qp.zero_point[c]) * qp.scale[c];
     }
   };
-  if (qp.dtype == DType::u8) run(qc.data<uint8_t>());
-  else run(qc.data<int8_t>());
+  if (qp.dtype == DType::u8)
+    run(qc.data<uint8_t>());
+  else
+    run(qc.data<int8_t>());
   return x;
 }
 

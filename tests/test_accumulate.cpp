@@ -95,8 +95,8 @@ TEST_CASE("accumulation: K micro-batches of b rows give the gradients of one bat
 
   const double rel = max_rel_diff(small, big);
   MESSAGE("accumulation: max relative gradient difference " << rel << ", activation peak " << small_peak << " vs "
-                                                             << big_peak << " (ratio " << double(small_peak) / big_peak
-                                                             << ")");
+                                                            << big_peak << " (ratio " << double(small_peak) / big_peak
+                                                            << ")");
   CHECK(rel <= 1e-6);
   CHECK(rel > 0);  // not the same computation: the sums are grouped differently
   const double ratio = double(small_peak) / double(big_peak);
@@ -123,8 +123,8 @@ TEST_CASE("accumulation: variable-length micro-batches need token weights") {
     } else {
       // Two micro-batches of two rows: 19 and 10 real tokens.
       nn::GradAccumulator acc(mode == 1 ? 29.0 : 2.0);
-      auto rows = nn::split_batch(w, 2);                        // 2 x (2T, V)
-      auto tg = nn::split_batch(targets.reshape({-1}), 2);      // 2 x (2T)
+      auto rows = nn::split_batch(w, 2);                    // 2 x (2T, V)
+      auto tg = nn::split_batch(targets.reshape({-1}), 2);  // 2 x (2T)
       for (int k = 0; k < 2; ++k) {
         Tensor mean = F::cross_entropy(rows[k], tg[k]);
         acc.backward(mean, mode == 1 ? double(nn::count_tokens(tg[k])) : 1.0);

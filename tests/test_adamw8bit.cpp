@@ -10,9 +10,9 @@
 
 #include <snug/autograd/grad_mode.h>
 #include <snug/autograd/ops.h>
-#include <snug/nn/training_state.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/optim/adamw8bit.h>
+#include <snug/nn/training_state.h>
 #include <snug/prune/compact.h>
 #include <snug/prune/prune.h>
 #include "test_util.h"
@@ -149,7 +149,8 @@ TEST_CASE("8-bit state round-trips through checkpoints: a resumed run equals an 
   for (int s = 0; s < 3; ++s) pr.step(*first, of);
   nn::save_checkpoint(path, {first.get(), &of, nullptr, {}}, 3);
   bool has_u8 = false;
-  for (auto& [k, v] : of.state_dict()) has_u8 = has_u8 || (v.dtype() == DType::u8 && k.find("exp_avg_q") != std::string::npos);
+  for (auto& [k, v] : of.state_dict())
+    has_u8 = has_u8 || (v.dtype() == DType::u8 && k.find("exp_avg_q") != std::string::npos);
   CHECK(has_u8);
 
   auto resumed = make();
@@ -182,7 +183,8 @@ TEST_CASE("pruning masks hold with AdamW8bit, and compaction shrinks its quantiz
   for (int s = 0; s < 3; ++s) step();
   int zero_rows = 0;
   auto w = fc1->weight.to_vector<float>();
-  for (int r = 0; r < 64; ++r) zero_rows += std::all_of(w.begin() + r * 128, w.begin() + (r + 1) * 128, [](float v) { return v == 0; });
+  for (int r = 0; r < 64; ++r)
+    zero_rows += std::all_of(w.begin() + r * 128, w.begin() + (r + 1) * 128, [](float v) { return v == 0; });
   CHECK(zero_rows == 32);
   const std::size_t before = opt.state_bytes();
   prune::compact(*net, &opt);

@@ -106,7 +106,8 @@ void sweep(const std::string& name, nn::Module& model, nn::optim::Optimizer& opt
     const Snapshot got = take(model, opt);
     bool same = got.params.size() == want.params.size() && got.opt_state.size() == want.opt_state.size();
     for (size_t i = 0; same && i < got.params.size(); ++i) same = same_bits(got.params[i], want.params[i]);
-    for (size_t i = 0; same && i < got.opt_state.size(); ++i) same = same_bits(got.opt_state[i].second, want.opt_state[i].second);
+    for (size_t i = 0; same && i < got.opt_state.size(); ++i)
+      same = same_bits(got.opt_state[i].second, want.opt_state[i].second);
     CHECK_MESSAGE(same, name, ": the step after a failure at allocation ", n, " differs from a step that never failed");
     ++tried;
   }

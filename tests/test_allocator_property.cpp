@@ -30,10 +30,10 @@ std::size_t random_size(std::mt19937_64& rng) {
   std::uniform_int_distribution<int> kind(0, 99);
   int k = kind(rng);
   if (k < 2) return 0;
-  if (k < 60) return std::uniform_int_distribution<std::size_t>(1, 64 * 1024)(rng);       // small tensors
+  if (k < 60) return std::uniform_int_distribution<std::size_t>(1, 64 * 1024)(rng);           // small tensors
   if (k < 80) return std::uniform_int_distribution<std::size_t>(64 * 1024, MiB + 4096)(rng);  // around the threshold
-  if (k < 95) return std::uniform_int_distribution<std::size_t>(MiB, 12 * MiB)(rng);      // large pool, shared segments
-  return std::uniform_int_distribution<std::size_t>(10 * MiB, 80 * MiB)(rng);             // own segments
+  if (k < 95) return std::uniform_int_distribution<std::size_t>(MiB, 12 * MiB)(rng);  // large pool, shared segments
+  return std::uniform_int_distribution<std::size_t>(10 * MiB, 80 * MiB)(rng);         // own segments
 }
 
 // Runs `ops` random operations; returns the number of OOMs seen.

@@ -15,10 +15,10 @@
 #include <snug/autograd/ops.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
-#include <snug/nn/fused.h>
-#include <snug/nn/models/gpt.h>
 #include <snug/nn/functional.h>
+#include <snug/nn/fused.h>
 #include <snug/nn/layers.h>
+#include <snug/nn/models/gpt.h>
 #include "test_util.h"
 
 using namespace snug;
@@ -172,7 +172,7 @@ TEST_CASE("autocast: f16/bf16 forward and gradients agree with f32 within the st
       Tensor loss;
       {
         AutocastGuard ac(dt, amp);
-        Tensor h = F::linear(x, w1);                       // (2, 16, 96)
+        Tensor h = F::linear(x, w1);  // (2, 16, 96)
         auto qkv = h.view({2, 16, 3, 2, 16}).permute({2, 0, 3, 1, 4});
         Tensor a = F::scaled_dot_product_attention(qkv.select(0, 0), qkv.select(0, 1), qkv.select(0, 2), true);
         Tensor y = a.transpose(1, 2).reshape({2, 16, 32});
@@ -227,8 +227,8 @@ TEST_CASE("autocast: gradcheck of the differentiable casts (f64 -> f32 -> f64 ro
   // which gradcheck's tolerance covers at these magnitudes.
   Tensor x = testing::randn_f64({3, 4}, 40);
   x.requires_grad_(true);
-  CHECK(autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0].to(kFloat32).to(kFloat64) * 3.0; },
-                            {x}, autograd::GradcheckOptions{1e-3, 1e-3, 1e-3}));
+  CHECK(autograd::gradcheck([](const std::vector<Tensor>& in) { return in[0].to(kFloat32).to(kFloat64) * 3.0; }, {x},
+                            autograd::GradcheckOptions{1e-3, 1e-3, 1e-3}));
   // The lowered path of matmul in a scope does not touch f64, so matmul's own
   // gradcheck holds inside a scope too.
   AutocastGuard ac(kBFloat16);
@@ -275,7 +275,9 @@ int64_t held_by(F&& forward) {
   return static_cast<int64_t>(memory::stats(kCPU).allocated_bytes.current) - before;
 }
 
-TEST_CASE("autocast: the fused ops keep 16-bit tensors for backward (NOTE [ 16-bit one-pass linear ], [ 16-bit attention ])") {
+TEST_CASE(
+    "autocast: the fused ops keep 16-bit tensors for backward (NOTE [ 16-bit one-pass linear ], [ 16-bit attention "
+    "])") {
   for (DType dt : {DType::bf16, DType::f16}) {
     CAPTURE(std::string(dtype_name(dt)));
     // Attention at W-GPT's shape: the 16-bit qkv and output (and the f32 lse),
@@ -322,7 +324,8 @@ TEST_CASE("autocast: a GPT's forward keeps at most 0.55x the bytes it keeps in f
       autocast::clear_cache();  // the weight casts are not activations
       return loss;
     });
-    MESSAGE(std::string(dtype_name(dt)), ": ", half, " bytes kept by the forward, f32 ", f32, " (", double(half) / double(f32), "x)");
+    MESSAGE(std::string(dtype_name(dt)), ": ", half, " bytes kept by the forward, f32 ", f32, " (",
+            double(half) / double(f32), "x)");
     CHECK(double(half) <= 0.55 * double(f32));
   }
 }

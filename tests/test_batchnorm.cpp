@@ -56,8 +56,8 @@ TEST_CASE("running statistics: momentum update with the unbiased variance, then 
   // Eval: (x - rm) / sqrt(rv + eps) * w + b, and the running stats stay put.
   Tensor w = from_vector<double>({2, 3}, {2}, DType::f32), b = from_vector<double>({-1, 1}, {2}, DType::f32);
   Tensor ye = F::batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5);
-  Tensor want = (x - rm.view({1, 2, 1, 1})) / sqrt(rv.view({1, 2, 1, 1}) + 1e-5) * w.view({1, 2, 1, 1}) +
-                b.view({1, 2, 1, 1});
+  Tensor want =
+      (x - rm.view({1, 2, 1, 1})) / sqrt(rv.view({1, 2, 1, 1}) + 1e-5) * w.view({1, 2, 1, 1}) + b.view({1, 2, 1, 1});
   CHECK(max_abs_diff(ye, want) < 1e-5);
   CHECK(max_abs_diff(rm, rm1 * 0.75 + mean(x2, {0, 2, 3}) * 0.25) < 1e-6);
 }
@@ -67,10 +67,12 @@ TEST_CASE("batch_norm gradients match finite differences") {
   Tensor x = randn({3, 2, 3, 2}, DType::f64, &gen), w = randn({2}, DType::f64, &gen), b = randn({2}, DType::f64, &gen);
   check_grad([](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true); },
              {x, w, b});
-  check_grad([](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
-             {x});
+  check_grad(
+      [](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
+      {x});
   Tensor rm = randn({2}, DType::f64, &gen), rv = rand({2}, DType::f64, &gen) + 0.5;
-  check_grad([&](const std::vector<Tensor>& in) { return F::batch_norm(in[0], rm, rv, in[1], in[2], false); }, {x, w, b});
+  check_grad([&](const std::vector<Tensor>& in) { return F::batch_norm(in[0], rm, rv, in[1], in[2], false); },
+             {x, w, b});
   // (N, C) input, as BatchNorm1d would give.
   Tensor x2 = randn({5, 3}, DType::f64, &gen), w2 = randn({3}, DType::f64, &gen), b2 = randn({3}, DType::f64, &gen);
   check_grad([](const std::vector<Tensor>& in) { return F::batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], true); },
@@ -127,7 +129,8 @@ TEST_CASE("the backend's batch norm entries: the batch statistics, and each grad
   Backend& be = backend_for(kCPU);
   Generator gen(4);
   const Tensor x = randn({4, 3, 5}, DType::f32, &gen) * 2.0 + 1.0;
-  const Tensor w = randn({3}, DType::f32, &gen), b = randn({3}, DType::f32, &gen), gy = randn({4, 3, 5}, DType::f32, &gen);
+  const Tensor w = randn({3}, DType::f32, &gen), b = randn({3}, DType::f32, &gen),
+               gy = randn({4, 3, 5}, DType::f32, &gen);
   const Tensor y = empty({4, 3, 5}), mean = empty({3}), invstd = empty({3});
   be.batch_norm_forward_training(x, w, b, Tensor(), Tensor(), 0.1, 1e-5, y, mean, invstd);
   const Tensor mu = snug::mean(x, {0, 2}), var = snug::var(x, {0, 2}, 0);

@@ -107,7 +107,7 @@ TEST_CASE("large pool: 20 MiB segments below 10 MiB, 2 MiB multiples above") {
 }
 
 TEST_CASE("large pool: segments grow with the pool (large_growth), capped at large_segment") {
-  GrowthFixture f;  // defaults: large_growth 16, large_round 2 MiB, large_segment 20 MiB
+  GrowthFixture f;                  // defaults: large_growth 16, large_round 2 MiB, large_segment 20 MiB
   void* a = f.a.allocate(3 * MiB);  // empty pool: a segment of the request, rounded up
   CHECK(f.a.stats().reserved_bytes.current == 4 * MiB);
   void* b = f.a.allocate(3 * MiB);  // a 1 MiB remainder is not split (PyTorch's rule): new segment
@@ -452,9 +452,9 @@ TEST_CASE("summary names every statistic and the tags in use") {
   CHECK(current_tag() == Tag::other);
   std::string s = summary(d);
   MESSAGE("\n", s);
-  for (const char* want : {"Allocated memory", "Requested memory", "Active memory", "Reserved memory",
-                           "Non-releasable", "Allocations", "Segments", "activation", "3.00 MiB", "Cache hits",
-                           "Alloc retries", "OOMs", "round=512"})
+  for (const char* want :
+       {"Allocated memory", "Requested memory", "Active memory", "Reserved memory", "Non-releasable", "Allocations",
+        "Segments", "activation", "3.00 MiB", "Cache hits", "Alloc retries", "OOMs", "round=512"})
     CHECK_MESSAGE(s.find(want) != std::string::npos, want);
   deallocate(d, p);
 }

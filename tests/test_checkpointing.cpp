@@ -229,8 +229,7 @@ TEST_CASE("checkpoint: verification names the first recomputed tensor that diffe
   CheckpointOptions opts;
   opts.verify = true;
   opts.name = "my segment";
-  Tensor y = checkpoint([seg](const std::vector<Tensor>& in) { return std::vector<Tensor>{seg(in[0])}; }, {x},
-                        opts)[0];
+  Tensor y = checkpoint([seg](const std::vector<Tensor>& in) { return std::vector<Tensor>{seg(in[0])}; }, {x}, opts)[0];
   try {
     y.sum().backward();
     FAIL("expected an AutogradError");
@@ -309,12 +308,13 @@ TEST_CASE("checkpoint: activation memory is the segment's inputs, and recomputat
     const auto before = memory::allocated(dev);
     Tensor h = x;
     for (auto& w : ws) {
-      if (mode == 0) h = layer(w)(h);
+      if (mode == 0)
+        h = layer(w)(h);
       else {
         CheckpointOptions o;
         if (mode == 2) o.policy = autograd::save_ops({"matmul"});
-        h = checkpoint([f = layer(w)](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in[0])}; },
-                       {h}, o)[0];
+        h = checkpoint([f = layer(w)](const std::vector<Tensor>& in) { return std::vector<Tensor>{f(in[0])}; }, {h},
+                       o)[0];
       }
     }
     Tensor loss = h.sum();

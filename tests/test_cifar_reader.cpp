@@ -34,9 +34,9 @@ TEST_CASE("CIFAR-10 batches: layout, labels, train and test splits") {
   data::Cifar10Split train = data::load_cifar10(d.path.string(), true);
   CHECK(train.images.shape() == Shape{15, 3, 32, 32});
   CHECK(train.images.dtype() == DType::f32);
-  CHECK(train.images.to_vector<float>()[3072 + 255] == doctest::Approx(0.0));   // record 1, pixel 255: (1+255)%256
-  CHECK(train.images.to_vector<float>()[3072 + 254] == doctest::Approx(1.0));   // 255/255
-  CHECK(train.labels.to_vector<int64_t>()[4] == 1);  // the second file's record 1
+  CHECK(train.images.to_vector<float>()[3072 + 255] == doctest::Approx(0.0));  // record 1, pixel 255: (1+255)%256
+  CHECK(train.images.to_vector<float>()[3072 + 254] == doctest::Approx(1.0));  // 255/255
+  CHECK(train.labels.to_vector<int64_t>()[4] == 1);                            // the second file's record 1
   CHECK(data::load_cifar10(d.path.string(), false).labels.size(0) == 12);
 }
 
@@ -46,8 +46,8 @@ TEST_CASE("truncated or corrupt CIFAR-10 files name the file and the offset") {
   auto b = cifar_bytes(3);
   b.resize(2 * 3073 + 100);
   write_bytes(f, b);
-  CHECK_THROWS_WITH_AS(data::read_cifar10_batch(f), doctest::Contains((f + ": truncated record 2 at offset 6146").c_str()),
-                       IOError);
+  CHECK_THROWS_WITH_AS(data::read_cifar10_batch(f),
+                       doctest::Contains((f + ": truncated record 2 at offset 6146").c_str()), IOError);
   b = cifar_bytes(3);
   b[3073] = 12;  // record 1's label
   write_bytes(f, b);

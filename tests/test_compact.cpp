@@ -35,7 +35,8 @@ Tensor run_eval(nn::Module& m, const Tensor& x) {
 TEST_CASE("Linear -> ReLU -> Linear: same outputs, smaller tensors, optimizer state shrinks") {
   manual_seed(21);
   auto fc1 = std::make_shared<nn::Linear>(12, 16), fc2 = std::make_shared<nn::Linear>(16, 5);
-  auto net = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{fc1, std::make_shared<nn::ReLU>(), fc2});
+  auto net = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{fc1, std::make_shared<nn::ReLU>(), fc2});
   nn::optim::SGD opt(net->parameters(), {.lr = 0.01, .momentum = 0.9});
   Tensor x = randn({7, 12});
   Tensor loss = sum(square(net->forward(x)));
@@ -118,7 +119,8 @@ TEST_CASE("Conv -> ReLU -> MaxPool -> Flatten -> Linear -> ReLU -> Linear (W-CNN
 TEST_CASE("a pruned channel with a live bias is folded into the next Linear exactly") {
   manual_seed(24);
   auto fc1 = std::make_shared<nn::Linear>(4, 6), fc2 = std::make_shared<nn::Linear>(6, 2);
-  auto net = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{fc1, std::make_shared<nn::ReLU>(), fc2});
+  auto net = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{fc1, std::make_shared<nn::ReLU>(), fc2});
   prune::ln_structured(*fc1, "weight", 0.5, 1, 0);  // weights only: the bias stays
   Tensor x = randn({5, 4});
   const Tensor before = run_eval(*net, x);
@@ -133,7 +135,8 @@ TEST_CASE("a model on a virtual device compacts there: index, folded bias and op
   manual_seed(25);
   const Device dev("cpu:3");
   auto fc1 = std::make_shared<nn::Linear>(4, 6), fc2 = std::make_shared<nn::Linear>(6, 2);
-  auto net = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{fc1, std::make_shared<nn::ReLU>(), fc2});
+  auto net = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{fc1, std::make_shared<nn::ReLU>(), fc2});
   net->to(dev);
   nn::optim::SGD opt(net->parameters(), {.lr = 0.01, .momentum = 0.9});
   Tensor x = randn({5, 4}).to(dev);
@@ -155,7 +158,8 @@ TEST_CASE("a model on a virtual device compacts there: index, folded bias and op
   auto c1 = std::make_shared<nn::Conv2d>(3, 8, 3, 1, 1, 1, 1, /*bias=*/false);
   auto bn = std::make_shared<nn::BatchNorm2d>(8);
   auto c2 = std::make_shared<nn::Conv2d>(8, 4, 3);
-  auto cnn = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{c1, bn, std::make_shared<nn::ReLU>(), c2});
+  auto cnn = std::make_shared<nn::Sequential>(
+      std::vector<std::shared_ptr<nn::Module>>{c1, bn, std::make_shared<nn::ReLU>(), c2});
   cnn->to(dev);
   prune::output_channels(*c1, 0.5);
   Tensor img = randn({2, 3, 9, 9}).to(dev);

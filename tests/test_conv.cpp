@@ -54,8 +54,8 @@ void check_config(const Cfg& c, DType dt, double tol) {
   Tensor x = randn({c.N, c.C, c.H, c.W}, DType::f64, &gen);
   Tensor w = randn({c.Cout, c.C / c.groups, c.kh, c.kw}, DType::f64, &gen);
   Tensor b = randn({c.Cout}, DType::f64, &gen);
-  Tensor y = F::conv2d(x.to(dt), w.to(dt), c.bias ? b.to(dt) : Tensor(), {c.sh, c.sw}, {c.ph, c.pw}, {c.dh, c.dw},
-                       c.groups);
+  Tensor y =
+      F::conv2d(x.to(dt), w.to(dt), c.bias ? b.to(dt) : Tensor(), {c.sh, c.sw}, {c.ph, c.pw}, {c.dh, c.dw}, c.groups);
   const int64_t Ho = (c.H + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1;
   const int64_t Wo = (c.W + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1;
   REQUIRE(y.shape() == Shape{c.N, c.Cout, Ho, Wo});
@@ -63,28 +63,29 @@ void check_config(const Cfg& c, DType dt, double tol) {
   auto want = direct_conv(c, x.to_vector<double>(), w.to_vector<double>(), b.to_vector<double>(), Ho, Wo);
   auto got = y.to_vector<double>();
   double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]) / (1 + std::fabs(want[i])));
-  INFO("config N=", c.N, " C=", c.C, " H=", c.H, " W=", c.W, " Cout=", c.Cout, " k=", c.kh, "x", c.kw, " s=", c.sh,
-       ",", c.sw, " p=", c.ph, ",", c.pw, " d=", c.dh, ",", c.dw, " g=", c.groups, " dtype=", dtype_name(dt));
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::fabs(got[i] - want[i]) / (1 + std::fabs(want[i])));
+  INFO("config N=", c.N, " C=", c.C, " H=", c.H, " W=", c.W, " Cout=", c.Cout, " k=", c.kh, "x", c.kw, " s=", c.sh, ",",
+       c.sw, " p=", c.ph, ",", c.pw, " d=", c.dh, ",", c.dw, " g=", c.groups, " dtype=", dtype_name(dt));
   CHECK(worst < tol);
 }
 
 const std::vector<Cfg> kConfigs = {
     // N  C  H  W  Cout kh kw sh sw ph pw dh dw g  bias
-    {2, 1, 8, 8, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, true},     // plain
-    {1, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},     // padding, one image (GEMM threads)
-    {3, 4, 9, 8, 6, 3, 2, 2, 1, 1, 0, 1, 1, 1, false},    // stride, non-square kernel, no bias
-    {4, 2, 10, 10, 3, 3, 3, 2, 3, 2, 1, 2, 1, 1, true},   // dilation, uneven stride
-    {2, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2, true},     // groups 2
-    {2, 6, 7, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6, true},     // depthwise
-    {2, 6, 9, 9, 12, 3, 3, 2, 2, 1, 1, 1, 1, 6, false},   // depthwise with multiplier 2, stride 2
-    {3, 8, 5, 5, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},    // pointwise (no im2col)
-    {2, 8, 5, 5, 4, 1, 1, 1, 1, 0, 0, 1, 1, 4, true},     // grouped pointwise
-    {2, 3, 6, 6, 2, 1, 1, 2, 2, 1, 1, 1, 1, 1, true},     // 1x1 with stride and padding (im2col path)
-    {2, 2, 5, 5, 3, 5, 5, 1, 1, 2, 2, 1, 1, 1, true},     // kernel as big as the input
-    {2, 2, 4, 4, 3, 3, 3, 1, 1, 3, 3, 1, 1, 1, true},     // padding larger than half the kernel
-    {5, 3, 12, 11, 7, 3, 3, 2, 2, 2, 2, 3, 2, 1, true},   // everything at once
-    {64, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0, 1, 1, 1, true}, // the W-CNN first layer
+    {2, 1, 8, 8, 4, 3, 3, 1, 1, 0, 0, 1, 1, 1, true},      // plain
+    {1, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},      // padding, one image (GEMM threads)
+    {3, 4, 9, 8, 6, 3, 2, 2, 1, 1, 0, 1, 1, 1, false},     // stride, non-square kernel, no bias
+    {4, 2, 10, 10, 3, 3, 3, 2, 3, 2, 1, 2, 1, 1, true},    // dilation, uneven stride
+    {2, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 2, true},      // groups 2
+    {2, 6, 7, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6, true},      // depthwise
+    {2, 6, 9, 9, 12, 3, 3, 2, 2, 1, 1, 1, 1, 6, false},    // depthwise with multiplier 2, stride 2
+    {3, 8, 5, 5, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},     // pointwise (no im2col)
+    {2, 8, 5, 5, 4, 1, 1, 1, 1, 0, 0, 1, 1, 4, true},      // grouped pointwise
+    {2, 3, 6, 6, 2, 1, 1, 2, 2, 1, 1, 1, 1, 1, true},      // 1x1 with stride and padding (im2col path)
+    {2, 2, 5, 5, 3, 5, 5, 1, 1, 2, 2, 1, 1, 1, true},      // kernel as big as the input
+    {2, 2, 4, 4, 3, 3, 3, 1, 1, 3, 3, 1, 1, 1, true},      // padding larger than half the kernel
+    {5, 3, 12, 11, 7, 3, 3, 2, 2, 2, 2, 3, 2, 1, true},    // everything at once
+    {64, 1, 28, 28, 32, 3, 3, 1, 1, 0, 0, 1, 1, 1, true},  // the W-CNN first layer
 };
 
 }  // namespace
@@ -118,8 +119,7 @@ TEST_CASE("conv2d gradients match finite differences") {
     int64_t groups;
   };
   const std::vector<G> cases = {
-      {{2, 2, 5, 5}, {3, 2, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
-      {{2, 4, 6, 5}, {4, 2, 3, 2}, {2, 1}, {1, 1}, {1, 1}, 2},
+      {{2, 2, 5, 5}, {3, 2, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1}, {{2, 4, 6, 5}, {4, 2, 3, 2}, {2, 1}, {1, 1}, {1, 1}, 2},
       {{1, 2, 7, 7}, {2, 2, 3, 3}, {2, 2}, {2, 1}, {2, 2}, 1},  // one image: the threaded-GEMM path
       {{3, 3, 5, 5}, {3, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3},  // depthwise
       {{2, 4, 3, 4}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},  // pointwise
@@ -208,8 +208,8 @@ TEST_CASE("conv2d errors name the op, the shapes and what was expected") {
                        doctest::Contains("output channels 5"), ShapeError);
   CHECK_THROWS_WITH_AS(F::conv2d(x, w, Tensor(), {1, 1}, {0, 0}, {1, 1}, 0), doctest::Contains("groups must be >= 1"),
                        ValueError);
-  CHECK_THROWS_WITH_AS(F::conv2d(x, w, randn({5}), {1, 1}, {0, 0}, {1, 1}, 2),
-                       doctest::Contains("bias of shape [5]"), ShapeError);
+  CHECK_THROWS_WITH_AS(F::conv2d(x, w, randn({5}), {1, 1}, {0, 0}, {1, 1}, 2), doctest::Contains("bias of shape [5]"),
+                       ShapeError);
   CHECK_THROWS_WITH_AS(F::conv2d(x, randn({6, 4, 9, 9})), doctest::Contains("is smaller than the kernel 9x9"),
                        ShapeError);
   CHECK_THROWS_WITH_AS(F::conv2d(x, randn({6, 4, 3, 3}), Tensor(), {0, 1}), doctest::Contains("stride must be >= 1"),

@@ -33,11 +33,10 @@ struct Geo {
 };
 
 const std::vector<Geo> kGeos = {
-    {{2, 2, 5, 5}, {3, 2, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},
-    {{2, 4, 6, 5}, {4, 2, 3, 2}, {2, 1}, {1, 1}, {1, 1}, 2},
-    {{1, 2, 7, 7}, {2, 2, 3, 3}, {2, 2}, {2, 1}, {2, 2}, 1},      // one image: threaded GEMMs
-    {{3, 3, 5, 5}, {3, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3},      // depthwise
-    {{2, 4, 3, 4}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},      // pointwise
+    {{2, 2, 5, 5}, {3, 2, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},    {{2, 4, 6, 5}, {4, 2, 3, 2}, {2, 1}, {1, 1}, {1, 1}, 2},
+    {{1, 2, 7, 7}, {2, 2, 3, 3}, {2, 2}, {2, 1}, {2, 2}, 1},     // one image: threaded GEMMs
+    {{3, 3, 5, 5}, {3, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 3},     // depthwise
+    {{2, 4, 3, 4}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},     // pointwise
     {{4, 8, 20, 20}, {16, 4, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 2},  // images over threads
 };
 
@@ -83,8 +82,9 @@ TEST_CASE("conv2d_relu gradients match finite differences") {
     CAPTURE(i);
     Tensor x = randn(c.xs, DType::f64, &gen), w = randn(c.ws, DType::f64, &gen);
     Tensor b = randn({c.ws[0]}, DType::f64, &gen);
-    check_grad([&](const std::vector<Tensor>& in) { return F::conv2d_relu(in[0], in[1], in[2], c.s, c.p, c.d, c.groups); },
-               {x, w, b});
+    check_grad(
+        [&](const std::vector<Tensor>& in) { return F::conv2d_relu(in[0], in[1], in[2], c.s, c.p, c.d, c.groups); },
+        {x, w, b});
   }
 }
 
@@ -120,7 +120,8 @@ TEST_CASE("conv2d_relu with only some inputs requiring grad, and without a bias"
   }
 }
 
-TEST_CASE("nn::fuse runs Conv2d + ReLU as conv2d_relu and Linear + ReLU + Linear as relu_mlp, with the unfused result") {
+TEST_CASE(
+    "nn::fuse runs Conv2d + ReLU as conv2d_relu and Linear + ReLU + Linear as relu_mlp, with the unfused result") {
   manual_seed(31);
   auto net = nn::models::make_wcnn();  // Conv2d, ReLU, Conv2d, ReLU, MaxPool2d, Flatten, Linear, ReLU, Linear
   const Tensor x = randn({4, 1, 28, 28});

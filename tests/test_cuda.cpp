@@ -12,8 +12,8 @@
 #include <vector>
 
 #include <snug/autograd/ops.h>
-#include <snug/core/backend.h>
 #include <snug/base/error.h>
+#include <snug/core/backend.h>
 #include <snug/core/functors.h>
 #include <snug/cuda/cuda_api.h>
 
@@ -23,8 +23,8 @@ namespace {
 
 bool skip_without_gpu() {
   if (cuda::device_count() > 0) return false;
-  const std::string why = cuda::compiled() ? "CUDA is compiled in, but the driver sees no device"
-                                           : "this build of snug has no CUDA";
+  const std::string why =
+      cuda::compiled() ? "CUDA is compiled in, but the driver sees no device" : "this build of snug has no CUDA";
   MESSAGE(str("skipped: no CUDA GPU (", why, ")"));
   return true;
 }
@@ -106,7 +106,10 @@ TEST_CASE("cuda: unary kernels match the CPU functors") {
   const auto x = inputs(n, -4.0f, 4.0f);
   DeviceBuffer dx(n * sizeof(float)), dout(n * sizeof(float));
   cuda::copy_to_device(dx.p, x.data(), n * sizeof(float));
-  struct Case { UnaryOp op; double a, b; };
+  struct Case {
+    UnaryOp op;
+    double a, b;
+  };
   std::vector<Case> cases;
   for (int i = 0; i < kNumUnaryOps; ++i) cases.push_back({UnaryOp(i), 0.0, 0.0});
   cases.push_back({UnaryOp::clamp, -0.5, 1.5});

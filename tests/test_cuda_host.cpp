@@ -11,12 +11,12 @@
 #include <random>
 
 #include <snug/autograd/ops.h>
+#include <snug/core/backend.h>
 #include <snug/core/generator.h>
 #include <snug/core/raw_ops.h>
 #include <snug/cuda/gemm_plan.h>
 #include <snug/cuda/geometry.h>
 #include <snug/cuda/plan.h>
-#include <snug/core/backend.h>
 
 using namespace snug;
 

@@ -31,9 +31,9 @@
 #include <snug/memory/allocator.h>
 #include <snug/memory/stream.h>
 #include <snug/nn/amp/grad_scaler.h>
-#include <snug/nn/optim/optimizer.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/models/gpt.h>
+#include <snug/nn/optim/optimizer.h>
 
 using namespace snug;
 
@@ -41,8 +41,9 @@ namespace {
 
 bool skip_without_gpu() {
   if (cuda::device_count() > 0) return false;
-  MESSAGE(str("skipped: no CUDA GPU (", cuda::compiled() ? "CUDA is compiled in, but the driver sees no device"
-                                                         : "this build of snug has no CUDA", ")"));
+  MESSAGE(str(
+      "skipped: no CUDA GPU (",
+      cuda::compiled() ? "CUDA is compiled in, but the driver sees no device" : "this build of snug has no CUDA", ")"));
   return true;
 }
 
@@ -84,16 +85,16 @@ TEST_CASE("cuda parity: copies in every direction") {
   if (skip_without_gpu()) return;
   manual_seed(1);
   const Tensor x = randn({37, 19});
-  const Tensor g = x.to(kGpu);                      // host -> device
+  const Tensor g = x.to(kGpu);  // host -> device
   check_close(g, x, 0, "H2D then D2H");
-  check_close(g.clone(), x, 0, "D2D clone");        // device -> device
+  check_close(g.clone(), x, 0, "D2D clone");  // device -> device
   check_close(g.t().contiguous(), x.t().contiguous(), 0, "strided copy");
   check_close(g.to(kFloat16), x.to(kFloat16), 0, "f32 -> f16 conversion");
   check_close(g.to(kFloat64).to(kBFloat16), x.to(kFloat64).to(kBFloat16), 0, "f64 -> bf16 (round to odd)");
   check_close(g.to(kInt32), x.to(kInt32), 0, "f32 -> i32");
   check_close(g.to(kBool), x.to(kBool), 0, "f32 -> bool");
   if (cuda::device_count() > 1) {
-    const Tensor g1 = g.to(Device("cuda:1"));       // across GPUs
+    const Tensor g1 = g.to(Device("cuda:1"));  // across GPUs
     check_close(g1.to(kGpu), x, 0, "cuda:0 -> cuda:1 -> cuda:0");
   } else {
     MESSAGE("skipped: peer copy needs two GPUs");
@@ -114,28 +115,35 @@ TEST_CASE("cuda parity: fill, unary, binary, compare, where over dtypes, strides
     for (int i = 0; i < kNumUnaryOps; ++i) {
       const auto op = UnaryOp(i);
       const bool needs_pos = op == UnaryOp::log || op == UnaryOp::sqrt || op == UnaryOp::rsqrt;
-      parity(unary_op_name(op), {needs_pos ? pos : a},
-             [&](const std::vector<Tensor>& v) { return raw::unary(op, v[0], 0.5, 1.5); }, tol);
+      parity(
+          unary_op_name(op), {needs_pos ? pos : a},
+          [&](const std::vector<Tensor>& v) { return raw::unary(op, v[0], 0.5, 1.5); }, tol);
     }
     for (int i = 0; i < kNumBinaryOps; ++i) {
       const auto op = BinaryOp(i);
-      parity(binary_op_name(op), {op == BinaryOp::pow ? pos : a, b},
-             [&](const std::vector<Tensor>& v) { return raw::binary(op, v[0], v[1]); }, tol);
-      parity(std::string(binary_op_name(op)) + " transposed", {a.t(), a.t()},
-             [&](const std::vector<Tensor>& v) { return raw::binary(op, v[0], v[1]); }, tol);
+      parity(
+          binary_op_name(op), {op == BinaryOp::pow ? pos : a, b},
+          [&](const std::vector<Tensor>& v) { return raw::binary(op, v[0], v[1]); }, tol);
+      parity(
+          std::string(binary_op_name(op)) + " transposed", {a.t(), a.t()},
+          [&](const std::vector<Tensor>& v) { return raw::binary(op, v[0], v[1]); }, tol);
     }
     for (int i = 0; i < kNumCompareOps; ++i)
-      parity(compare_op_name(CompareOp(i)), {a, b},
-             [&](const std::vector<Tensor>& v) { return raw::compare(CompareOp(i), v[0], v[1]); }, 0);
-    parity("where", {a, b}, [&](const std::vector<Tensor>& v) { return where(gt(v[0], v[1]), v[0], v[1]); }, 0);
+      parity(
+          compare_op_name(CompareOp(i)), {a, b},
+          [&](const std::vector<Tensor>& v) { return raw::compare(CompareOp(i), v[0], v[1]); }, 0);
+    parity(
+        "where", {a, b}, [&](const std::vector<Tensor>& v) { return where(gt(v[0], v[1]), v[0], v[1]); }, 0);
   }
   for (DType dt : {kInt64, kInt32, kInt8, kUInt8}) {
     CAPTURE(dtype_name(dt));
     const Tensor a = (rand({5, 7}) * 20).to(dt), b = (rand({7}) * 20 + 1).to(dt);
     for (auto op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::maximum, BinaryOp::minimum})
-      parity(binary_op_name(op), {a, b}, [&](const std::vector<Tensor>& v) { return raw::binary(op, v[0], v[1]); }, 0);
+      parity(
+          binary_op_name(op), {a, b}, [&](const std::vector<Tensor>& v) { return raw::binary(op, v[0], v[1]); }, 0);
     for (auto op : {UnaryOp::neg, UnaryOp::abs, UnaryOp::relu, UnaryOp::square})
-      parity(unary_op_name(op), {a}, [&](const std::vector<Tensor>& v) { return raw::unary(op, v[0]); }, 0);
+      parity(
+          unary_op_name(op), {a}, [&](const std::vector<Tensor>& v) { return raw::unary(op, v[0]); }, 0);
   }
 }
 
@@ -147,22 +155,31 @@ TEST_CASE("cuda parity: reductions and arg reductions") {
     const Tensor x = randn({7, 300, 5}).to(dt);
     const double tol = dt == kFloat32 ? 1e-5 : tol_for(dt);
     for (std::vector<int64_t> dims : {std::vector<int64_t>{}, {0}, {1}, {2}, {0, 2}}) {
-      parity("sum", {x}, [&](const std::vector<Tensor>& v) { return sum(v[0], dims); }, tol);
-      parity("mean", {x}, [&](const std::vector<Tensor>& v) { return mean(v[0], dims); }, tol);
-      parity("amax", {x}, [&](const std::vector<Tensor>& v) { return amax(v[0], dims); }, 0);
-      parity("amin", {x}, [&](const std::vector<Tensor>& v) { return amin(v[0], dims); }, 0);
+      parity(
+          "sum", {x}, [&](const std::vector<Tensor>& v) { return sum(v[0], dims); }, tol);
+      parity(
+          "mean", {x}, [&](const std::vector<Tensor>& v) { return mean(v[0], dims); }, tol);
+      parity(
+          "amax", {x}, [&](const std::vector<Tensor>& v) { return amax(v[0], dims); }, 0);
+      parity(
+          "amin", {x}, [&](const std::vector<Tensor>& v) { return amin(v[0], dims); }, 0);
     }
     // Down the columns of (rows, C), as a bias gradient: 32 outputs a block.
     const Tensor xc = randn({500, 70}).to(dt);
-    parity("sum over rows", {xc}, [&](const std::vector<Tensor>& v) { return sum(v[0], {0}); }, tol);
-    parity("amax over rows", {xc}, [&](const std::vector<Tensor>& v) { return amax(v[0], {0}); }, 0);
+    parity(
+        "sum over rows", {xc}, [&](const std::vector<Tensor>& v) { return sum(v[0], {0}); }, tol);
+    parity(
+        "amax over rows", {xc}, [&](const std::vector<Tensor>& v) { return amax(v[0], {0}); }, 0);
     for (int64_t d : {0, 1, 2}) {
-      parity("argmax", {x}, [&](const std::vector<Tensor>& v) { return argmax(v[0], d); }, 0);
-      parity("argmin", {x.transpose(0, 2)}, [&](const std::vector<Tensor>& v) { return argmin(v[0], d); }, 0);
+      parity(
+          "argmax", {x}, [&](const std::vector<Tensor>& v) { return argmax(v[0], d); }, 0);
+      parity(
+          "argmin", {x.transpose(0, 2)}, [&](const std::vector<Tensor>& v) { return argmin(v[0], d); }, 0);
     }
   }
   const Tensor xi = (rand({4, 9}) * 10).to(kInt32);
-  parity("sum i32 -> i64", {xi}, [&](const std::vector<Tensor>& v) { return sum(v[0], {1}); }, 0);
+  parity(
+      "sum i32 -> i64", {xi}, [&](const std::vector<Tensor>& v) { return sum(v[0], {1}); }, 0);
 }
 
 TEST_CASE("cuda parity: softmax, log_softmax, causal softmax, layer norm, forward and backward") {
@@ -174,21 +191,30 @@ TEST_CASE("cuda parity: softmax, log_softmax, causal softmax, layer norm, forwar
     const Tensor x = randn({4, 6, 70}).to(dt), g = randn({4, 6, 70}).to(dt);
     for (int64_t d : {0, 1, 2}) {
       for (bool log : {false, true}) {
-        parity(log ? "log_softmax" : "softmax", {x}, [&](const std::vector<Tensor>& v) {
-          return raw::softmax(v[0], d, log);
-        }, tol);
-        parity(log ? "log_softmax backward" : "softmax backward", {g, x}, [&](const std::vector<Tensor>& v) {
-          return raw::softmax_backward(v[0], raw::softmax(v[1], d, log), d, log);
-        }, tol);
+        parity(
+            log ? "log_softmax" : "softmax", {x},
+            [&](const std::vector<Tensor>& v) { return raw::softmax(v[0], d, log); }, tol);
+        parity(
+            log ? "log_softmax backward" : "softmax backward", {g, x},
+            [&](const std::vector<Tensor>& v) {
+              return raw::softmax_backward(v[0], raw::softmax(v[1], d, log), d, log);
+            },
+            tol);
       }
     }
     const Tensor s = randn({2, 3, 9, 12}).to(dt);
-    parity("causal_softmax", {s}, [&](const std::vector<Tensor>& v) { return nn::functional::causal_softmax(v[0], 0.3); }, tol);
+    parity(
+        "causal_softmax", {s}, [&](const std::vector<Tensor>& v) { return nn::functional::causal_softmax(v[0], 0.3); },
+        tol);
     const Tensor w = randn({70}).to(dt), bias = randn({70}).to(dt);
     for (bool with_affine : {true, false}) {
-      parity("layer_norm", {x, w, bias}, [&](const std::vector<Tensor>& v) {
-        return with_affine ? nn::functional::layer_norm(v[0], v[1], v[2]) : nn::functional::layer_norm(v[0], Tensor(), Tensor());
-      }, dt == kFloat32 ? 1e-4 : tol);
+      parity(
+          "layer_norm", {x, w, bias},
+          [&](const std::vector<Tensor>& v) {
+            return with_affine ? nn::functional::layer_norm(v[0], v[1], v[2])
+                               : nn::functional::layer_norm(v[0], Tensor(), Tensor());
+          },
+          dt == kFloat32 ? 1e-4 : tol);
     }
     // Backward through autograd: gradients of sum(layer_norm(x) * g).
     if (dt == kFloat32 || dt == kFloat64) {
@@ -211,29 +237,31 @@ TEST_CASE("cuda parity: softmax, log_softmax, causal softmax, layer norm, forwar
 TEST_CASE("cuda parity: fused causal self-attention, forward and backward (head sizes 8 to 256, T across warps)") {
   if (skip_without_gpu()) return;
   manual_seed(5);
-  struct Case { int64_t B, T, C, H; };
+  struct Case {
+    int64_t B, T, C, H;
+  };
   // T < cuda::kAttentionGemmMinT: the warp kernels; from it on, the cuBLAS
   // path, here also in chunks of one and of three heads (of 8).
   const std::size_t chunk0 = cuda::set_attention_chunk_bytes(std::size_t{128} << 20);
   for (Case c : {Case{2, 45, 24, 3}, Case{1, 1, 4, 1}, Case{2, 130, 128, 4}, Case{1, 33, 512, 2}, Case{1, 70, 512, 2},
                  Case{2, 64, 32, 4}, Case{2, 100, 64, 4}}) {
-   for (std::size_t chunk : {std::size_t{128} << 20, std::size_t(c.T * c.T * 4), std::size_t(3 * c.T * c.T * 4)}) {
-    if (c.T < cuda::kAttentionGemmMinT && chunk != (std::size_t{128} << 20)) continue;
-    cuda::set_attention_chunk_bytes(chunk);
-    CAPTURE(c.T);
-    CAPTURE(c.C / c.H);
-    CAPTURE(chunk);
-    const Tensor qkv = randn({c.B, c.T, 3 * c.C}), w = randn({c.B, c.T, c.C});
-    // y and d(sum(y * w))/dqkv, through the fused op on both devices.
-    auto run = [&](const std::vector<Tensor>& v) {
-      Tensor x = v[0].detach();
-      x.requires_grad_();
-      Tensor y = nn::functional::causal_self_attention(x, c.H);
-      sum(mul(y, v[1])).backward();
-      return cat({y.detach().flatten(), x.grad().flatten()});
-    };
-    parity("causal_self_attention", {qkv, w}, run, 1e-4);
-   }
+    for (std::size_t chunk : {std::size_t{128} << 20, std::size_t(c.T * c.T * 4), std::size_t(3 * c.T * c.T * 4)}) {
+      if (c.T < cuda::kAttentionGemmMinT && chunk != (std::size_t{128} << 20)) continue;
+      cuda::set_attention_chunk_bytes(chunk);
+      CAPTURE(c.T);
+      CAPTURE(c.C / c.H);
+      CAPTURE(chunk);
+      const Tensor qkv = randn({c.B, c.T, 3 * c.C}), w = randn({c.B, c.T, c.C});
+      // y and d(sum(y * w))/dqkv, through the fused op on both devices.
+      auto run = [&](const std::vector<Tensor>& v) {
+        Tensor x = v[0].detach();
+        x.requires_grad_();
+        Tensor y = nn::functional::causal_self_attention(x, c.H);
+        sum(mul(y, v[1])).backward();
+        return cat({y.detach().flatten(), x.grad().flatten()});
+      };
+      parity("causal_self_attention", {qkv, w}, run, 1e-4);
+    }
   }
   cuda::set_attention_chunk_bytes(chunk0);
   // bf16 qkv (an autocast region's): the GPU converts it around its f32 op
@@ -275,20 +303,29 @@ TEST_CASE("cuda parity: batch norm through cuDNN (training, evaluation, f16 inpu
       }
       return cat(parts);
     };
-    parity("batch_norm training", {x, w, b, g, rm0, rv0}, [&](const std::vector<Tensor>& v) { return train(v, true); }, 1e-4);
-    parity("batch_norm training, no affine", {x, w, b, g, rm0, rv0},
-           [&](const std::vector<Tensor>& v) { return train(v, false); }, 1e-4);
+    parity(
+        "batch_norm training", {x, w, b, g, rm0, rv0}, [&](const std::vector<Tensor>& v) { return train(v, true); },
+        1e-4);
+    parity(
+        "batch_norm training, no affine", {x, w, b, g, rm0, rv0},
+        [&](const std::vector<Tensor>& v) { return train(v, false); }, 1e-4);
     // Evaluation without gradients (cuDNN's inference call).
-    parity("batch_norm eval", {x, w, b, rm0, rv0}, [&](const std::vector<Tensor>& v) {
-      NoGradGuard ng;
-      return nn::functional::batch_norm(v[0], v[3], v[4], v[1], v[2], false);
-    }, 1e-5);
+    parity(
+        "batch_norm eval", {x, w, b, rm0, rv0},
+        [&](const std::vector<Tensor>& v) {
+          NoGradGuard ng;
+          return nn::functional::batch_norm(v[0], v[3], v[4], v[1], v[2], false);
+        },
+        1e-5);
     // f16 data with f32 weights and statistics.
-    parity("batch_norm training f16", {x.to(kFloat16), w, b, rm0, rv0}, [&](const std::vector<Tensor>& v) {
-      Tensor rm = v[3].clone(), rv = v[4].clone();
-      Tensor y = nn::functional::batch_norm(v[0], rm, rv, v[1], v[2], true, 0.1, 1e-5);
-      return cat({y.to(kFloat32).flatten(), rm, rv});
-    }, 1e-2);
+    parity(
+        "batch_norm training f16", {x.to(kFloat16), w, b, rm0, rv0},
+        [&](const std::vector<Tensor>& v) {
+          Tensor rm = v[3].clone(), rv = v[4].clone();
+          Tensor y = nn::functional::batch_norm(v[0], rm, rv, v[1], v[2], true, 0.1, 1e-5);
+          return cat({y.to(kFloat32).flatten(), rm, rv});
+        },
+        1e-2);
   }
 }
 
@@ -296,15 +333,24 @@ TEST_CASE("cuda parity: index_select, index_add, gather, scatter_add, embedding"
   if (skip_without_gpu()) return;
   manual_seed(5);
   const Tensor x = randn({10, 8}), idx = from_vector<int64_t>({3, 0, 9, 3, 7}, {5}, TensorOptions(kInt64));
-  parity("index_select 0", {x, idx}, [&](const std::vector<Tensor>& v) { return index_select(v[0], 0, v[1]); }, 0);
-  parity("index_select 1", {x, from_vector<int64_t>({7, 0, 2, 2}, {4}, TensorOptions(kInt64))}, [&](const std::vector<Tensor>& v) { return index_select(v[0], 1, v[1]); }, 0);
+  parity(
+      "index_select 0", {x, idx}, [&](const std::vector<Tensor>& v) { return index_select(v[0], 0, v[1]); }, 0);
+  parity(
+      "index_select 1", {x, from_vector<int64_t>({7, 0, 2, 2}, {4}, TensorOptions(kInt64))},
+      [&](const std::vector<Tensor>& v) { return index_select(v[0], 1, v[1]); }, 0);
   const Tensor src = randn({5, 8});
-  parity("index_add", {x, idx, src}, [&](const std::vector<Tensor>& v) { return raw::index_add(v[0], 0, v[1], v[2]); }, 1e-6);
+  parity(
+      "index_add", {x, idx, src}, [&](const std::vector<Tensor>& v) { return raw::index_add(v[0], 0, v[1], v[2]); },
+      1e-6);
   const Tensor gi = from_vector<int64_t>({1, 0, 7, 7, 2, 3, 5, 6, 0, 1}, {10, 1}, TensorOptions(kInt64));
-  parity("gather", {x, gi}, [&](const std::vector<Tensor>& v) { return gather(v[0], 1, v[1]); }, 0);
-  parity("scatter_add", {x, gi, randn({10, 1})}, [&](const std::vector<Tensor>& v) { return scatter_add(v[0], 1, v[1], v[2]); }, 1e-6);
+  parity(
+      "gather", {x, gi}, [&](const std::vector<Tensor>& v) { return gather(v[0], 1, v[1]); }, 0);
+  parity(
+      "scatter_add", {x, gi, randn({10, 1})},
+      [&](const std::vector<Tensor>& v) { return scatter_add(v[0], 1, v[1], v[2]); }, 1e-6);
   const Tensor tokens = from_vector<int64_t>({1, 4, 4, 0, 9, 2}, {2, 3}, TensorOptions(kInt64));
-  parity("embedding", {tokens, x}, [&](const std::vector<Tensor>& v) { return nn::functional::embedding(v[0], v[1]); }, 0);
+  parity(
+      "embedding", {tokens, x}, [&](const std::vector<Tensor>& v) { return nn::functional::embedding(v[0], v[1]); }, 0);
 }
 
 TEST_CASE("cuda parity: random draws and dropout masks use the CPU's Philox stream") {
@@ -332,14 +378,20 @@ TEST_CASE("cuda parity: matmul through cuBLAS") {
     CAPTURE(dtype_name(dt));
     const double tol = dt == kFloat64 ? 1e-12 : (dt == kFloat32 ? 1e-4 : 2e-2);
     const Tensor a = randn({3, 17, 40}).to(dt), b = randn({3, 40, 23}).to(dt), w = randn({23, 40}).to(dt);
-    parity("batched", {a, b}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, tol);
-    parity("x @ w.t() (broadcast weight, transposed)", {a, w}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1].t()); }, tol);
-    parity("q @ k^T", {a, a}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1].transpose(-2, -1)); }, tol);
-    parity("vector", {a, randn({40}).to(dt)}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, tol);
+    parity(
+        "batched", {a, b}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, tol);
+    parity(
+        "x @ w.t() (broadcast weight, transposed)", {a, w},
+        [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1].t()); }, tol);
+    parity(
+        "q @ k^T", {a, a}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1].transpose(-2, -1)); }, tol);
+    parity(
+        "vector", {a, randn({40}).to(dt)}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, tol);
   }
   cuda::set_allow_tf32(true);
   const Tensor a = randn({64, 64}), b = randn({64, 64});
-  parity("tf32", {a, b}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, 2e-2);
+  parity(
+      "tf32", {a, b}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, 2e-2);
   cuda::set_allow_tf32(false);
 }
 
@@ -351,9 +403,12 @@ TEST_CASE("cuda parity: conv2d through cuDNN and pooling, forward and backward")
     CAPTURE(dtype_name(dt));
     const double tol = dt == kFloat64 ? 1e-10 : (dt == kFloat32 ? 1e-4 : 2e-2);
     const Tensor x = randn({2, 4, 9, 11}).to(dt), w = randn({6, 2, 3, 3}).to(dt), b = randn({6}).to(dt);
-    parity("conv2d grouped, strided, padded, dilated", {x, w, b}, [&](const std::vector<Tensor>& v) {
-      return F::conv2d(v[0], v[1], v[2], {2, 1}, {1, 2}, {1, 2}, 2);
-    }, tol);
+    parity(
+        "conv2d grouped, strided, padded, dilated", {x, w, b},
+        [&](const std::vector<Tensor>& v) {
+          return F::conv2d(v[0], v[1], v[2], {2, 1}, {1, 2}, {1, 2}, 2);
+        },
+        tol);
     if (dt != kFloat16) {
       auto grads = [&](const std::vector<Tensor>& v) {
         Tensor xs = v[0].detach(), ws = v[1].detach(), bs = v[2].detach();
@@ -368,20 +423,43 @@ TEST_CASE("cuda parity: conv2d through cuDNN and pooling, forward and backward")
     }
     // Without gradients max pooling takes no indices and goes to cuDNN; with
     // them, the own kernel (pool.cu). Average pooling is cuDNN's either way.
-    parity("max_pool2d (cuDNN)", {x}, [&](const std::vector<Tensor>& v) { return F::max_pool2d(v[0], {3, 2}, {2, 2}, {1, 1}); }, 0);
-    parity("max_pool2d (own kernel, indices)", {x}, [&](const std::vector<Tensor>& v) {
-      Tensor xs = v[0].detach();
-      xs.requires_grad_();
-      return F::max_pool2d(xs, {3, 2}, {2, 2}, {1, 1}).detach();
-    }, 0);
-    parity("avg_pool2d", {x}, [&](const std::vector<Tensor>& v) { return F::avg_pool2d(v[0], {3, 3}, {2, 1}, {1, 0}); }, tol);
+    parity(
+        "max_pool2d (cuDNN)", {x},
+        [&](const std::vector<Tensor>& v) {
+          return F::max_pool2d(v[0], {3, 2}, {2, 2}, {1, 1});
+        },
+        0);
+    parity(
+        "max_pool2d (own kernel, indices)", {x},
+        [&](const std::vector<Tensor>& v) {
+          Tensor xs = v[0].detach();
+          xs.requires_grad_();
+          return F::max_pool2d(xs, {3, 2}, {2, 2}, {1, 1}).detach();
+        },
+        0);
+    parity(
+        "avg_pool2d", {x},
+        [&](const std::vector<Tensor>& v) {
+          return F::avg_pool2d(v[0], {3, 3}, {2, 1}, {1, 0});
+        },
+        tol);
     {
       // NaN wins a max window on both paths, as on the CPU.
       Tensor xn = x.clone();
       raw::fill_(xn.narrow(2, 4, 1).narrow(3, 5, 1), std::nan(""));
-      parity("max_pool2d NaN (cuDNN)", {xn}, [&](const std::vector<Tensor>& v) { return F::max_pool2d(v[0], {2, 2}); }, 0);
+      parity(
+          "max_pool2d NaN (cuDNN)", {xn},
+          [&](const std::vector<Tensor>& v) {
+            return F::max_pool2d(v[0], {2, 2});
+          },
+          0);
     }
-    parity("adaptive_avg_pool2d", {x}, [&](const std::vector<Tensor>& v) { return F::adaptive_avg_pool2d(v[0], {4, 5}); }, tol);
+    parity(
+        "adaptive_avg_pool2d", {x},
+        [&](const std::vector<Tensor>& v) {
+          return F::adaptive_avg_pool2d(v[0], {4, 5});
+        },
+        tol);
     if (dt != kFloat16) {
       auto pool_grads = [&](const std::vector<Tensor>& v) {
         Tensor xs = v[0].detach();
@@ -396,7 +474,9 @@ TEST_CASE("cuda parity: conv2d through cuDNN and pooling, forward and backward")
   }
 }
 
-TEST_CASE("cuda parity: a GPT training step (cross-entropy, embedding, attention, layer norm) gives the CPU's loss and gradients") {
+TEST_CASE(
+    "cuda parity: a GPT training step (cross-entropy, embedding, attention, layer norm) gives the CPU's loss and "
+    "gradients") {
   if (skip_without_gpu()) return;
   nn::models::GPTConfig cfg;
   cfg.vocab = 11, cfg.block = 8, cfg.layers = 2, cfg.heads = 2, cfg.embd = 16;
@@ -446,11 +526,11 @@ TEST_CASE("cuda: caching allocator on device memory, stream-aware reuse, pinned 
   // (big and the GEMMs' outputs have grown the cache since `reserved`.)
   const std::size_t held = memory::reserved(kGpu);
   void* r = memory::allocate(kGpu, 1 << 20);  // processes the (now complete) event first
-  CHECK(memory::reserved(kGpu) == held);        // the recorded block came back to the pool: no cudaMalloc
+  CHECK(memory::reserved(kGpu) == held);      // the recorded block came back to the pool: no cudaMalloc
   memory::deallocate(kGpu, r);
   cuda::destroy_stream(side);
-  memory::empty_cache(kGpu);  // waits for events, returns segments with cudaFree
-  CHECK(memory::reserved(kGpu) < held);                            // the GEMM outputs' segments went back
+  memory::empty_cache(kGpu);                                      // waits for events, returns segments with cudaFree
+  CHECK(memory::reserved(kGpu) < held);                           // the GEMM outputs' segments went back
   CHECK(memory::reserved(kGpu) >= std::size_t(2048) * 2048 * 4);  // big's is still in use
   void* h = cuda::pinned_allocate(4096);
   CHECK(h != nullptr);
@@ -524,14 +604,14 @@ TEST_CASE("cuda parity: fused SGD, Adam and AdamW updates (f32 parameters, f16/b
   };
   for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
     for (const auto& [name, o] : sgd)
-      optimizer_parity(name, dt, [o = o](std::vector<Tensor> ps) { return std::make_unique<SGD>(ps, o); },
-                       "fused_sgd");
+      optimizer_parity(
+          name, dt, [o = o](std::vector<Tensor> ps) { return std::make_unique<SGD>(ps, o); }, "fused_sgd");
     const AdamOptions ao{.lr = 1e-2, .weight_decay = 0.1};
-    optimizer_parity("adam (L2)", dt, [&](std::vector<Tensor> ps) { return std::make_unique<Adam>(ps, ao); },
-                     "fused_adam");
+    optimizer_parity(
+        "adam (L2)", dt, [&](std::vector<Tensor> ps) { return std::make_unique<Adam>(ps, ao); }, "fused_adam");
     const AdamWOptions awo{.lr = 1e-2, .weight_decay = 0.1};
-    optimizer_parity("adamw", dt, [&](std::vector<Tensor> ps) { return std::make_unique<AdamW>(ps, awo); },
-                     "fused_adam");
+    optimizer_parity(
+        "adamw", dt, [&](std::vector<Tensor> ps) { return std::make_unique<AdamW>(ps, awo); }, "fused_adam");
   }
 }
 
@@ -543,7 +623,8 @@ TEST_CASE("cuda parity: the loss scaler's unscale and inf/NaN check") {
     double magnitude;  // of the gradients
     int poison;        // 0: clean; 1: inf in the f16 gradient, NaN in the f64 one; 2: overflow when unscaling
   };
-  const std::vector<Case> cases = {{"clean", 1024, 1024, 0}, {"inf and NaN", 1024, 1024, 1},
+  const std::vector<Case> cases = {{"clean", 1024, 1024, 0},
+                                   {"inf and NaN", 1024, 1024, 1},
                                    {"overflow on unscale (scale < 1)", 1.0 / 1024, 1e36, 2}};
   for (const Case& c : cases) {
     CAPTURE(c.name);
@@ -561,7 +642,8 @@ TEST_CASE("cuda parity: the loss scaler's unscale and inf/NaN check") {
       Tensor g = i == 0 ? (randn({3, 7}) * mag).t() : (randn(shape) * mag).to(dt);
       if (c.poison == 1 && (dt == kFloat16 || dt == kFloat64)) {
         g = g.contiguous();
-        g.narrow(0, dt == kFloat16 ? 5 : 0, 1).fill_(dt == kFloat16 ? std::numeric_limits<double>::infinity() : std::nan(""));
+        g.narrow(0, dt == kFloat16 ? 5 : 0, 1)
+            .fill_(dt == kFloat16 ? std::numeric_limits<double>::infinity() : std::nan(""));
       }
       pc[i].set_grad(g);
       pg[i].set_grad(g.to(kGpu));

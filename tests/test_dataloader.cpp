@@ -58,8 +58,8 @@ class Numbers : public Dataset {
 };
 
 struct EpochOut {
-  std::vector<int64_t> order;   // sample ids in batch order (from field 0)
-  std::vector<float> noise;     // the random field, flattened
+  std::vector<int64_t> order;  // sample ids in batch order (from field 0)
+  std::vector<float> noise;    // the random field, flattened
   std::vector<int64_t> batch_sizes;
 };
 

@@ -75,8 +75,8 @@ TEST_CASE("device: ordering and hashing") {
 }
 
 TEST_CASE("device: bad strings throw DeviceError naming the string") {
-  const char* bad[] = {"gpu", "gpu:0", "", "CPU", "cpu:", "cpu:-1", "cpu:x", "cpu:1a", "cuda:one",
-                       "cpu:1234567", ":1", "cpu:1:2", " cpu", "cuda:+1", "tpu:0"};
+  const char* bad[] = {"gpu",      "gpu:0",       "",   "CPU",     "cpu:", "cpu:-1",  "cpu:x", "cpu:1a",
+                       "cuda:one", "cpu:1234567", ":1", "cpu:1:2", " cpu", "cuda:+1", "tpu:0"};
   for (const char* s : bad) {
     INFO("input: \"" << s << "\"");
     bool threw = false;

@@ -27,12 +27,16 @@ struct EnvVar {
     const char* o = std::getenv(n);
     had = o != nullptr;
     if (had) old = o;
-    if (value) setenv(n, value, 1);
-    else unsetenv(n);
+    if (value)
+      setenv(n, value, 1);
+    else
+      unsetenv(n);
   }
   ~EnvVar() {
-    if (had) setenv(name.c_str(), old.c_str(), 1);
-    else unsetenv(name.c_str());
+    if (had)
+      setenv(name.c_str(), old.c_str(), 1);
+    else
+      unsetenv(name.c_str());
   }
 };
 
@@ -119,17 +123,18 @@ TEST_CASE("init_process_group: one process without a launcher gets the local gro
 }
 
 TEST_CASE("backends not built say so") {
-  if (!dist::nccl_available()) CHECK_THROWS_WITH_AS(dist::make_nccl_group({}), doctest::Contains("without NCCL"), DistributedError);
+  if (!dist::nccl_available())
+    CHECK_THROWS_WITH_AS(dist::make_nccl_group({}), doctest::Contains("without NCCL"), DistributedError);
   if (!dist::mpi_available())
-    CHECK_THROWS_WITH_AS(dist::make_mpi_group(std::chrono::seconds(1)), doctest::Contains("without MPI"), DistributedError);
+    CHECK_THROWS_WITH_AS(dist::make_mpi_group(std::chrono::seconds(1)), doctest::Contains("without MPI"),
+                         DistributedError);
 }
 
 TEST_CASE("post-accumulate-grad hooks run once per backward after .grad holds the sum, and can be removed") {
   Tensor w = ones({3}).requires_grad_();
   std::vector<std::vector<float>> seen;
-  uint64_t id = autograd::register_post_accumulate_grad_hook(w, [&](const Tensor& leaf) {
-    seen.push_back(leaf.grad().to_vector<float>());
-  });
+  uint64_t id = autograd::register_post_accumulate_grad_hook(
+      w, [&](const Tensor& leaf) { seen.push_back(leaf.grad().to_vector<float>()); });
   // w is used twice: the engine sums both paths first, so the hook runs once.
   Tensor loss = (w * 2.0).sum() + (w * 3.0).sum();
   loss.backward();
@@ -205,9 +210,7 @@ TEST_CASE("DataParallel: an unused parameter needs finish_gradient_sync, which g
 TEST_CASE("DataParallel removes its hooks when it goes") {
   manual_seed(7);
   Mlp model;
-  {
-    dist::DataParallel dp(model, dist::make_local_group());
-  }
+  { dist::DataParallel dp(model, dist::make_local_group()); }
   model.forward(randn({2, 4})).sum().backward();  // would touch a dead DataParallel otherwise
   CHECK(model.a->weight.grad().defined());
   CHECK_THROWS_AS(dist::DataParallel(model, nullptr), ValueError);

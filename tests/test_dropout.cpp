@@ -73,8 +73,10 @@ TEST_CASE("dropout: kept fraction ~ 1 - p and kept values scaled by 1/(1-p)") {
     double tol = dt == kFloat32 ? 1e-6 : (dt == kFloat16 ? 1e-3 : 8e-3);
     int zeros = 0;
     for (double v : vals(y)) {
-      if (v == 0) ++zeros;
-      else CHECK(std::fabs(v - 1.875) <= tol * 1.875);
+      if (v == 0)
+        ++zeros;
+      else
+        CHECK(std::fabs(v - 1.875) <= tol * 1.875);
     }
     CHECK(zeros > 100);
     CHECK(zeros < 300);

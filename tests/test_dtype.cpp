@@ -171,14 +171,14 @@ TEST_CASE("to(dtype): f32 -> f16 rounds to nearest, ties to even") {
   const double u = std::ldexp(1.0, -10);  // f16 ulp at 1
   std::vector<float> in = {
       1.0f,
-      static_cast<float>(1 + u),           // exact
-      static_cast<float>(1 + u / 2),       // tie -> even (1.0)
-      static_cast<float>(1 + 3 * u / 2),   // tie -> even (1 + 2u)
+      static_cast<float>(1 + u),              // exact
+      static_cast<float>(1 + u / 2),          // tie -> even (1.0)
+      static_cast<float>(1 + 3 * u / 2),      // tie -> even (1 + 2u)
       static_cast<float>(1 + u / 2 + u / 8),  // above the tie -> up
-      0.1f,                                 // 0x2E66 = 0.0999755859375
-      65504.0f,                             // largest finite half
-      65519.0f,                             // below the overflow threshold -> 65504
-      65520.0f,                             // rounds to inf
+      0.1f,                                   // 0x2E66 = 0.0999755859375
+      65504.0f,                               // largest finite half
+      65519.0f,                               // below the overflow threshold -> 65504
+      65520.0f,                               // rounds to inf
       -70000.0f,
       static_cast<float>(std::ldexp(1.0, -24)),      // smallest subnormal, exact
       static_cast<float>(std::ldexp(1.0, -25)),      // tie between 0 and 2^-24 -> 0
@@ -208,8 +208,12 @@ TEST_CASE("to(dtype): f32 -> f16 rounds to nearest, ties to even") {
 
 TEST_CASE("to(dtype): f32 -> bf16 rounds to nearest, ties to even") {
   const double u = std::ldexp(1.0, -7);  // bf16 ulp at 1
-  std::vector<float> in = {static_cast<float>(1 + u / 2), static_cast<float>(1 + 3 * u / 2),
-                           static_cast<float>(1 + u / 2 + u / 16), 0.1f, 3.0e38f, -2.5f};
+  std::vector<float> in = {static_cast<float>(1 + u / 2),
+                           static_cast<float>(1 + 3 * u / 2),
+                           static_cast<float>(1 + u / 2 + u / 16),
+                           0.1f,
+                           3.0e38f,
+                           -2.5f};
   auto out = conv_f32(in, kBFloat16);
   CHECK(out[0] == 1.0);
   CHECK(out[1] == 1 + 2 * u);

@@ -20,12 +20,12 @@
 #include "test_util.h"
 
 using namespace snug;
-using snug::testing::make;
-using snug::testing::vals;
+using snug::testing::check_grad;
 using snug::testing::contains;
 using snug::testing::error_of;
-using snug::testing::check_grad;
+using snug::testing::make;
 using snug::testing::rnd;
+using snug::testing::vals;
 
 namespace {
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
@@ -40,15 +40,16 @@ void check_vals(const Tensor& t, const V& want, double eps = 1e-6) {
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     INFO("element " << i);
-    if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
-    else if (std::isinf(want[i])) CHECK(got[i] == want[i]);
-    else CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps).scale(1.0));
+    if (std::isnan(want[i]))
+      CHECK(std::isnan(got[i]));
+    else if (std::isinf(want[i]))
+      CHECK(got[i] == want[i]);
+    else
+      CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps).scale(1.0));
   }
 }
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
-double gelu_tanh_ref(double x) {
-  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double gelu_tanh_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
 }  // namespace
 
@@ -76,8 +77,7 @@ TEST_CASE("binary ops: values") {
   check_vals(make1({2, 3}).pow(1.0), {2, 3});
   check_vals(pow(make1({2, 3}), 0.0), {1, 1});
   // Division by zero follows IEEE.
-  check_vals(div(make1({1, -1, 0}), make1({0, 0, 0})),
-             {INFINITY, -INFINITY, std::numeric_limits<double>::quiet_NaN()});
+  check_vals(div(make1({1, -1, 0}), make1({0, 0, 0})), {INFINITY, -INFINITY, std::numeric_limits<double>::quiet_NaN()});
   // maximum/minimum propagate NaN from either side.
   const double nan = std::numeric_limits<double>::quiet_NaN();
   check_vals(maximum(make1({nan, 1}), make1({1, nan})), {nan, nan});
@@ -180,8 +180,7 @@ TEST_CASE("erf_gelu stays within 5e-7 of erf everywhere, is odd, saturates to +-
   // 3.5e-7 in the -O3 build, 4.2e-7 in the -O1 sanitizer build (the compiler
   // fuses different multiply-adds into FMAs).
   CHECK(worst <= 5e-7);
-  for (float x : {1e-30f, 1e-8f, 0.3f, 1.7f, 3.9f})
-    CHECK(fmath::erf_gelu(-x) == -fmath::erf_gelu(x));
+  for (float x : {1e-30f, 1e-8f, 0.3f, 1.7f, 3.9f}) CHECK(fmath::erf_gelu(-x) == -fmath::erf_gelu(x));
   CHECK(fmath::erf_gelu(0.0f) == 0.0f);
   CHECK(fmath::erf_gelu(3.92f) == 1.0f);
   CHECK(fmath::erf_gelu(1e30f) == 1.0f);
@@ -411,7 +410,7 @@ TEST_CASE("f16/bf16 inputs compute in f32 and keep their dtype") {
   for (DType dt : {kFloat16, kBFloat16}) {
     INFO(dtype_name(dt));
     Tensor x = make1(xs, dt);
-    V xr = vals(x);  // the inputs as actually stored
+    V xr = vals(x);                                              // the inputs as actually stored
     const double tol = dt == kFloat16 ? 1.0 / 1024 : 1.0 / 128;  // one storage ulp, relative
     auto ref = [&](double (*f)(double)) {
       V r;
@@ -575,15 +574,27 @@ TEST_CASE("in-place on a leaf requiring grad: AutogradError naming the op; fine 
   Tensor w = leaf({1, 2}, {2});
   for (auto [op, f] : std::vector<std::pair<std::string, std::function<void()>>>{
            {"add_", [&] { w.add_(1.0); }},
-           {"mul_", [&] { w.mul_(make1({1, 2})); }},
+           {"mul_",
+            [&] {
+              w.mul_(make1({1, 2}));
+            }},
            {"div_", [&] { w.div_(2.0); }},
-           {"sub_", [&] { w.sub_(make1({1, 2})); }},
+           {"sub_",
+            [&] {
+              w.sub_(make1({1, 2}));
+            }},
            {"fill_", [&] { w.fill_(0); }},
            {"fill_", [&] { w.zero_(); }},
            {"clamp_", [&] { w.clamp_(0, 1); }},
            {"relu_", [&] { w.relu_(); }},
-           {"masked_fill_", [&] { w.masked_fill_(make1({1, 0}, kBool), 0); }},
-           {"copy_", [&] { w.copy_(make1({5, 6})); }},
+           {"masked_fill_",
+            [&] {
+              w.masked_fill_(make1({1, 0}, kBool), 0);
+            }},
+           {"copy_",
+            [&] {
+              w.copy_(make1({5, 6}));
+            }},
        }) {
     std::string m = error_of(f);
     INFO(m);
@@ -630,8 +641,8 @@ TEST_CASE("in-place on non-leaf tensors keeps the gradient right") {
     y.sub_(w, 3.0);  // x / w - 3 w
     check_vals(y, {-1, -4});
     y.sum().backward();
-    check_vals(x.grad(), {1, 0.5});             // 1 / w
-    check_vals(w.grad(), {-2 - 3, -1 - 3});     // -x / w^2 - 3
+    check_vals(x.grad(), {1, 0.5});          // 1 / w
+    check_vals(w.grad(), {-2 - 3, -1 - 3});  // -x / w^2 - 3
   }
   SUBCASE("clamp_") {
     Tensor x = leaf({-2, 0.5, 3}, {3});

@@ -116,8 +116,8 @@ TEST_CASE("fuse: GELU in both forms, a Linear without bias, a triple at the end,
   auto s = make();
   nn::fuse(*s);
   // Linear, GELU, (Linear, GELU, ...): a pair while the next Linear starts its own; the last three a triple.
-  CHECK(kinds(*s) == std::vector<std::string>{"LinearAct", "Folded", "LinearAct", "Folded", "FusedMLP", "Folded",
-                                               "Folded"});
+  CHECK(kinds(*s) ==
+        std::vector<std::string>{"LinearAct", "Folded", "LinearAct", "Folded", "FusedMLP", "Folded", "Folded"});
   CHECK((*s)[0]->repr() == "LinearAct(in=6, out=8, bias=false, act=gelu_tanh)");
   CHECK((*s)[2]->repr() == "LinearAct(in=8, out=8, bias=true, act=gelu)");
   check_fused_equals_unfused(make, randn({4, 6}), 3);
@@ -136,7 +136,7 @@ TEST_CASE("fuse: leaves what it does not know, subclasses and non-Sequential con
   };
   auto s = std::make_shared<nn::Sequential>();
   s->push_back(std::make_shared<nn::Linear>(4, 4));
-  s->push_back(std::make_shared<nn::SiLU>());      // not an activation fuse knows
+  s->push_back(std::make_shared<nn::SiLU>());  // not an activation fuse knows
   s->push_back(std::make_shared<nn::Linear>(4, 4));
   s->push_back(std::make_shared<nn::Dropout>(0.0));  // between the Linear and the ReLU
   s->push_back(std::make_shared<nn::ReLU>());

@@ -48,8 +48,8 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
 TEST_CASE("causal_self_attention: fused equals unfused, forward and backward, f32 and f64") {
   // T = 45 spans two 32-row blocks plus a partial one; T = 7 is under one block; T = 1 sees only itself.
   for (DType dt : {kFloat32, kFloat64})
-    for (auto [B, T, C, H] : std::vector<std::array<int64_t, 4>>{{2, 45, 24, 3}, {3, 7, 8, 2}, {1, 1, 4, 1},
-                                                               {2, 64, 32, 4}}) {
+    for (auto [B, T, C, H] :
+         std::vector<std::array<int64_t, 4>>{{2, 45, 24, 3}, {3, 7, 8, 2}, {1, 1, 4, 1}, {2, 64, 32, 4}}) {
       CAPTURE(dtype_name(dt));
       const int64_t rows = T;  // clang 14 cannot capture structured bindings
       CAPTURE(rows);
@@ -85,8 +85,8 @@ TEST_CASE("causal_self_attention: W-GPT's head size, and scores wider than exp's
 
 TEST_CASE("causal_self_attention: a NaN in one query makes only that row of its head NaN") {
   Generator g(23);
-  Tensor qkv = randn({1, 70, 3 * 64}, TensorOptions(kFloat32), &g);  // 2 heads of 32
-  qkv.narrow(1, 50, 1).narrow(2, 0, 32).fill_(std::nan(""));  // position 50's q, head 0
+  Tensor qkv = randn({1, 70, 3 * 64}, TensorOptions(kFloat32), &g);      // 2 heads of 32
+  qkv.narrow(1, 50, 1).narrow(2, 0, 32).fill_(std::nan(""));             // position 50's q, head 0
   const std::vector<double> y = vals(F::causal_self_attention(qkv, 2));  // (1, 70, 64)
   int nan_rows_50 = 0, nan_elsewhere = 0;
   for (size_t i = 0; i < y.size(); ++i)

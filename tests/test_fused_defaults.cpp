@@ -69,8 +69,10 @@ TEST_CASE("linear_backward and linear_backward_act: defaults against the CPU ker
   Tensor gx[2], gw[2], gb[2];
   for (int k = 0; k < 2; ++k) {
     gx[k] = empty({90, 300}), gw[k] = empty({40, 300}), gb[k] = empty({40});
-    if (k == 0) cpu().Backend::linear_backward(go, x, w, gx[k], gw[k], gb[k]);
-    else cpu().linear_backward(go, x, w, gx[k], gw[k], gb[k]);  // gemm_f32_a_sums for gW and gb
+    if (k == 0)
+      cpu().Backend::linear_backward(go, x, w, gx[k], gw[k], gb[k]);
+    else
+      cpu().linear_backward(go, x, w, gx[k], gw[k], gb[k]);  // gemm_f32_a_sums for gW and gb
   }
   check_same(gx[1], gx[0], "grad x");  // the same GEMM either way
   CHECK(rel_diff(gw[1], gw[0]) < 1e-5);
@@ -85,7 +87,7 @@ TEST_CASE("linear_backward and linear_backward_act: defaults against the CPU ker
     Tensor d = empty({90, 64}), k = empty({90, 64});
     cpu().Backend::linear_backward_act(go, w2, act, z, d);
     cpu().linear_backward_act(go, w2, act, z, k);
-    const BinaryOp back = act == Act::relu ? BinaryOp::relu_backward
+    const BinaryOp back = act == Act::relu   ? BinaryOp::relu_backward
                           : act == Act::gelu ? BinaryOp::gelu_backward
                                              : BinaryOp::gelu_tanh_backward;
     check_same(d, raw::binary(back, raw::matmul(go, w2), z), "default");
@@ -138,16 +140,20 @@ TEST_CASE("conv2d_relu: the default is conv2d then relu, the CPU kernel equal to
   Tensor y[2];
   for (int k = 0; k < 2; ++k) {
     y[k] = empty(ys);
-    if (k == 0) cpu().Backend::conv2d_relu(x, w, b, p, y[k]);
-    else cpu().conv2d_relu(x, w, b, p, y[k]);
+    if (k == 0)
+      cpu().Backend::conv2d_relu(x, w, b, p, y[k]);
+    else
+      cpu().conv2d_relu(x, w, b, p, y[k]);
   }
   check_same(y[1], y[0], "forward");
   const Tensor go = randn(ys, {}, &g);
   Tensor gx[2], gw[2], gb[2];
   for (int k = 0; k < 2; ++k) {
     gx[k] = empty(x.shape()), gw[k] = empty(w.shape()), gb[k] = empty({6});
-    if (k == 0) cpu().Backend::conv2d_relu_backward(go, y[0], x, w, p, gx[k], gw[k], gb[k]);
-    else cpu().conv2d_relu_backward(go, y[0], x, w, p, gx[k], gw[k], gb[k]);
+    if (k == 0)
+      cpu().Backend::conv2d_relu_backward(go, y[0], x, w, p, gx[k], gw[k], gb[k]);
+    else
+      cpu().conv2d_relu_backward(go, y[0], x, w, p, gx[k], gw[k], gb[k]);
   }
   check_same(gx[1], gx[0], "grad x");
   check_same(gw[1], gw[0], "grad w");
@@ -174,12 +180,20 @@ TEST_CASE("linear: mismatched dtypes and devices are errors naming the op") {
   using snug::testing::contains;
   using snug::testing::error_of;
   const Tensor x = zeros({2, 3});
-  CHECK(contains(error_of([&] { F::linear(x, zeros({4, 3}, DType::f64)); }),
+  CHECK(contains(error_of([&] {
+                   F::linear(x, zeros({4, 3}, DType::f64));
+                 }),
                  "linear: input (f32), weight (f64) and bias (none) must have the same dtype"));
-  CHECK(contains(error_of([&] { F::linear_relu(x, zeros({4, 3}), zeros({4}, DType::f64)); }),
+  CHECK(contains(error_of([&] {
+                   F::linear_relu(x, zeros({4, 3}), zeros({4}, DType::f64));
+                 }),
                  "linear_relu: input (f32), weight (f32) and bias (f64) must have the same dtype"));
-  CHECK(contains(error_of([&] { F::linear(zeros({2, 3}, DType::i64), zeros({4, 3}, DType::i64)); }),
+  CHECK(contains(error_of([&] {
+                   F::linear(zeros({2, 3}, DType::i64), zeros({4, 3}, DType::i64));
+                 }),
                  "linear: expected a floating input"));
-  CHECK(contains(error_of([&] { F::causal_self_attention(zeros({1, 2, 6}, DType::i64), 1); }),
+  CHECK(contains(error_of([&] {
+                   F::causal_self_attention(zeros({1, 2, 6}, DType::i64), 1);
+                 }),
                  "causal_self_attention: expected a floating qkv"));
 }

@@ -5,17 +5,17 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 #include <limits>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include <omp.h>
 
 #include <snug/base/error.h>
-#include <snug/core/functors.h>
 #include <snug/core/cpu/gemm.h>
+#include <snug/core/functors.h>
 
 namespace k = snug::kernels;
 
@@ -63,8 +63,8 @@ void check_case(const Case& c, Fast fast, Ref ref, uint32_t seed) {
   for (auto& x : Aa) x = std::abs(x);
   for (auto& x : Ba) x = std::abs(x);
   for (auto& x : Ca) x = std::isnan(x) ? T(0) : std::abs(x);
-  ref(c.ta, c.tb, c.M, c.N, c.K, T(std::abs(c.alpha)), Aa.data(), lda, Ba.data(), ldb,
-      T(std::abs(c.beta)), Ca.data(), ldc);
+  ref(c.ta, c.tb, c.M, c.N, c.K, T(std::abs(c.alpha)), Aa.data(), lda, Ba.data(), ldb, T(std::abs(c.beta)), Ca.data(),
+      ldc);
   const double eps = std::numeric_limits<T>::epsilon();
 
   int64_t bad = 0;
@@ -78,22 +78,17 @@ void check_case(const Case& c, Fast fast, Ref ref, uint32_t seed) {
       double tol = double(c.K + 4) * eps * double(Ca[idx]) + 1e-30;
       double diff = std::abs(double(Cf[idx]) - double(Cr[idx]));
       if (!(diff <= tol)) {
-        if (bad < 3)
-          MESSAGE("mismatch at (", i, ",", j, "): fast=", Cf[idx], " ref=", Cr[idx], " tol=", tol);
+        if (bad < 3) MESSAGE("mismatch at (", i, ",", j, "): fast=", Cf[idx], " ref=", Cr[idx], " tol=", tol);
         ++bad;
       }
     }
-  INFO("ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " alpha=", c.alpha,
-       " beta=", c.beta, " pads=", c.pad_a, ",", c.pad_b, ",", c.pad_c);
+  INFO("ta=", c.ta, " tb=", c.tb, " M=", c.M, " N=", c.N, " K=", c.K, " alpha=", c.alpha, " beta=", c.beta,
+       " pads=", c.pad_a, ",", c.pad_b, ",", c.pad_c);
   CHECK(bad == 0);
 }
 
-void check_f32(const Case& c, uint32_t seed = 1) {
-  check_case<float>(c, k::gemm_f32, k::gemm_f32_reference, seed);
-}
-void check_f64(const Case& c, uint32_t seed = 1) {
-  check_case<double>(c, k::gemm_f64, k::gemm_f64_reference, seed);
-}
+void check_f32(const Case& c, uint32_t seed = 1) { check_case<float>(c, k::gemm_f32, k::gemm_f32_reference, seed); }
+void check_f64(const Case& c, uint32_t seed = 1) { check_case<double>(c, k::gemm_f64, k::gemm_f64_reference, seed); }
 
 struct ThreadGuard {  // restores the thread count a test changes
   int saved = k::get_num_threads();
@@ -116,8 +111,8 @@ TEST_CASE("gemm_f32: empty sizes") {
     bool ta = t & 1, tb = t & 2;
     check_f32({ta, tb, 0, 5, 3, 1.0, 0.0});
     check_f32({ta, tb, 5, 0, 3, 1.0, 0.0});
-    check_f32({ta, tb, 5, 3, 0, 1.0, 0.0});   // K == 0: C = beta * C = 0
-    check_f32({ta, tb, 5, 3, 0, 1.0, 0.5});   // K == 0: C = 0.5 * C
+    check_f32({ta, tb, 5, 3, 0, 1.0, 0.0});  // K == 0: C = beta * C = 0
+    check_f32({ta, tb, 5, 3, 0, 1.0, 0.5});  // K == 0: C = 0.5 * C
     check_f32({ta, tb, 0, 0, 0, 1.0, 1.0});
   }
 }
@@ -147,8 +142,8 @@ TEST_CASE("gemm_f32: blocked shapes (K, N past one block), 1 and 2 threads") {
       bool ta = t & 1, tb = t & 2;
       check_f32({ta, tb, 131, 1100, 270, 1.0, 0.0, 1, 2, 3}, 20);  // N > NC, K > KC
       check_f32({ta, tb, 300, 77, 517, 0.5, 1.0}, 21);
-      check_f32({ta, tb, 1, 1500, 300, 1.0, 0.0}, 22);   // a row vector
-      check_f32({ta, tb, 700, 1, 300, 1.0, 0.5}, 23);    // a column vector
+      check_f32({ta, tb, 1, 1500, 300, 1.0, 0.0}, 22);  // a row vector
+      check_f32({ta, tb, 700, 1, 300, 1.0, 0.5}, 23);   // a column vector
       // A transposed A with more panels per thread than its block buffer holds
       // (one thread) is packed panel by panel; on two threads, a block at a time.
       check_f32({ta, tb, 800, 45, 290, 1.0, 0.0}, 24);
@@ -175,7 +170,9 @@ TEST_CASE("gemm_f32: thread count does not change the result (bit for bit)") {
   // A fixed split of several K blocks; one K block and several K blocks with
   // a small B, whose row panels two threads take on demand (NOTE [ Panels on
   // demand ] in core/cpu/gemm_avx512.cpp); a small C over a long K, split in K.
-  for (auto shape : {std::tuple<int64_t, int64_t, int64_t>{301, 517, 700}, {301, 517, 200}, {301, 100, 700},
+  for (auto shape : {std::tuple<int64_t, int64_t, int64_t>{301, 517, 700},
+                     {301, 517, 200},
+                     {301, 100, 700},
                      {130, 70, 1500}}) {  // the last: K split in two halves
     const auto [M, N, K] = shape;
     const int64_t n = N, kk = K;  // plain variables: Clang's CAPTURE lambda cannot name a binding
@@ -209,7 +206,11 @@ TEST_CASE("gemm_f32: called from inside an OpenMP parallel region") {
 
 TEST_CASE("gemm_f32_batched: attention shapes and odd batches") {
   ThreadGuard g;
-  struct B { bool ta, tb; int64_t M, N, K, batch; double beta; };
+  struct B {
+    bool ta, tb;
+    int64_t M, N, K, batch;
+    double beta;
+  };
   // Q K^T (64 heads x 128x32 @ 32x128), att @ V, and their backward products.
   const B cases[] = {{false, true, 128, 128, 32, 64, 0.0}, {false, false, 128, 32, 128, 64, 0.0},
                      {true, false, 128, 32, 128, 64, 1.0}, {false, false, 128, 128, 32, 3, 0.5},
@@ -219,17 +220,16 @@ TEST_CASE("gemm_f32_batched: attention shapes and odd batches") {
     k::set_num_threads(nt);
     for (const auto& c : cases) {
       const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N, ldc = c.N;
-      const int64_t sa = (c.ta ? c.K : c.M) * lda + 3, sb = (c.tb ? c.N : c.K) * ldb + 1,
-                    sc = c.M * ldc + 2;
+      const int64_t sa = (c.ta ? c.K : c.M) * lda + 3, sb = (c.tb ? c.N : c.K) * ldb + 1, sc = c.M * ldc + 2;
       const size_t nb = size_t(std::max<int64_t>(c.batch, 1));
       auto A = random_vec<float>(nb * size_t(sa), 40), Bm = random_vec<float>(nb * size_t(sb), 41);
       auto C0 = random_vec<float>(nb * size_t(sc), 42);
       auto Cf = C0, Cr = C0;
-      k::gemm_f32_batched(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, sa, Bm.data(), ldb, sb,
-                          float(c.beta), Cf.data(), ldc, sc, c.batch);
+      k::gemm_f32_batched(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, sa, Bm.data(), ldb, sb, float(c.beta),
+                          Cf.data(), ldc, sc, c.batch);
       for (int64_t b = 0; b < c.batch; ++b)
-        k::gemm_f32_reference(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data() + b * sa, lda,
-                              Bm.data() + b * sb, ldb, float(c.beta), Cr.data() + b * sc, ldc);
+        k::gemm_f32_reference(c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data() + b * sa, lda, Bm.data() + b * sb, ldb,
+                              float(c.beta), Cr.data() + b * sc, ldc);
       float worst = 0;
       for (size_t i = 0; i < Cf.size(); ++i) worst = std::max(worst, std::abs(Cf[i] - Cr[i]));
       INFO("batch ", c.batch, " M=", c.M, " N=", c.N, " K=", c.K, " threads=", nt);
@@ -240,7 +240,10 @@ TEST_CASE("gemm_f32_batched: attention shapes and odd batches") {
 
 TEST_CASE("gemm_f32_bias: the bias lands on every row (edges, K past one block, transposes, threads)") {
   ThreadGuard tg;
-  struct S { bool ta, tb; int64_t M, N, K; };
+  struct S {
+    bool ta, tb;
+    int64_t M, N, K;
+  };
   for (int threads : {1, 2})
     for (S c : {S{false, false, 1, 1, 1}, S{false, true, 13, 17, 5}, S{true, false, 33, 65, 300},
                 S{false, true, 2048, 384, 128}, S{true, true, 15, 33, 7}, S{false, false, 4, 5, 0},
@@ -264,8 +267,10 @@ TEST_CASE("gemm_f32_bias: the bias lands on every row (edges, K past one block, 
       for (int64_t i = 0; i < c.M; ++i)
         for (int64_t j = 0; j < ldc; ++j) {
           const float f = Cf[size_t(i * ldc + j)], r = Cr[size_t(i * ldc + j)];
-          if (j >= c.N) bad += !std::isnan(f);  // padding untouched
-          else bad += !(std::abs(double(f) - double(r)) <= double(c.K + 4) * 1.2e-7 * (double(c.K) + 1.0));
+          if (j >= c.N)
+            bad += !std::isnan(f);  // padding untouched
+          else
+            bad += !(std::abs(double(f) - double(r)) <= double(c.K + 4) * 1.2e-7 * (double(c.K) + 1.0));
         }
       CHECK(bad == 0);
     }
@@ -297,7 +302,9 @@ struct EpiOperands {
 EpiOperands epi_operands(const EpiCase& c, uint32_t seed) {
   return {random_vec<float>(size_t(std::max<int64_t>(1, c.M * c.K)), seed),
           random_vec<float>(size_t(std::max<int64_t>(1, c.K * c.N)), seed + 1),
-          std::max<int64_t>(c.ta ? c.M : c.K, 1), std::max<int64_t>(c.tb ? c.K : c.N, 1), c.N + 5,
+          std::max<int64_t>(c.ta ? c.M : c.K, 1),
+          std::max<int64_t>(c.tb ? c.K : c.N, 1),
+          c.N + 5,
           std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + (c.ta ? " ta" : "") +
               (c.tb ? " tb" : "")};
 }
@@ -319,14 +326,18 @@ TEST_CASE("gemm_f32_bias_act: gemm_f32_bias then the activation, bit for bit, on
           std::vector<float> Cb(size_t(c.M * o.ldc), nan), Ca(Cb.size(), nan), pre(Cb.size(), nan);
           k::gemm_f32_bias(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, Cb.data(), o.ldc,
                            bias.data());
-          k::gemm_f32_bias_act(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, Ca.data(),
-                               o.ldc, bias.data(), act, with_pre ? pre.data() : nullptr);
+          k::gemm_f32_bias_act(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A.data(), o.lda, o.B.data(), o.ldb, Ca.data(), o.ldc,
+                               bias.data(), act, with_pre ? pre.data() : nullptr);
           auto f = [&](float x) {
             switch (act) {
-              case k::GemmAct::relu: return snug::ReluF{}(x);
-              case k::GemmAct::gelu: return snug::GeluF{}(x);
-              case k::GemmAct::gelu_tanh: return snug::GeluTanhF{}(x);
-              default: return x;
+              case k::GemmAct::relu:
+                return snug::ReluF{}(x);
+              case k::GemmAct::gelu:
+                return snug::GeluF{}(x);
+              case k::GemmAct::gelu_tanh:
+                return snug::GeluTanhF{}(x);
+              default:
+                return x;
             }
           };
           int64_t bad = 0, bad_pre = 0, touched = 0;
@@ -364,17 +375,22 @@ TEST_CASE("gemm_f32_act_grad: gemm_f32 then the activation's backward, bit for b
                              act, z.data());
         auto f = [&](float g, float x) {
           switch (act) {
-            case k::GemmAct::relu: return snug::ReluBackwardF{}(g, x);
-            case k::GemmAct::gelu: return snug::GeluBackwardF{}(g, x);
-            default: return snug::GeluTanhBackwardF{}(g, x);
+            case k::GemmAct::relu:
+              return snug::ReluBackwardF{}(g, x);
+            case k::GemmAct::gelu:
+              return snug::GeluBackwardF{}(g, x);
+            default:
+              return snug::GeluTanhBackwardF{}(g, x);
           }
         };
         int64_t bad = 0, touched = 0;
         for (int64_t i = 0; i < c.M; ++i)
           for (int64_t j = 0; j < o.ldc; ++j) {
             const size_t at = size_t(i * o.ldc + j);
-            if (j >= c.N) touched += !std::isnan(Cg[at]);
-            else bad += Cg[at] != f(Cp[at], z[at]);
+            if (j >= c.N)
+              touched += !std::isnan(Cg[at]);
+            else
+              bad += Cg[at] != f(Cp[at], z[at]);
           }
         CHECK(bad == 0);
         CHECK(touched == 0);
@@ -402,11 +418,11 @@ TEST_CASE("gemm_f64: matches the reference") {
   const int64_t M = 9, N = 7, K = 5, batch = 4;
   auto A = random_vec<double>(size_t(batch * M * K), 1), B = random_vec<double>(size_t(batch * K * N), 2);
   std::vector<double> Cf(size_t(batch * M * N)), Cr(Cf.size());
-  k::gemm_f64_batched(false, false, M, N, K, 1.0, A.data(), K, M * K, B.data(), N, K * N, 0.0,
-                      Cf.data(), N, M * N, batch);
+  k::gemm_f64_batched(false, false, M, N, K, 1.0, A.data(), K, M * K, B.data(), N, K * N, 0.0, Cf.data(), N, M * N,
+                      batch);
   for (int64_t b = 0; b < batch; ++b)
-    k::gemm_f64_reference(false, false, M, N, K, 1.0, A.data() + b * M * K, K, B.data() + b * K * N,
-                          N, 0.0, Cr.data() + b * M * N, N);
+    k::gemm_f64_reference(false, false, M, N, K, 1.0, A.data() + b * M * K, K, B.data() + b * K * N, N, 0.0,
+                          Cr.data() + b * M * N, N);
   for (size_t i = 0; i < Cf.size(); ++i) CHECK(Cf[i] == doctest::Approx(Cr[i]).epsilon(1e-12));
 }
 
@@ -429,8 +445,8 @@ TEST_CASE("gemm_f32_a_sums: C equals gemm_f32, sums equal the double row sums, a
     bool ta, tb;
     int64_t M, N, K;
   };
-  const S shapes[] = {{true, false, 1, 1, 1},     {true, false, 13, 33, 17},   {true, false, 15, 16, 300},
-                      {true, false, 29, 65, 600}, {false, false, 14, 40, 257}, {false, true, 33, 7, 520},
+  const S shapes[] = {{true, false, 1, 1, 1},     {true, false, 13, 33, 17},    {true, false, 15, 16, 300},
+                      {true, false, 29, 65, 600}, {false, false, 14, 40, 257},  {false, true, 33, 7, 520},
                       {true, true, 5, 1100, 70},  {true, false, 128, 128, 2048}};
   uint32_t seed = 7;
   for (const S& s : shapes) {
@@ -461,8 +477,10 @@ TEST_CASE("gemm_f32_a_sums: C equals gemm_f32, sums equal the double row sums, a
       // recursive-summation bound, 66 u sum|a| (u = 2^-24), then double.
       for (int64_t i = 0; i < s.M; ++i)
         CHECK(std::abs(double(sums[size_t(i)]) - ref[size_t(i)]) <= 66 * 0x1p-24 * abs_sum[size_t(i)] + 1e-30);
-      if (first_sums.empty()) first_sums = sums;
-      else CHECK(sums == first_sums);
+      if (first_sums.empty())
+        first_sums = sums;
+      else
+        CHECK(sums == first_sums);
     }
   }
 }
@@ -480,7 +498,6 @@ TEST_CASE("gemm_f32_a_sums: empty products, alpha = 0 and a null output") {
   // N = 0: no C at all, the sums still come.
   k::gemm_f32_a_sums(true, false, 2, 0, 3, 1.0f, A.data(), 2, B.data(), 1, 0.0f, C.data(), 1, sums.data());
   CHECK(sums == std::vector<float>{9.0f, 12.0f});
-  CHECK_THROWS_AS(k::gemm_f32_a_sums(false, false, 2, 2, 3, 1.0f, A.data(), 3, B.data(), 2, 0.0f, C.data(), 2,
-                                     nullptr),
+  CHECK_THROWS_AS(k::gemm_f32_a_sums(false, false, 2, 2, 3, 1.0f, A.data(), 3, B.data(), 2, 0.0f, C.data(), 2, nullptr),
                   snug::ValueError);
 }

@@ -33,7 +33,7 @@ TEST_CASE("VNNI and portable int8 GEMMs agree exactly with a plain sum") {
   if (!cpu_has_vnni()) {
     MESSAGE("this CPU has no AVX-512 VNNI: only the portable kernel is checked");
   }
-  const std::vector<Case> cases = {{1, 1, 1},   {6, 64, 4},   {7, 65, 5},     {13, 17, 3},  {5, 130, 1030},
+  const std::vector<Case> cases = {{1, 1, 1},      {6, 64, 4},     {7, 65, 5},     {13, 17, 3},  {5, 130, 1030},
                                    {64, 10, 9216}, {2, 1024, 784}, {33, 100, 513}, {6, 16, 2048}};
   uint32_t seed = 1;
   for (bool extreme : {false, true})

@@ -106,8 +106,10 @@ TEST_CASE("the LM head is tied to wte.weight") {
   auto av = a.to_vector<float>(), bv = b.to_vector<float>();
   int changed = 0, same_other = 0;
   for (size_t i = 0; i < av.size(); ++i) {
-    if (i % 65 == 64) changed += av[i] != bv[i];
-    else same_other += av[i] == bv[i];
+    if (i % 65 == 64)
+      changed += av[i] != bv[i];
+    else
+      same_other += av[i] == bv[i];
   }
   CHECK(changed == 20);
   CHECK(same_other == 20 * 64);
@@ -202,7 +204,8 @@ TEST_CASE("GPTConfig: each invalid field is an error naming that field and its v
       {"vocab -3", with([](GPTConfig& c) { c.vocab = -3; }), "vocab must be >= 1, got -3"},
       {"embd 0", with([](GPTConfig& c) { c.embd = 0; }), "embd must be >= 1, got 0"},
       {"heads 0", with([](GPTConfig& c) { c.heads = 0; }), "heads must be >= 1, got 0"},
-      {"embd 100 heads 3", with([](GPTConfig& c) { c.embd = 100, c.heads = 3; }), "embd 100 must be a multiple of heads 3"},
+      {"embd 100 heads 3", with([](GPTConfig& c) { c.embd = 100, c.heads = 3; }),
+       "embd 100 must be a multiple of heads 3"},
       {"dropout 1", with([](GPTConfig& c) { c.dropout = 1; }), "dropout must be in [0, 1), got 1"},
       {"dropout -0.5", with([](GPTConfig& c) { c.dropout = -0.5; }), "dropout must be in [0, 1), got -0.5"},
   };
@@ -245,5 +248,6 @@ TEST_CASE("GPTConfig round-trips through checkpoint metadata; missing or malform
   bad["gpt.layers"] = "6x";
   CHECK(error_of<IOError>([&] { GPTConfig::from_metadata(bad, "f"); }).find("\"6x\"") != std::string::npos);
   bad["gpt.layers"] = "0";
-  CHECK(error_of<IOError>([&] { GPTConfig::from_metadata(bad, "f"); }).find("layers must be >= 1") != std::string::npos);
+  CHECK(error_of<IOError>([&] { GPTConfig::from_metadata(bad, "f"); }).find("layers must be >= 1") !=
+        std::string::npos);
 }

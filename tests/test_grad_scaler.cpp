@@ -15,9 +15,9 @@
 #include <snug/autograd/grad_mode.h>
 #include <snug/autograd/ops.h>
 #include <snug/nn/amp/grad_scaler.h>
-#include <snug/nn/training_state.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/layers.h>
+#include <snug/nn/training_state.h>
 #include "test_util.h"
 
 using namespace snug;
@@ -214,8 +214,9 @@ TEST_CASE("GradScaler: state round-trips through a training checkpoint") {
   // A scaler asked for from a file without scaler state is an error naming the file.
   const std::string plain = "test_grad_scaler_plain.safetensors";
   save_checkpoint(plain, {.model = &t.net, .optimizer = &t.opt}, 1);
-  CHECK(error_of<IOError>([&] { load_checkpoint(plain, {.model = &u.net, .optimizer = &u.opt, .scaler = &r}); })
-            .find("GradScaler") != std::string::npos);
+  CHECK(error_of<IOError>([&] {
+          load_checkpoint(plain, {.model = &u.net, .optimizer = &u.opt, .scaler = &r});
+        }).find("GradScaler") != std::string::npos);
   // A file with scaler state loads without a scaler too.
   load_checkpoint(path, {.model = &u.net, .optimizer = &u.opt});
   std::remove(path.c_str());
@@ -224,8 +225,12 @@ TEST_CASE("GradScaler: state round-trips through a training checkpoint") {
 
 TEST_CASE("GradScaler: bad options are ValueErrors") {
   CHECK(error_of<ValueError>([] { amp::GradScaler s({.init_scale = 0}); }).find("init_scale") != std::string::npos);
-  CHECK(error_of<ValueError>([] { amp::GradScaler s({.growth_factor = 1.0}); }).find("growth_factor") != std::string::npos);
-  CHECK(error_of<ValueError>([] { amp::GradScaler s({.backoff_factor = 1.0}); }).find("backoff_factor") != std::string::npos);
-  CHECK(error_of<ValueError>([] { amp::GradScaler s({.growth_interval = 0}); }).find("growth_interval") != std::string::npos);
-  CHECK(error_of<ValueError>([] { amp::GradScaler s({.min_scale = 8, .max_scale = 4}); }).find("min_scale") != std::string::npos);
+  CHECK(error_of<ValueError>([] { amp::GradScaler s({.growth_factor = 1.0}); }).find("growth_factor") !=
+        std::string::npos);
+  CHECK(error_of<ValueError>([] { amp::GradScaler s({.backoff_factor = 1.0}); }).find("backoff_factor") !=
+        std::string::npos);
+  CHECK(error_of<ValueError>([] { amp::GradScaler s({.growth_interval = 0}); }).find("growth_interval") !=
+        std::string::npos);
+  CHECK(error_of<ValueError>([] { amp::GradScaler s({.min_scale = 8, .max_scale = 4}); }).find("min_scale") !=
+        std::string::npos);
 }

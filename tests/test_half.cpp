@@ -64,8 +64,8 @@ uint16_t ref_float_to_half(float f) {
   if (a >= 65520.0) return uint16_t(sign | 0x7c00);
   if (a == 0.0) return sign;
   int e2;
-  std::frexp(a, &e2);         // a = frac * 2^e2, frac in [0.5, 1)
-  int e = std::max(e2 - 1, -14);  // unbiased half exponent (subnormals share -14)
+  std::frexp(a, &e2);                                      // a = frac * 2^e2, frac in [0.5, 1)
+  int e = std::max(e2 - 1, -14);                           // unbiased half exponent (subnormals share -14)
   const double q = std::nearbyint(std::ldexp(a, 10 - e));  // significand in ulps
   uint32_t bits;
   if (e == -14 && q < 1024) {
@@ -88,8 +88,7 @@ uint16_t ref_float_to_bf16(float f) {
   const double lo = std::fabs(double(float_of(toward0)));
   // The neighbour past the largest finite bf16 is inf; IEEE rounds as if it
   // were the next power of two, 2^128.
-  const double hi = ((away & 0x7fffffffu) == 0x7f800000u) ? std::ldexp(1.0, 128)
-                                                            : std::fabs(double(float_of(away)));
+  const double hi = ((away & 0x7fffffffu) == 0x7f800000u) ? std::ldexp(1.0, 128) : std::fabs(double(float_of(away)));
   const double dlo = a - lo, dhi = hi - a;
   uint32_t pick;
   if (dlo < dhi) {
@@ -147,14 +146,35 @@ std::vector<float> half_stress_floats(int random_count) {
     }
   }
   const float edges[] = {
-      65504.0f, 65519.0f, 65520.0f, std::nextafter(65520.0f, 0.0f), std::nextafter(65520.0f, INFINITY),
-      65536.0f, 1e10f, std::numeric_limits<float>::max(), INFINITY,
-      std::ldexp(1.0f, -14), std::nextafter(std::ldexp(1.0f, -14), 0.0f),
-      std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::nextafter(std::ldexp(1.0f, -25), 0.0f),
-      std::nextafter(std::ldexp(1.0f, -25), 1.0f), std::ldexp(1.0f, -26), 3 * std::ldexp(1.0f, -26),
-      std::ldexp(1.5f, -25), std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(),
-      0.0f, 1.0f, 0.1f, 1.0f / 3.0f, std::numeric_limits<float>::quiet_NaN(),
-      float_of(0x7f800001u), float_of(0x7fbfffffu), float_of(0x7fc00001u), float_of(0x7fffe000u),
+      65504.0f,
+      65519.0f,
+      65520.0f,
+      std::nextafter(65520.0f, 0.0f),
+      std::nextafter(65520.0f, INFINITY),
+      65536.0f,
+      1e10f,
+      std::numeric_limits<float>::max(),
+      INFINITY,
+      std::ldexp(1.0f, -14),
+      std::nextafter(std::ldexp(1.0f, -14), 0.0f),
+      std::ldexp(1.0f, -24),
+      std::ldexp(1.0f, -25),
+      std::nextafter(std::ldexp(1.0f, -25), 0.0f),
+      std::nextafter(std::ldexp(1.0f, -25), 1.0f),
+      std::ldexp(1.0f, -26),
+      3 * std::ldexp(1.0f, -26),
+      std::ldexp(1.5f, -25),
+      std::numeric_limits<float>::min(),
+      std::numeric_limits<float>::denorm_min(),
+      0.0f,
+      1.0f,
+      0.1f,
+      1.0f / 3.0f,
+      std::numeric_limits<float>::quiet_NaN(),
+      float_of(0x7f800001u),
+      float_of(0x7fbfffffu),
+      float_of(0x7fc00001u),
+      float_of(0x7fffe000u),
   };
   for (float e : edges) {
     v.push_back(e);
@@ -196,8 +216,8 @@ TEST_CASE("half -> float: all 65536 patterns, exact") {
     if (half_is_nan(uint16_t(h))) {
       // NaN stays NaN, keeps its sign and payload, and comes back quiet.
       const uint32_t u = bits_of(f);
-      const bool ok = std::isnan(f) && (u >> 31) == (h >> 15) && (u & 0x400000u) &&
-                      ((u >> 13) & 0x3ffu) == ((h & 0x3ffu) | 0x200u);
+      const bool ok =
+          std::isnan(f) && (u >> 31) == (h >> 15) && (u & 0x400000u) && ((u >> 13) & 0x3ffu) == ((h & 0x3ffu) | 0x200u);
       nan_ok += ok;
       vs_math.add(h, ok, 1);
     } else {
@@ -240,16 +260,16 @@ TEST_CASE("float -> half: ties, neighbours, edges and random floats") {
   SUBCASE("named values") {
     CHECK(float_to_half(65504.0f) == 0x7bff);
     CHECK(float_to_half(std::nextafter(65520.0f, 0.0f)) == 0x7bff);
-    CHECK(float_to_half(65520.0f) == 0x7c00);       // tie with odd 65504 -> inf
+    CHECK(float_to_half(65520.0f) == 0x7c00);  // tie with odd 65504 -> inf
     CHECK(float_to_half(-65520.0f) == 0xfc00);
     CHECK(float_to_half(1e30f) == 0x7c00);
-    CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // tie -> even (1.0)
+    CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);      // tie -> even (1.0)
     CHECK(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);  // tie -> even (up)
     CHECK(float_to_half(std::ldexp(1.0f, -24)) == 0x0001);
-    CHECK(float_to_half(std::ldexp(1.0f, -25)) == 0x0000);        // tie -> even (0)
+    CHECK(float_to_half(std::ldexp(1.0f, -25)) == 0x0000);  // tie -> even (0)
     CHECK(float_to_half(-std::ldexp(1.0f, -25)) == 0x8000);
     CHECK(float_to_half(std::nextafter(std::ldexp(1.0f, -25), 1.0f)) == 0x0001);
-    CHECK(float_to_half(std::ldexp(3.0f, -25)) == 0x0002);        // 1.5 ulp tie -> 2
+    CHECK(float_to_half(std::ldexp(3.0f, -25)) == 0x0002);                        // 1.5 ulp tie -> 2
     CHECK(float_to_half(std::nextafter(std::ldexp(1.0f, -14), 0.0f)) == 0x0400);  // rounds up to min normal
     CHECK(float_to_half(-0.0f) == 0x8000);
     CHECK(half_is_nan(float_to_half(NAN)));

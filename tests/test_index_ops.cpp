@@ -10,12 +10,12 @@
 #include "test_util.h"
 
 using namespace snug;
-using snug::testing::make;
-using snug::testing::idx;
-using snug::testing::vals;
-using snug::testing::iota;
-using snug::testing::randn_f64;
 using snug::testing::check_grad;
+using snug::testing::idx;
+using snug::testing::iota;
+using snug::testing::make;
+using snug::testing::randn_f64;
+using snug::testing::vals;
 
 namespace {
 
@@ -141,17 +141,18 @@ TEST_CASE("index op errors name the op, the value and the valid range") {
   CHECK_THROWS_WITH_AS(raw::index_add(x, 0, idx({0}), ones({1, 4}, "cpu:1")),
                        doctest::Contains("index_add: base is on cpu:0 but src is on cpu:1"), DeviceError);
 
-  CHECK_THROWS_WITH_AS(gather(x, 1, idx({4}, {1, 1})),
-                       doctest::Contains("gather: index 4 is out of range for dim 1 of size 4 (expected 0 <= index < 4)"),
-                       IndexError);
+  CHECK_THROWS_WITH_AS(
+      gather(x, 1, idx({4}, {1, 1})),
+      doctest::Contains("gather: index 4 is out of range for dim 1 of size 4 (expected 0 <= index < 4)"), IndexError);
   CHECK_THROWS_WITH_AS(gather(x, 1, idx({0, 1})),
                        doctest::Contains("gather: index has shape [2] but x has shape [3, 4] (expected the same number "
                                          "of dims)"),
                        ShapeError);
-  CHECK_THROWS_WITH_AS(gather(x, 1, idx({0, 0, 0, 0}, {4, 1})),
-                       doctest::Contains("gather: index has shape [4, 1] but x has shape [3, 4] (expected index.size(0) "
-                                         "<= x.size(0) in every dim but dim 1)"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      gather(x, 1, idx({0, 0, 0, 0}, {4, 1})),
+      doctest::Contains("gather: index has shape [4, 1] but x has shape [3, 4] (expected index.size(0) "
+                        "<= x.size(0) in every dim but dim 1)"),
+      ShapeError);
   CHECK_THROWS_WITH_AS(gather(x, 0, make({0}, {1, 1}, kFloat32)),
                        doctest::Contains("gather: index must have dtype i64, got f32"), DTypeError);
 

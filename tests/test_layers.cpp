@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <snug/autograd/gradcheck.h>
 #include <snug/autograd/grad_mode.h>
+#include <snug/autograd/gradcheck.h>
 #include <snug/autograd/ops.h>
 #include <snug/core/generator.h>
 #include <snug/nn/attention.h>
@@ -18,8 +18,8 @@
 #include "test_util.h"
 
 using namespace snug;
-using snug::testing::make;
 using snug::testing::check_approx;
+using snug::testing::make;
 using namespace snug::nn;
 
 namespace {
@@ -131,8 +131,10 @@ TEST_CASE("Dropout: train drops with probability p and rescales; eval is the ide
   Tensor y = d.forward(x);
   int zeros_n = 0;
   for (double v : y.to_vector<double>()) {
-    if (v == 0) ++zeros_n;
-    else CHECK(v == doctest::Approx(1 / 0.75));
+    if (v == 0)
+      ++zeros_n;
+    else
+      CHECK(v == doctest::Approx(1 / 0.75));
   }
   CHECK(zeros_n > 850);
   CHECK(zeros_n < 1150);
@@ -169,8 +171,8 @@ TEST_CASE("activations and Flatten") {
 namespace {
 // Naive multi-head self-attention of x (T, C) with the module's weights:
 // qkv = x Wqkv^T + b, head h of q/k/v is columns [h D, (h+1) D) of each third.
-std::vector<double> naive_mha(const std::vector<double>& x, int64_t T, int64_t C, int64_t H, const MultiheadAttention& m,
-                              bool causal) {
+std::vector<double> naive_mha(const std::vector<double>& x, int64_t T, int64_t C, int64_t H,
+                              const MultiheadAttention& m, bool causal) {
   auto Wq = m.qkv->weight.to_vector<double>(), bq = m.qkv->bias.to_vector<double>();
   auto Wp = m.proj->weight.to_vector<double>(), bp = m.proj->bias.to_vector<double>();
   const int64_t D = C / H;
@@ -223,7 +225,8 @@ TEST_CASE("MultiheadAttention: shapes, values against naive attention, errors") 
     CHECK(y.shape() == Shape{2, 5, 8});
     for (int64_t b = 0; b < 2; ++b) {
       INFO("causal ", causal, " b ", b);
-      check_approx(y.select(0, b), naive_mha(x.select(0, b).contiguous().to_vector<double>(), 5, 8, 2, m, causal), 1e-10);
+      check_approx(y.select(0, b), naive_mha(x.select(0, b).contiguous().to_vector<double>(), 5, 8, 2, m, causal),
+                   1e-10);
     }
   }
   CHECK_THROWS_AS(MultiheadAttention(10, 3), ValueError);
@@ -280,9 +283,9 @@ TEST_CASE("TransformerBlock: structure, shapes, pre-LN residual form") {
   auto np = blk.named_parameters();
   std::vector<std::string> names;
   for (auto& [n, t] : np) names.push_back(n);
-  std::vector<std::string> want = {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
-                                   "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
-                                   "fc.weight", "fc.bias", "fc_proj.weight", "fc_proj.bias"};
+  std::vector<std::string> want = {"ln_1.weight",      "ln_1.bias",      "attn.qkv.weight", "attn.qkv.bias",
+                                   "attn.proj.weight", "attn.proj.bias", "ln_2.weight",     "ln_2.bias",
+                                   "fc.weight",        "fc.bias",        "fc_proj.weight",  "fc_proj.bias"};
   CHECK(names == want);
   CHECK(blk.fc->weight.shape() == Shape{32, 8});
   CHECK(blk.num_parameters() == 2 * 8 + 24 * 8 + 24 + 64 + 8 + 2 * 8 + 32 * 8 + 32 + 8 * 32 + 8);
@@ -341,7 +344,8 @@ TEST_CASE("TransformerBlock in f64: gradcheck of the input and of the parameters
     blk.ln_1->weight.copy_(rnd({4}, 5, kFloat64));
     blk.ln_2->bias.copy_(rnd({4}, 6, kFloat64));
   }
-  auto r = autograd::gradcheck([&](const std::vector<Tensor>& a) { return blk.forward(a[0]); }, {rnd({1, 3, 4}, 7, kFloat64)});
+  auto r = autograd::gradcheck([&](const std::vector<Tensor>& a) { return blk.forward(a[0]); },
+                               {rnd({1, 3, 4}, 7, kFloat64)});
   INFO(r.message);
   CHECK(r.ok);
   Tensor x = rnd({2, 3, 4}, 8, kFloat64);
@@ -352,7 +356,8 @@ TEST_CASE("TransformerBlock in f64: gradcheck of the input and of the parameters
 TEST_CASE("MultiheadAttention in f64: gradcheck of the input") {
   MultiheadAttention m(4, 2, true);
   m.to(kFloat64);
-  auto r = autograd::gradcheck([&](const std::vector<Tensor>& a) { return m.forward(a[0]); }, {rnd({2, 3, 4}, 10, kFloat64)});
+  auto r = autograd::gradcheck([&](const std::vector<Tensor>& a) { return m.forward(a[0]); },
+                               {rnd({2, 3, 4}, 10, kFloat64)});
   INFO(r.message);
   CHECK(r.ok);
 }

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include <snug/autograd/ops.h>
-#include <snug/core/backend.h>
 #include <snug/base/error.h>
+#include <snug/core/backend.h>
 #include <snug/cuda/cuda_api.h>
 #include <snug/data/dataloader.h>
 #include <snug/distributed/process_group.h>

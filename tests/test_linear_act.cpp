@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <snug/autograd/node.h>
 #include <snug/autograd/ops.h>
 #include <snug/core/generator.h>
 #include <snug/core/profiler.h>
@@ -19,7 +20,6 @@
 #include <snug/nn/fuse.h>
 #include <snug/nn/fused.h>
 #include <snug/nn/layers.h>
-#include <snug/autograd/node.h>
 #include "test_util.h"
 
 using namespace snug;
@@ -51,8 +51,7 @@ void check_same(const Tensor& a, const Tensor& b, const std::string& what) {
 }
 
 // Forward and every gradient of sum(act(linear) * r), fused against composed.
-void check_against_composed(Act a, DType dt, const Shape& xs, int64_t out, bool bias, bool gx, bool gw,
-                            uint64_t seed) {
+void check_against_composed(Act a, DType dt, const Shape& xs, int64_t out, bool bias, bool gx, bool gw, uint64_t seed) {
   Generator g(seed);
   const int64_t in = xs.back();
   Tensor x0 = randn(xs, TensorOptions(dt), &g), w0 = randn({out, in}, TensorOptions(dt), &g);
@@ -134,9 +133,9 @@ void check_mlp(Act a, DType dt, const Shape& xs, int64_t hid, int64_t out, std::
     std::vector<Tensor> p;
     for (size_t i = 0; i < 5; ++i) p.push_back(p0[i].clone().requires_grad_(want[i]));
     if (k == 0)
-      y[k] = a == Act::relu ? F::relu_mlp(p[0], p[1], p[2], p[3], p[4])
-                            : F::gelu_mlp(p[0], p[1], p[2], p[3], p[4],
-                                          a == Act::gelu ? GeluApprox::none : GeluApprox::tanh);
+      y[k] = a == Act::relu
+                 ? F::relu_mlp(p[0], p[1], p[2], p[3], p[4])
+                 : F::gelu_mlp(p[0], p[1], p[2], p[3], p[4], a == Act::gelu ? GeluApprox::none : GeluApprox::tanh);
     else
       y[k] = F::linear(composed(a, p[0], p[1], p[2]), p[3], p[4]);
     if (want[0] || want[1] || want[2] || want[3] || want[4]) (y[k] * r).sum().backward();
@@ -155,12 +154,12 @@ TEST_CASE("relu_mlp / gelu_mlp equal linear, activation, linear: values and grad
       CAPTURE(int(a));
       CAPTURE(dtype_name(dt));
       check_mlp(a, dt, {6, 5}, 9, 4, all, seed++);
-      check_mlp(a, dt, {4, 32, 128}, 512, 128, all, seed++);  // W-GPT's MLP, batch 4
-      check_mlp(a, dt, {64, 300}, 700, 10, all, seed++);      // K past one block in both layers
-      check_mlp(a, dt, {5, 7}, 8, 3, {true, false, false, false, false}, seed++);  // input only
-      check_mlp(a, dt, {5, 7}, 8, 3, {false, true, true, false, false}, seed++);   // first layer only
-      check_mlp(a, dt, {5, 7}, 8, 3, {false, false, false, true, true}, seed++);   // second layer only
-      check_mlp(a, dt, {5, 7}, 8, 3, {false, false, false, false, false}, seed++); // no gradient at all
+      check_mlp(a, dt, {4, 32, 128}, 512, 128, all, seed++);                        // W-GPT's MLP, batch 4
+      check_mlp(a, dt, {64, 300}, 700, 10, all, seed++);                            // K past one block in both layers
+      check_mlp(a, dt, {5, 7}, 8, 3, {true, false, false, false, false}, seed++);   // input only
+      check_mlp(a, dt, {5, 7}, 8, 3, {false, true, true, false, false}, seed++);    // first layer only
+      check_mlp(a, dt, {5, 7}, 8, 3, {false, false, false, true, true}, seed++);    // second layer only
+      check_mlp(a, dt, {5, 7}, 8, 3, {false, false, false, false, false}, seed++);  // no gradient at all
     }
 }
 
@@ -217,11 +216,17 @@ TEST_CASE("nn::fuse: W-MLP's Linear, ReLU, Linear, ReLU, Linear runs as a pair a
 
 TEST_CASE("relu_mlp / gelu_mlp: bad input names the op and the problem") {
   Tensor x = zeros({4, 5});
-  CHECK(contains(error_of([&] { F::gelu_mlp(x, zeros({6, 5}), zeros({6}), zeros({3, 7}), zeros({3})); }),
+  CHECK(contains(error_of([&] {
+                   F::gelu_mlp(x, zeros({6, 5}), zeros({6}), zeros({3, 7}), zeros({3}));
+                 }),
                  "gelu_mlp: second weight of shape [3, 7] does not take the first layer's 6 outputs"));
-  CHECK(contains(error_of([&] { F::relu_mlp(x, zeros({6, 4}), zeros({6}), zeros({3, 6}), zeros({3})); }),
+  CHECK(contains(error_of([&] {
+                   F::relu_mlp(x, zeros({6, 4}), zeros({6}), zeros({3, 6}), zeros({3}));
+                 }),
                  "relu_mlp: input of shape [4, 5]"));
-  CHECK(contains(error_of([&] { F::relu_mlp(x, zeros({6, 5}), zeros({6}), zeros({3, 6}), zeros({4})); }),
+  CHECK(contains(error_of([&] {
+                   F::relu_mlp(x, zeros({6, 5}), zeros({6}), zeros({3, 6}), zeros({4}));
+                 }),
                  "relu_mlp: bias of shape [4]"));
 }
 

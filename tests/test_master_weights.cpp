@@ -72,11 +72,15 @@ TEST_CASE("master weights: AdamW and SGD with momentum on bf16 match an f32 run 
     ref.requires_grad_(true);
     std::unique_ptr<optim::Optimizer> opt, opt_ref;
     if (kind == 0) {
-      opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
-      opt_ref = std::make_unique<optim::AdamW>(std::vector<Tensor>{ref}, optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
+      opt =
+          std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
+      opt_ref = std::make_unique<optim::AdamW>(std::vector<Tensor>{ref},
+                                               optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
     } else {
-      opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .weight_decay = 1e-2});
-      opt_ref = std::make_unique<optim::SGD>(std::vector<Tensor>{ref}, optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .weight_decay = 1e-2});
+      opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p},
+                                         optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .weight_decay = 1e-2});
+      opt_ref = std::make_unique<optim::SGD>(std::vector<Tensor>{ref},
+                                             optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .weight_decay = 1e-2});
     }
     for (int i = 0; i < 10; ++i) {
       Tensor gr = randn({5, 4}, kFloat32, &g).to(kBFloat16);  // a bf16 gradient, as backward gives

@@ -13,12 +13,12 @@
 #include "test_util.h"
 
 using namespace snug;
-using snug::testing::make;
-using snug::testing::vals;
+using snug::testing::check_grad;
 using snug::testing::contains;
 using snug::testing::error_of;
-using snug::testing::check_grad;
+using snug::testing::make;
 using snug::testing::rnd;
+using snug::testing::vals;
 
 namespace {
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
@@ -217,7 +217,8 @@ TEST_CASE("matmul: gradcheck every form") {
   check_grad(mm, {rnd({4}, 44), rnd({2, 4, 3}, 45)});           // 1-D . batched
   check_grad(mm, {rnd({2, 3, 4}, 46), rnd({4}, 47)});           // batched . 1-D
   // Transposed views as inputs.
-  check_grad([](const std::vector<Tensor>& x) { return matmul(x[0].t(), x[1].t()); }, {rnd({3, 2}, 48), rnd({4, 3}, 49)});
+  check_grad([](const std::vector<Tensor>& x) { return matmul(x[0].t(), x[1].t()); },
+             {rnd({3, 2}, 48), rnd({4, 3}, 49)});
   check_grad([](const std::vector<Tensor>& x) { return matmul(x[0], x[0].transpose(-1, -2)); }, {rnd({2, 3, 4}, 50)});
   // Only one side requires grad.
   Tensor fixed = rnd({3, 2}, 51);

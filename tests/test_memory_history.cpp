@@ -3,11 +3,11 @@
 // dump_snapshot and read back by load_snapshot, and replay of a trace.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include <snug/base/error.h>
 #include <snug/memory/allocator.h>
@@ -62,7 +62,7 @@ TEST_CASE("the ring buffer keeps only the newest max_entries") {
   CHECK(ev.back().action == Action::free);
   CHECK(ev.back().requested == 512 * 20);
   CHECK(ev.front().requested == 512 * 16);  // the oldest kept: alloc #16
-  a.record_history(true, 4);  // shrinking keeps the newest
+  a.record_history(true, 4);                // shrinking keeps the newest
   ev = a.snapshot().events;
   REQUIRE(ev.size() == 4);
   CHECK(ev.back().requested == 512 * 20);

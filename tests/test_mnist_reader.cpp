@@ -32,8 +32,8 @@ std::string mnist_dir() {
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() / ("snug_mnist_test_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
+    path = fs::temp_directory_path() /
+           ("snug_mnist_test_" + std::to_string(::getpid()) + "_" + std::to_string(reinterpret_cast<uintptr_t>(this)));
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }
@@ -79,8 +79,9 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
 TEST_CASE("the real MNIST files: sizes, label histogram, pixel range") {
   const std::string dir = mnist_dir();
   if (dir.empty()) {
-    MESSAGE("skipped: no MNIST in $SNUG_SOURCE_DIR/datasets/mnist or $SNUG_SOURCE_DIR/../shared/data/mnist "
-            "(scripts/get_data.sh mnist fetches it); the hand-made files below still run");
+    MESSAGE(
+        "skipped: no MNIST in $SNUG_SOURCE_DIR/datasets/mnist or $SNUG_SOURCE_DIR/../shared/data/mnist "
+        "(scripts/get_data.sh mnist fetches it); the hand-made files below still run");
     return;
   }
   data::MnistSplit train = data::load_mnist(dir, true);
@@ -134,8 +135,8 @@ TEST_CASE("missing, corrupt and truncated files throw IOError with the file and 
   const std::string img = d.file("img"), lab = d.file("lab");
   // Wrong magic (a labels file read as images).
   write_raw(img, idx_labels({1, 2}));
-  CHECK_THROWS_WITH_AS(data::read_idx_images(img), doctest::Contains((img + ": bad magic number 0x801 at offset 0").c_str()),
-                       IOError);
+  CHECK_THROWS_WITH_AS(data::read_idx_images(img),
+                       doctest::Contains((img + ": bad magic number 0x801 at offset 0").c_str()), IOError);
   // Found by fuzzing (tests/fuzz/corpus/fuzz_idx/regress_*): dims whose product
   // overflows int64 in a 17-byte file are a truncation error, not undefined behaviour.
   write_raw(img, std::vector<uint8_t>{0, 0, 8, 3, 2, 0, 0, 0, 0, 0x11, 0, 4, 8, 9, 1, 2, 0x3f});
@@ -154,7 +155,8 @@ TEST_CASE("missing, corrupt and truncated files throw IOError with the file and 
   auto b = idx_images(2, 4, 4);
   b.resize(16 + 20);
   write_raw(img, b);
-  CHECK_THROWS_WITH_AS(data::read_idx_images(img), doctest::Contains((img + ": truncated at offset 36").c_str()), IOError);
+  CHECK_THROWS_WITH_AS(data::read_idx_images(img), doctest::Contains((img + ": truncated at offset 36").c_str()),
+                       IOError);
   // Trailing garbage.
   b = idx_images(2, 4, 4);
   b.push_back(7);
@@ -166,8 +168,8 @@ TEST_CASE("missing, corrupt and truncated files throw IOError with the file and 
   CHECK_THROWS_WITH_AS(data::read_idx_images(img), doctest::Contains("implausible dimension 0 at offset 4"), IOError);
   // A label out of range names the item and its offset.
   write_raw(lab, idx_labels({1, 2, 10, 3}));
-  CHECK_THROWS_WITH_AS(data::read_idx_labels(lab), doctest::Contains((lab + ": label 10 of item 2 at offset 10").c_str()),
-                       IOError);
+  CHECK_THROWS_WITH_AS(data::read_idx_labels(lab),
+                       doctest::Contains((lab + ": label 10 of item 2 at offset 10").c_str()), IOError);
   // A gzip stream cut in the middle.
   const std::string gz = d.file("img.gz");
   write_gz(gz, idx_images(50, 28, 28));

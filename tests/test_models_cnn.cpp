@@ -64,8 +64,10 @@ TEST_CASE("MobileNet-style CNN: depthwise-separable blocks with batch norm") {
   CHECK(m->forward(randn({4, 1, 28, 28})).shape() == Shape{4, 10});
   int64_t depthwise = 0, bns = 0;
   for (auto& [name, mod] : m->named_modules())
-    if (mod->repr().find("groups=") != std::string::npos) ++depthwise;
-    else if (mod->name() == "BatchNorm2d") ++bns;
+    if (mod->repr().find("groups=") != std::string::npos)
+      ++depthwise;
+    else if (mod->name() == "BatchNorm2d")
+      ++bns;
   CHECK(depthwise == 4);
   CHECK(bns == 9);
   const int64_t params = m->num_parameters();

@@ -73,6 +73,6 @@ TEST_CASE("make_nccl_group without NCCL or a world it cannot join says why") {
   }
   if (skip()) return;
   // Two ranks but no way to share the id.
-  CHECK_THROWS_WITH_AS(dist::make_nccl_group({.device = 0, .rank = 1, .size = 2}),
-                       doctest::Contains("rendezvous_file"), ValueError);
+  CHECK_THROWS_WITH_AS(dist::make_nccl_group({.device = 0, .rank = 1, .size = 2}), doctest::Contains("rendezvous_file"),
+                       ValueError);
 }

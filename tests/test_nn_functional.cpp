@@ -8,19 +8,19 @@
 #include <string>
 #include <vector>
 
-#include <snug/autograd/gradcheck.h>
 #include <snug/autograd/grad_mode.h>
+#include <snug/autograd/gradcheck.h>
 #include <snug/autograd/ops.h>
 #include <snug/core/generator.h>
 #include <snug/nn/functional.h>
 #include "test_util.h"
 
 using namespace snug;
-using snug::testing::make;
-using snug::testing::idx;
 using snug::testing::check_approx;
 using snug::testing::check_grad;
 using snug::testing::error_of;
+using snug::testing::idx;
+using snug::testing::make;
 using snug::testing::rnd;
 using snug::testing::vals;
 namespace F = snug::nn::functional;
@@ -152,7 +152,8 @@ TEST_CASE("layer_norm: matches a naive computation, affine and not, any leading 
 TEST_CASE("layer_norm: gradcheck of x, weight and bias; and without affine") {
   check_grad([](const std::vector<Tensor>& a) { return F::layer_norm(a[0], a[1], a[2]); },
              {rnd({3, 5}, 11), rnd({5}, 12), rnd({5}, 13)});
-  check_grad([](const std::vector<Tensor>& a) { return F::layer_norm(a[0], Tensor(), Tensor()); }, {rnd({2, 2, 4}, 14)});
+  check_grad([](const std::vector<Tensor>& a) { return F::layer_norm(a[0], Tensor(), Tensor()); },
+             {rnd({2, 2, 4}, 14)});
   check_grad([](const std::vector<Tensor>& a) { return F::layer_norm(a[0], a[1], Tensor()); },
              {rnd({2, 3}, 15), rnd({3}, 16)});
 }
@@ -220,8 +221,7 @@ TEST_CASE("cross_entropy: ignore_index and label smoothing") {
     return (1 - e) * nll(r, c) + e * m / 3;
   };
   CHECK(F::cross_entropy(x, idx(tv), -100, e).item() == doctest::Approx((smooth(0, 2) + smooth(2, 1)) / 2));
-  CHECK(F::cross_entropy(x, idx(tv), -100, e, Reduction::sum).item() ==
-        doctest::Approx(smooth(0, 2) + smooth(2, 1)));
+  CHECK(F::cross_entropy(x, idx(tv), -100, e, Reduction::sum).item() == doctest::Approx(smooth(0, 2) + smooth(2, 1)));
   // Extreme logits stay finite.
   Tensor big = make({1000, -1000, 0, 0}, {2, 2});
   double v = F::cross_entropy(big, idx({1, 0})).item();
@@ -444,8 +444,8 @@ TEST_CASE("scaled_dot_product_attention: causal and not, vs naive attention, Tq 
           const int64_t tq = Tq, tk = Tk;  // clang 14 cannot capture structured bindings
           INFO("Tq ", tq, " Tk ", tk, " causal ", causal, " b ", b, " h ", h);
           check_approx(o.select(0, b).select(0, h),
-                     naive_attention(slice_bh(q, b, h), slice_bh(k, b, h), slice_bh(v, b, h), Tq, Tk, D, D, causal),
-                     1e-10);
+                       naive_attention(slice_bh(q, b, h), slice_bh(k, b, h), slice_bh(v, b, h), Tq, Tk, D, D, causal),
+                       1e-10);
         }
     }
   }
@@ -461,10 +461,10 @@ TEST_CASE("scaled_dot_product_attention: a bool mask (true = blocked), alone and
     Tensor o = F::scaled_dot_product_attention(q, k, v, causal, mask);
     for (int64_t h = 0; h < 2; ++h) {
       INFO("causal ", causal, " h ", h);
-      check_approx(o.select(0, 0).select(0, h),
-                 naive_attention(slice_bh(q, 0, h), slice_bh(k, 0, h), slice_bh(v, 0, h), Tq, Tk, D, D, causal,
-                                 blocked),
-                 1e-10);
+      check_approx(
+          o.select(0, 0).select(0, h),
+          naive_attention(slice_bh(q, 0, h), slice_bh(k, 0, h), slice_bh(v, 0, h), Tq, Tk, D, D, causal, blocked),
+          1e-10);
     }
   }
   // Shape errors.
@@ -473,7 +473,8 @@ TEST_CASE("scaled_dot_product_attention: a bool mask (true = blocked), alone and
 }
 
 TEST_CASE("scaled_dot_product_attention: runs on a virtual device with a mask and causal") {
-  Tensor q = rnd({1, 1, 2, 2}, 36).to("cpu:1"), k = rnd({1, 1, 3, 2}, 37).to("cpu:1"), v = rnd({1, 1, 3, 2}, 38).to("cpu:1");
+  Tensor q = rnd({1, 1, 2, 2}, 36).to("cpu:1"), k = rnd({1, 1, 3, 2}, 37).to("cpu:1"),
+         v = rnd({1, 1, 3, 2}, 38).to("cpu:1");
   Tensor mask = zeros({2, 3}, TensorOptions(kBool, Device("cpu:1")));
   Tensor o = F::scaled_dot_product_attention(q, k, v, true, mask);
   CHECK(o.device() == Device("cpu:1"));
@@ -508,7 +509,8 @@ TEST_CASE("layer_norm: f32 rows of any width agree with f64, forward and backwar
         Tensor br = b.defined() ? leaf(b) : Tensor();
         Tensor y = F::layer_norm(xr, wr, br);
         y.backward(g64.to(dt));
-        return std::vector<Tensor>{y, xr.grad(), wr.defined() ? wr.grad() : Tensor(), br.defined() ? br.grad() : Tensor()};
+        return std::vector<Tensor>{y, xr.grad(), wr.defined() ? wr.grad() : Tensor(),
+                                   br.defined() ? br.grad() : Tensor()};
       };
       auto ref = run(kFloat64), got = run(kFloat32);
       INFO("C=", C, " affine=", affine);

@@ -76,8 +76,10 @@ struct RefAdam {
     ++t;
     for (size_t i = 0; i < p.size(); ++i) {
       double g = g0[i];
-      if (decoupled) p[i] -= lr * wd * p[i];
-      else g += wd * p[i];
+      if (decoupled)
+        p[i] -= lr * wd * p[i];
+      else
+        g += wd * p[i];
       m[i] = b1 * m[i] + (1 - b1) * g;
       v[i] = b2 * v[i] + (1 - b2) * g * g;
       double mh = m[i] / (1 - std::pow(b1, t)), vh = v[i] / (1 - std::pow(b2, t));
@@ -162,8 +164,10 @@ TEST_CASE("Adam and AdamW against reference steps (3 iterations)") {
     Tensor p = param(init);
     std::unique_ptr<Optimizer> opt;
     if (c.decoupled)
-      opt = std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamWOptions{c.o.lr, c.o.beta1, c.o.beta2, c.o.eps, c.o.weight_decay});
-    else opt = std::make_unique<Adam>(std::vector<Tensor>{p}, c.o);
+      opt = std::make_unique<AdamW>(std::vector<Tensor>{p},
+                                    AdamWOptions{c.o.lr, c.o.beta1, c.o.beta2, c.o.eps, c.o.weight_decay});
+    else
+      opt = std::make_unique<Adam>(std::vector<Tensor>{p}, c.o);
     CHECK(opt->name() == (c.decoupled ? "AdamW" : "Adam"));
     RefAdam ref{c.o.lr, c.o.beta1, c.o.beta2, c.o.eps, c.o.weight_decay, c.decoupled};
     Vec want = init;
@@ -409,10 +413,14 @@ TEST_CASE("load_state_dict is all-or-nothing and replaces the per-parameter stat
   // A state whose second buffer has the wrong shape: nothing changes.
   NamedTensors bad;
   for (auto& [k, t] : opt.state_dict()) {
-    if (k == "step") bad.emplace_back(k, full({}, 7.0, kFloat64));
-    else if (k == "group.0.lr") bad.emplace_back(k, full({}, 0.7, kFloat64));
-    else if (k == "state.0.1.momentum_buffer") bad.emplace_back(k, zeros({2}, kFloat64));
-    else bad.emplace_back(k, t);
+    if (k == "step")
+      bad.emplace_back(k, full({}, 7.0, kFloat64));
+    else if (k == "group.0.lr")
+      bad.emplace_back(k, full({}, 0.7, kFloat64));
+    else if (k == "state.0.1.momentum_buffer")
+      bad.emplace_back(k, zeros({2}, kFloat64));
+    else
+      bad.emplace_back(k, t);
   }
   CHECK_THROWS_AS(opt.load_state_dict(bad), ValueError);
   CHECK(opt.step_count() == 1);

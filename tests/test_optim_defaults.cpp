@@ -121,8 +121,9 @@ TEST_CASE("AdamW defaults are PyTorch's: lr 1e-3, betas (0.9, 0.999), eps 1e-8, 
   check_close(p, {0.99934611364240555, -1.998693673213817});
 }
 
-TEST_CASE("AdamW8bit defaults are bitsandbytes': lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01, "
-          "min_8bit_size 4096, blocks of 256") {
+TEST_CASE(
+    "AdamW8bit defaults are bitsandbytes': lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01, "
+    "min_8bit_size 4096, blocks of 256") {
   Tensor p = param(kInit, kFloat32);
   AdamW8bit opt({p}, {});
   CHECK(opt.defaults.lr == 1e-3);
@@ -256,7 +257,8 @@ TEST_CASE("parameter group options: unknown names and bad values are errors nami
   CHECK(m.find("group 1") != std::string::npos);
   ParamGroup nesterov{{b}};
   nesterov.options["nesterov"] = 1;  // with the default momentum 0
-  CHECK(error_of<ValueError>([&] { SGD(std::vector<ParamGroup>{nesterov}, {}); }).find("Nesterov") != std::string::npos);
+  CHECK(error_of<ValueError>([&] { SGD(std::vector<ParamGroup>{nesterov}, {}); }).find("Nesterov") !=
+        std::string::npos);
   ParamGroup betas{{b}};
   betas.options["beta2"] = 1.0;
   CHECK(error_of<ValueError>([&] { AdamW(std::vector<ParamGroup>{betas}, {}); }).find("betas") != std::string::npos);
@@ -270,8 +272,8 @@ TEST_CASE("state_dict holds every group's resolved options; an older state witho
   ParamGroup g0{{a}};
   SGD opt(std::vector<ParamGroup>{g0}, {.lr = 0.1, .momentum = 0.9});
   NamedTensors sd = opt.state_dict();
-  for (const char* k : {"group.0.lr", "group.0.weight_decay", "group.0.opt.momentum", "group.0.opt.dampening",
-                        "group.0.opt.nesterov"})
+  for (const char* k :
+       {"group.0.lr", "group.0.weight_decay", "group.0.opt.momentum", "group.0.opt.dampening", "group.0.opt.nesterov"})
     CHECK_MESSAGE(has_key(sd, k), k);
   // Another optimizer with other values takes the saved ones.
   Tensor b = param({1.0, 2.0});

@@ -144,7 +144,7 @@ TEST_CASE("normal_at: mean 0, variance 1, finite") {
   const double mean = sum / n, var = sq / n - mean * mean;
   CHECK(std::abs(mean) < 0.01);
   CHECK(std::abs(var - 1.0) < 0.01);
-  CHECK(std::abs(quart / n - 3.0) < 0.05);                // kurtosis of a normal
+  CHECK(std::abs(quart / n - 3.0) < 0.05);                  // kurtosis of a normal
   CHECK(std::abs(double(within1) / n - 0.682689) < 0.003);  // P(|z| < 1)
 
   // Extremes: u1 is never 0, so the largest radius is sqrt(-2 ln 2^-24) ~ 5.77.

@@ -59,8 +59,7 @@ std::map<std::string, Tensor> grads_of(const nn::Module& m) {
 }
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
 }
 
 double rel_diff(const Tensor& a, const Tensor& b) {
@@ -130,8 +129,10 @@ TEST_CASE("stage_schedule: GPipe and 1F1B orders") {
             }
           }
           for (int64_t m = 0; m < M; ++m) CHECK((f[m] == 1 && b[m] == 1));
-          if (s == Schedule::one_f_one_b) CHECK(most == std::min(K - k, M));
-          else CHECK(most == M);
+          if (s == Schedule::one_f_one_b)
+            CHECK(most == std::min(K - k, M));
+          else
+            CHECK(most == M);
         }
   auto ops = stage_schedule(Schedule::one_f_one_b, 0, 3, 4);
   std::string seq;
@@ -195,7 +196,8 @@ TEST_CASE("pipeline: losses and gradients equal the single-device run, 2 and 3 s
         // 6 layers: embed, 4 blocks, head.
         Placement p = K == 2 ? manual_placement(devs, {0, 3, 6}, 6) : manual_placement(devs, {0, 2, 4, 6}, 6);
         place(s, p);
-        Pipeline pipe(s, p, {.micro_batches = M, .schedule = sched, .checkpoint_stages = ckpt, .record_timeline = true});
+        Pipeline pipe(s, p,
+                      {.micro_batches = M, .schedule = sched, .checkpoint_stages = ckpt, .record_timeline = true});
         const double loss = pipe.step(b.x, b.y);
         CHECK(loss == doctest::Approx(ref_loss).epsilon(1e-12));
         CHECK(loss == doctest::Approx(full_loss).epsilon(1e-6));
@@ -206,8 +208,10 @@ TEST_CASE("pipeline: losses and gradients equal the single-device run, 2 and 3 s
           CAPTURE(pname);
           // The tied embedding gets one part from the first stage and one from
           // the last; they may arrive in either order.
-          if (name == "wte.weight") CHECK(rel_diff(g.at(name), rg) < 1e-6);
-          else CHECK(bitwise_equal(g.at(name), rg));
+          if (name == "wte.weight")
+            CHECK(rel_diff(g.at(name), rg) < 1e-6);
+          else
+            CHECK(bitwise_equal(g.at(name), rg));
           CHECK(rel_diff(g.at(name), full_grads.at(name)) < 1e-5);
         }
         CHECK(pipe.timeline().size() == static_cast<size_t>(2 * M * K));
@@ -337,7 +341,8 @@ TEST_CASE("placement: impossible and malformed placements get clear errors") {
     CHECK(e.requested() > e.capacity());
   }
   CHECK_THROWS_AS(plan_placement(prof, devs, Policy::balance_time, {.micro_batches = 1}, {1 << 20}), ValueError);
-  CHECK_THROWS_AS(plan_placement(prof, std::vector<Device>(5, Device("cpu:1")), Policy::balance_memory, {}), ValueError);
+  CHECK_THROWS_AS(plan_placement(prof, std::vector<Device>(5, Device("cpu:1")), Policy::balance_memory, {}),
+                  ValueError);
   CHECK_THROWS_AS(manual_placement(devs, {0, 0, 4}, 4), ValueError);
   CHECK_THROWS_AS(manual_placement(devs, {0, 2, 3}, 4), ValueError);
   CHECK_THROWS_AS(manual_placement(devs, {0, 4}, 4), ValueError);

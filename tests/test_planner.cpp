@@ -63,7 +63,8 @@ std::vector<ChainPlan> all_plans(int n) {
       }
     for (uint32_t flags = 0; flags < (1u << segs.size()); ++flags) {
       ChainPlan p;
-      for (size_t s = 0; s < segs.size(); ++s) p.segments.push_back({segs[s].first, segs[s].second, ((flags >> s) & 1u) != 0});
+      for (size_t s = 0; s < segs.size(); ++s)
+        p.segments.push_back({segs[s].first, segs[s].second, ((flags >> s) & 1u) != 0});
       out.push_back(p);
     }
   }
@@ -278,8 +279,10 @@ TEST_CASE("planner: on a virtual device of capacity C the 16-layer GPT only trai
   CHECK(std::isfinite(last));
   CHECK(last < first);  // it trains (the same batch three times)
   INFO("plan " << r.plan.str() << ", minimum " << nn::minimum_budget(prof) << ", predicted " << r.cost.total_peak
-               << ", measured " << memory::peak_allocated(dev) << ", reserved " << memory::stats(dev).reserved_bytes.peak);
-  MESSAGE("measured peak allocated ", memory::peak_allocated(dev), ", reserved ", memory::stats(dev).reserved_bytes.peak);
+               << ", measured " << memory::peak_allocated(dev) << ", reserved "
+               << memory::stats(dev).reserved_bytes.peak);
+  MESSAGE("measured peak allocated ", memory::peak_allocated(dev), ", reserved ",
+          memory::stats(dev).reserved_bytes.peak);
   CHECK(static_cast<int64_t>(memory::peak_allocated(dev)) <= C * 9 / 10);
   memory::set_capacity(dev, SIZE_MAX);
 }

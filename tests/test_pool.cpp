@@ -101,42 +101,47 @@ TEST_CASE("max_pool2d: the whole-window fast path equals a plain scan (ties, NaN
   // (the f32 AVX-512 row kernel works 16 output columns at a time).
   Generator g(21);
   for (const int64_t W : {13, 37}) {
-  CAPTURE(W);
-  const int64_t H = 11;
-  Tensor x = randint(0, 4, Shape{2, 3, H, W}, DType::i64, &g).to(DType::f32);
-  std::vector<double> xv = x.to_vector<double>();
-  for (size_t i = 5; i < xv.size(); i += 97) xv[i] = std::nan("");
-  x = from_vector<double>(xv, {2, 3, H, W}, DType::f32);
-  struct Case { int64_t k0, k1, s0, s1, p; };
-  for (Case c : {Case{2, 2, 2, 2, 0}, Case{3, 3, 1, 1, 0}, Case{3, 2, 2, 3, 0}, Case{2, 3, 2, 2, 1}, Case{1, 3, 1, 2, 0}}) {
-    CAPTURE(c.k0);
-    CAPTURE(c.s1);
-    CAPTURE(c.p);
-    Tensor xr = x.clone().requires_grad_();
-    Tensor y = F::max_pool2d(xr, {c.k0, c.k1}, {c.s0, c.s1}, {c.p, c.p});
-    const int64_t Ho = y.size(2), Wo = y.size(3);
-    // Gradient 1 per output shows where each argmax went.
-    y.sum().backward();
-    std::vector<double> got = y.to_vector<double>(), gx = xr.grad().to_vector<double>();
-    std::vector<double> want_gx(xv.size(), 0.0);
-    for (int64_t pl = 0; pl < 6; ++pl)
-      for (int64_t oh = 0; oh < Ho; ++oh)
-        for (int64_t ow = 0; ow < Wo; ++ow) {
-          double best = -INFINITY;
-          int64_t arg = -1;
-          for (int64_t h = oh * c.s0 - c.p; h < oh * c.s0 - c.p + c.k0; ++h)
-            for (int64_t w = ow * c.s1 - c.p; w < ow * c.s1 - c.p + c.k1; ++w) {
-              if (h < 0 || h >= H || w < 0 || w >= W) continue;
-              const double v = xv[size_t(pl * H * W + h * W + w)];
-              if (arg < 0 || v > best || v != v) best = v, arg = h * W + w;
-            }
-          const double o = got[size_t(pl * Ho * Wo + oh * Wo + ow)];
-          if (std::isnan(best)) CHECK(std::isnan(o));
-          else CHECK(o == best);
-          want_gx[size_t(pl * H * W + arg)] += 1.0;
-        }
-    CHECK(gx == want_gx);
-  }
+    CAPTURE(W);
+    const int64_t H = 11;
+    Tensor x = randint(0, 4, Shape{2, 3, H, W}, DType::i64, &g).to(DType::f32);
+    std::vector<double> xv = x.to_vector<double>();
+    for (size_t i = 5; i < xv.size(); i += 97) xv[i] = std::nan("");
+    x = from_vector<double>(xv, {2, 3, H, W}, DType::f32);
+    struct Case {
+      int64_t k0, k1, s0, s1, p;
+    };
+    for (Case c :
+         {Case{2, 2, 2, 2, 0}, Case{3, 3, 1, 1, 0}, Case{3, 2, 2, 3, 0}, Case{2, 3, 2, 2, 1}, Case{1, 3, 1, 2, 0}}) {
+      CAPTURE(c.k0);
+      CAPTURE(c.s1);
+      CAPTURE(c.p);
+      Tensor xr = x.clone().requires_grad_();
+      Tensor y = F::max_pool2d(xr, {c.k0, c.k1}, {c.s0, c.s1}, {c.p, c.p});
+      const int64_t Ho = y.size(2), Wo = y.size(3);
+      // Gradient 1 per output shows where each argmax went.
+      y.sum().backward();
+      std::vector<double> got = y.to_vector<double>(), gx = xr.grad().to_vector<double>();
+      std::vector<double> want_gx(xv.size(), 0.0);
+      for (int64_t pl = 0; pl < 6; ++pl)
+        for (int64_t oh = 0; oh < Ho; ++oh)
+          for (int64_t ow = 0; ow < Wo; ++ow) {
+            double best = -INFINITY;
+            int64_t arg = -1;
+            for (int64_t h = oh * c.s0 - c.p; h < oh * c.s0 - c.p + c.k0; ++h)
+              for (int64_t w = ow * c.s1 - c.p; w < ow * c.s1 - c.p + c.k1; ++w) {
+                if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                const double v = xv[size_t(pl * H * W + h * W + w)];
+                if (arg < 0 || v > best || v != v) best = v, arg = h * W + w;
+              }
+            const double o = got[size_t(pl * Ho * Wo + oh * Wo + ow)];
+            if (std::isnan(best))
+              CHECK(std::isnan(o));
+            else
+              CHECK(o == best);
+            want_gx[size_t(pl * H * W + arg)] += 1.0;
+          }
+      CHECK(gx == want_gx);
+    }
   }
 }
 
@@ -148,8 +153,8 @@ TEST_CASE("avg_pool2d values, count_include_pad, gradient") {
   check_vals(x.grad(), std::vector<double>(16, 0.25));
   // Padding 1, kernel 2, stride 2: the corner window holds 1 real value and 3 pads; divisor is 4.
   Tensor yp = F::avg_pool2d(plane4(), {2, 2}, {2, 2}, {1, 1});
-  check_vals(yp, {1 / 4.0, (2 + 3) / 4.0, 4 / 4.0, (5 + 9) / 4.0, (6 + 7 + 10 + 11) / 4.0, (8 + 12) / 4.0,
-                  13 / 4.0, (14 + 15) / 4.0, 16 / 4.0});
+  check_vals(yp, {1 / 4.0, (2 + 3) / 4.0, 4 / 4.0, (5 + 9) / 4.0, (6 + 7 + 10 + 11) / 4.0, (8 + 12) / 4.0, 13 / 4.0,
+                  (14 + 15) / 4.0, 16 / 4.0});
   // Kernel 3, stride 2, padding 1 on 4x4: the windows end at the padded edge (rows -1..1 and 1..3).
   Tensor y3 = F::avg_pool2d(plane4(), {3, 3}, {2, 2}, {1, 1});
   check_vals(y3, {(1 + 2 + 5 + 6) / 9.0, (2 + 3 + 4 + 6 + 7 + 8) / 9.0, (5 + 6 + 9 + 10 + 13 + 14) / 9.0,

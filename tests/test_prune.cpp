@@ -90,8 +90,10 @@ TEST_CASE("output_channels masks the bias of pruned channels too") {
   for (int r = 0; r < 8; ++r) {
     bool zero_row = std::all_of(w.begin() + r * 6, w.begin() + r * 6 + 6, [](float x) { return x == 0; });
     dead += zero_row;
-    if (zero_row) CHECK(b[size_t(r)] == 0.f);
-    else CHECK(b[size_t(r)] != 0.f);
+    if (zero_row)
+      CHECK(b[size_t(r)] == 0.f);
+    else
+      CHECK(b[size_t(r)] != 0.f);
   }
   CHECK(dead == 4);
 }
@@ -106,8 +108,9 @@ TEST_CASE("global_unstructured ranks across layers") {
   prune::global_unstructured({{a.get(), "weight"}, {b.get(), "weight"}}, 0.5);
   CHECK(a->weight.to_vector<float>() == std::vector<float>{0.f, 0.f, 0.f, 0.4f});
   CHECK(b->weight.to_vector<float>() == std::vector<float>{5.f, 6.f, 0.f, 8.f});
-  CHECK(error_of([&] { prune::global_unstructured({{a.get(), "weight"}, {a.get(), "weight"}}, 0.1); })
-            .find("given twice") != std::string::npos);
+  CHECK(error_of([&] {
+          prune::global_unstructured({{a.get(), "weight"}, {a.get(), "weight"}}, 0.1);
+        }).find("given twice") != std::string::npos);
 }
 
 TEST_CASE("2:4 keeps the two largest of every four along the row") {
@@ -139,9 +142,14 @@ TEST_CASE("masks persist through optimizer steps: gradients masked, weights re-m
     prune::l1_unstructured(*fc, "weight", 0.75);
     const auto mk = prune::mask(fc->weight).to_vector<float>();
     std::unique_ptr<nn::optim::Optimizer> opt;
-    if (which == 0) opt = std::make_unique<nn::optim::SGD>(fc->parameters(), nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
-    else if (which == 1) opt = std::make_unique<nn::optim::AdamW>(fc->parameters(), nn::optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
-    else opt = std::make_unique<nn::optim::Adam>(fc->parameters(), nn::optim::AdamOptions{.lr = 0.01});
+    if (which == 0)
+      opt = std::make_unique<nn::optim::SGD>(fc->parameters(),
+                                             nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+    else if (which == 1)
+      opt = std::make_unique<nn::optim::AdamW>(fc->parameters(),
+                                               nn::optim::AdamWOptions{.lr = 0.01, .weight_decay = 0.1});
+    else
+      opt = std::make_unique<nn::optim::Adam>(fc->parameters(), nn::optim::AdamOptions{.lr = 0.01});
     Generator g(11);
     for (int s = 0; s < 5; ++s) {
       Tensor x = randn({4, 16}, {}, &g);
@@ -197,7 +205,9 @@ TEST_CASE("custom masks, the sparsity report and errors") {
   CHECK_FALSE(prune::is_pruned(fc->weight));
 
   CHECK(error_of([&] { prune::custom_from_mask(*fc, "weight", ones({2, 3})); }).find("shape") != std::string::npos);
-  CHECK(error_of([&] { prune::custom_from_mask(*fc, "weight", full({3, 2}, 0.5)); }).find("0 or 1") != std::string::npos);
+  CHECK(error_of([&] {
+          prune::custom_from_mask(*fc, "weight", full({3, 2}, 0.5));
+        }).find("0 or 1") != std::string::npos);
   CHECK(error_of([&] { prune::l1_unstructured(*fc, "weight", 1.5); }).find("[0, 1]") != std::string::npos);
   CHECK(error_of([&] { prune::l1_unstructured(*fc, "wieght", 0.5); }).find("has no parameter \"wieght\"") !=
         std::string::npos);

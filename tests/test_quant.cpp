@@ -132,7 +132,8 @@ TEST_CASE("QuantizedLinear (dynamic) equals a float product of its int8 values, 
   min_max(x, -1, lo, hi);
   QParams qx = choose_qparams(lo, hi, DType::u8, false);
   QParams qw = weight_qparams(fc.weight.detach());
-  Tensor ref = F::linear(dequantize(quantize(x, qx), qx), dequantize(quantize(fc.weight.detach(), qw), qw), fc.bias.detach());
+  Tensor ref =
+      F::linear(dequantize(quantize(x, qx), qx), dequantize(quantize(fc.weight.detach(), qw), qw), fc.bias.detach());
   CHECK(max_abs_diff(y, ref) <= 1e-4 * (1 + max_abs(ref)));
   Tensor yf = fc.forward(x).detach();
   CHECK(max_abs_diff(y, yf) <= 0.02 * max_abs(yf));

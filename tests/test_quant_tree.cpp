@@ -30,7 +30,6 @@ namespace F = snug::nn::functional;
 
 namespace {
 
-
 // (N, 16) -> (N, 16): a bound Linear member, then a Sequential member holding
 // a Linear, a ReLU and a nested Sequential with another Linear.
 struct Inner : nn::Module {
@@ -38,8 +37,8 @@ struct Inner : nn::Module {
   std::shared_ptr<nn::Sequential> seq;
   Inner() : nn::Module("Inner") {
     register_module("fc", fc, std::make_shared<nn::Linear>(16, 16));
-    auto deep = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(16, 16)});
+    auto deep = std::make_shared<nn::Sequential>(
+        std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(16, 16)});
     register_module("seq", seq,
                     std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
                         std::make_shared<nn::Linear>(16, 16), std::make_shared<nn::ReLU>(), deep}));
@@ -73,7 +72,7 @@ struct Net : nn::Module {
   }
   Tensor forward(const Tensor& x) override {
     Tensor h = features->forward(depthwise->forward(relu(stem->forward(x))));  // (N, 4, 6, 6)
-    h = proj->forward(h.flatten(1));                                          // (N, 16)
+    h = proj->forward(h.flatten(1));                                           // (N, 16)
     for (const auto& s : *stages) h = s->forward(h);
     return head->forward(norm->forward(h)) * scale;
   }
@@ -96,7 +95,7 @@ std::set<std::string> names_of(nn::Module& m) {
 }
 
 const std::vector<std::string> kNetLayers = {
-    "stem", "features.0.0", "proj", "stages.0.fc", "stages.0.seq.0", "stages.0.seq.2.0", "stages.1.fc",
+    "stem",           "features.0.0",     "proj", "stages.0.fc", "stages.0.seq.0", "stages.0.seq.2.0", "stages.1.fc",
     "stages.1.seq.0", "stages.1.seq.2.0", "head"};
 
 // The members each forward calls hold the replacements.
@@ -146,8 +145,7 @@ TEST_CASE("quantize_dynamic reaches every Linear and Conv2d of a nested custom t
   check_net_members<QuantizedLinear, QuantizedConv2d>(*net);
   // Nothing float is left among the layers besides the depthwise conv.
   for (const std::string& n : layer_names(*net))
-    if (n != "depthwise")
-      CHECK_MESSAGE(names_of<QuantizedWeights>(*net).count(n), n);
+    if (n != "depthwise") CHECK_MESSAGE(names_of<QuantizedWeights>(*net).count(n), n);
   Tensor yq = net->forward(x);
   CHECK(max_abs_diff(yq, yf) <= 0.05 * max_abs(yf));
   CHECK(max_abs_diff(yq, yf) > 0);  // it really runs the int8 layers
@@ -268,8 +266,8 @@ TEST_CASE("the ViT: patch embedding, every block's Linears and the head quantize
   for (Mode mode : {Mode::dynamic, Mode::static_, Mode::qat}) {
     CAPTURE(mode_name(mode));
     manual_seed(9);
-    auto vit = nn::models::make_vit({.image = 8, .channels = 1, .patch = 4, .dim = 16, .depth = 2, .heads = 2,
-                                     .mlp_ratio = 2, .classes = 3});
+    auto vit = nn::models::make_vit(
+        {.image = 8, .channels = 1, .patch = 4, .dim = 16, .depth = 2, .heads = 2, .mlp_ratio = 2, .classes = 3});
     vit->eval();
     Generator g(10);
     Tensor x = randn({8, 1, 8, 8}, {}, &g);
@@ -369,8 +367,9 @@ TEST_CASE("replace_module: the registry and the bound member move together; a mi
   CHECK(u.other == q);
   CHECK(u.named_children()[1].second == q);
   CHECK(u.holds(*q) == 2);
-  CHECK(error_of([&] { u.replace_module("other", std::make_shared<nn::ReLU>()); })
-            .find("does not fit the member bound to \"other\"") != std::string::npos);
+  CHECK(error_of([&] {
+          u.replace_module("other", std::make_shared<nn::ReLU>());
+        }).find("does not fit the member bound to \"other\"") != std::string::npos);
   CHECK(u.other == q);
   CHECK(u.named_children()[1].second == q);
   CHECK(error_of([&] { u.replace_module("nope", q); }).find("no submodule named \"nope\"") != std::string::npos);

@@ -16,10 +16,10 @@ TEST_CASE("the README tour runs") {
   std::ostringstream out;
   std::streambuf* old = std::cout.rdbuf(out.rdbuf());
   // ---- copied from README.md, "A short tour" ----
-  Tensor a = arange(6, kFloat32).view({2, 3});        // [[0,1,2],[3,4,5]]
-  Tensor b = a.t();                                    // a (3, 2) view, no copy
-  Tensor c = a + ones({3});                            // NumPy broadcasting
-  Tensor h = randn({4, 3}, kFloat16).to(kFloat32);     // f16/bf16 storage, f32 math
+  Tensor a = arange(6, kFloat32).view({2, 3});      // [[0,1,2],[3,4,5]]
+  Tensor b = a.t();                                 // a (3, 2) view, no copy
+  Tensor c = a + ones({3});                         // NumPy broadcasting
+  Tensor h = randn({4, 3}, kFloat16).to(kFloat32);  // f16/bf16 storage, f32 math
 
   Tensor w = randn({3, 2});
   w.requires_grad_();

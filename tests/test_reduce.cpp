@@ -6,19 +6,19 @@
 #include <cmath>
 #include <limits>
 
-#include <snug/autograd/gradcheck.h>
 #include <snug/autograd/grad_mode.h>
+#include <snug/autograd/gradcheck.h>
 #include <snug/autograd/ops.h>
 #include <snug/core/generator.h>
 #include <snug/core/raw_ops.h>
 #include "test_util.h"
 
 using namespace snug;
-using snug::testing::make;
-using snug::testing::vals;
-using snug::testing::check_vals;
-using snug::testing::randn_f64;
 using snug::testing::check_grad;
+using snug::testing::check_vals;
+using snug::testing::make;
+using snug::testing::randn_f64;
+using snug::testing::vals;
 
 namespace {
 
@@ -262,10 +262,10 @@ TEST_CASE("reduction errors name the op and the problem") {
   CHECK_THROWS_WITH_AS(x.sum({1, -1}), doctest::Contains("sum: dim -1 appears more than once in dims [1, -1]"),
                        ShapeError);
   CHECK_THROWS_WITH_AS(iota({2}, kInt32).mean(),
-                       doctest::Contains("mean: expected a floating dtype (f32, f16, bf16, f64), got i32"),
-                       DTypeError);
+                       doctest::Contains("mean: expected a floating dtype (f32, f16, bf16, f64), got i32"), DTypeError);
   CHECK_THROWS_WITH_AS(amax(zeros({2, 0}), {1}),
-                       doctest::Contains("max: cannot reduce over dim 1 of shape [2, 0], which has size 0"), ShapeError);
+                       doctest::Contains("max: cannot reduce over dim 1 of shape [2, 0], which has size 0"),
+                       ShapeError);
   CHECK_THROWS_WITH_AS(max(zeros({0})), doctest::Contains("max: cannot reduce over dim 0 of shape [0]"), ShapeError);
   CHECK_THROWS_WITH_AS(argmax(zeros({3, 0}), 1), doctest::Contains("argmax: dim 1 of shape [3, 0] has size 0"),
                        ShapeError);

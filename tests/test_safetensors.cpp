@@ -87,10 +87,14 @@ Tensor sample(DType dt, const Shape& shape, double start = 0) {
   std::vector<double> v(static_cast<std::size_t>(numel_of(shape)));
   for (std::size_t i = 0; i < v.size(); ++i) {
     double x = start + static_cast<double>(i);
-    if (dt == DType::b8) v[i] = static_cast<double>((i * 7 + 3) % 3 == 0);
-    else if (dt == DType::u8) v[i] = static_cast<double>((i * 37) % 251);
-    else if (is_floating(dt)) v[i] = x * 1.25 - 3.5;
-    else v[i] = x * 3 - 7;
+    if (dt == DType::b8)
+      v[i] = static_cast<double>((i * 7 + 3) % 3 == 0);
+    else if (dt == DType::u8)
+      v[i] = static_cast<double>((i * 37) % 251);
+    else if (is_floating(dt))
+      v[i] = x * 1.25 - 3.5;
+    else
+      v[i] = x * 3 - 7;
   }
   return from_vector<double>(v, shape, TensorOptions(dt));
 }
@@ -211,8 +215,8 @@ TEST_CASE("safetensors: non-contiguous inputs are written as their values") {
   for (DType dt : kAll) {
     INFO("dtype ", dtype_name(dt));
     Tensor base = sample(dt, {3, 4});
-    Tensor tr = raw::transpose(base, 0, 1);  // [4, 3], strides (1, 4)
-    Tensor strided = raw::slice(base, 1, 0, 4, 2);  // [3, 2], stride 2
+    Tensor tr = raw::transpose(base, 0, 1);                     // [4, 3], strides (1, 4)
+    Tensor strided = raw::slice(base, 1, 0, 4, 2);              // [3, 2], stride 2
     Tensor expanded = raw::expand(sample(dt, {1, 3}), {4, 3});  // stride 0
     REQUIRE_FALSE(tr.is_contiguous());
     TensorMap in{{"t", tr}, {"s", strided}, {"e", expanded}, {"off", raw::select(base, 0, 2)}};
@@ -223,9 +227,11 @@ TEST_CASE("safetensors: non-contiguous inputs are written as their values") {
 }
 
 TEST_CASE("safetensors: metadata round-trips (unicode, empty strings)") {
-  std::map<std::string, std::string> meta{
-      {"format", "pt"}, {"empty", ""}, {"", "empty key"}, {"unicode", "h\xc3\xa9llo \xe2\x9c\x93"},
-      {"quotes", "a \"b\" \\ c\n"}};
+  std::map<std::string, std::string> meta{{"format", "pt"},
+                                          {"empty", ""},
+                                          {"", "empty key"},
+                                          {"unicode", "h\xc3\xa9llo \xe2\x9c\x93"},
+                                          {"quotes", "a \"b\" \\ c\n"}};
   TempDir dir;
   save_safetensors(dir.file("m.safetensors"), {{"x", sample(kFloat32, {2})}}, meta);
   auto f = load_safetensors(dir.file("m.safetensors"));
@@ -302,9 +308,9 @@ TEST_CASE("safetensors: a save removes temporaries of killed writers, not of liv
   REQUIRE(::waitpid(dead, &st, 0) == dead);
   auto touch = [](const std::string& p) { std::ofstream(p) << "torn"; };
   std::string orphan = str(path, ".tmp-", dead, "-7");
-  std::string live = str(path, ".tmp-", ::getppid(), "-3");      // our parent is alive
+  std::string live = str(path, ".tmp-", ::getppid(), "-3");                 // our parent is alive
   std::string other = str(dir.file("v.safetensors"), ".tmp-", dead, "-1");  // another target
-  std::string odd = path + ".tmp-notapid-1";                               // not ours
+  std::string odd = path + ".tmp-notapid-1";                                // not ours
   for (const auto& p : {orphan, live, other, odd}) touch(p);
   save_safetensors(path, {{"x", sample(kFloat32, {2})}});
   CHECK_FALSE(fs::exists(orphan));
@@ -418,8 +424,8 @@ TEST_CASE("safetensors: every corruption throws IOError naming the file and the 
     CHECK(m.find("offset 13") != std::string::npos);  // the '@': 8 + 5
     expect_corrupt(craft("{\"a\":{\"dtype\":\"F32\","), "not valid JSON");
     expect_corrupt(craft(std::string("{}\0\0\0\0\0\0", 8)), "not valid JSON");  // NUL padding
-    expect_corrupt(craft("{\"a\xff\":1}"), "not valid JSON");                       // invalid UTF-8
-    CHECK(load_error(craft("{}      ")).empty());                                   // space padding is fine
+    expect_corrupt(craft("{\"a\xff\":1}"), "not valid JSON");                   // invalid UTF-8
+    CHECK(load_error(craft("{}      ")).empty());                               // space padding is fine
   }
   SUBCASE("missing and ill-typed fields") {
     expect_corrupt(craft(R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", data8), "missing field \"shape\"");
@@ -440,10 +446,14 @@ TEST_CASE("safetensors: every corruption throws IOError naming the file and the 
     expect_corrupt(craft(R"({"a":{"dtype":"f32","shape":[2],"data_offsets":[0,8]}})", data8), "unknown");
   }
   SUBCASE("bad shapes") {
-    expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data8), "not a non-negative integer");
-    expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", data8), "not a non-negative integer");
-    expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", data8), "not a non-negative integer");
-    expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[null],"data_offsets":[0,8]}})", data8), "not a non-negative integer");
+    expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data8),
+                   "not a non-negative integer");
+    expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", data8),
+                   "not a non-negative integer");
+    expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", data8),
+                   "not a non-negative integer");
+    expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[null],"data_offsets":[0,8]}})", data8),
+                   "not a non-negative integer");
     expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,8]}})", data8),
                    "overflows");
     expect_corrupt(craft(R"({"a":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,8]}})", data8),
@@ -563,8 +573,10 @@ TEST_CASE("safetensors: random byte mutations load or throw snug::Error, never c
     int flips = 1 + static_cast<int>(rng() % 3);
     for (int k = 0; k < flips; ++k) {
       std::size_t at = rng() % b.size();
-      if (rng() % 2) b[at] = static_cast<char>(b[at] ^ (1 << (rng() % 8)));  // flip a bit
-      else b[at] = static_cast<char>(rng());                                 // replace a byte
+      if (rng() % 2)
+        b[at] = static_cast<char>(b[at] ^ (1 << (rng() % 8)));  // flip a bit
+      else
+        b[at] = static_cast<char>(rng());  // replace a byte
     }
     try {
       auto f = from_safetensors_bytes(b, "mutant");

@@ -10,11 +10,11 @@
 #include "test_util.h"
 
 using namespace snug;
-using snug::testing::make;
-using snug::testing::vals;
-using snug::testing::iota;
-using snug::testing::randn_f64;
 using snug::testing::check_grad;
+using snug::testing::iota;
+using snug::testing::make;
+using snug::testing::randn_f64;
+using snug::testing::vals;
 
 namespace {
 
@@ -126,8 +126,8 @@ TEST_CASE("shape op errors name the op and the problem") {
                        ShapeError);
   CHECK_THROWS_WITH_AS(stack({a, a}, 3), doctest::Contains("stack: dim 3 is out of range for a tensor with 3 dims"),
                        IndexError);
-  CHECK_THROWS_WITH_AS(split(a, 0, 1), doctest::Contains("split: split_size must be positive, got 0 (dim 1 has size 3)"),
-                       ValueError);
+  CHECK_THROWS_WITH_AS(split(a, 0, 1),
+                       doctest::Contains("split: split_size must be positive, got 0 (dim 1 has size 3)"), ValueError);
   CHECK_THROWS_WITH_AS(split(a, {1, 1}, 1),
                        doctest::Contains("split: sizes [1, 1] sum to 2 but dim 1 of shape [2, 3] has size 3"),
                        ShapeError);

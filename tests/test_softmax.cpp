@@ -13,9 +13,9 @@
 #include "test_util.h"
 
 using namespace snug;
-using snug::testing::make;
-using snug::testing::check_vals;
 using snug::testing::check_grad;
+using snug::testing::check_vals;
+using snug::testing::make;
 
 namespace {
 
@@ -175,7 +175,8 @@ TEST_CASE("softmax_backward matches the formulas") {
 
 TEST_CASE("softmax errors name the op and the problem") {
   Tensor i = make({1, 2}, {2}, kInt64);
-  CHECK_THROWS_WITH_AS(softmax(i, 0), doctest::Contains("softmax: expected a floating dtype (f32, f16, bf16, f64), got i64"),
+  CHECK_THROWS_WITH_AS(softmax(i, 0),
+                       doctest::Contains("softmax: expected a floating dtype (f32, f16, bf16, f64), got i64"),
                        DTypeError);
   CHECK_THROWS_WITH_AS(log_softmax(i, 0), doctest::Contains("log_softmax: expected a floating dtype"), DTypeError);
   Tensor x = make({1, 2, 3, 4}, {2, 2});

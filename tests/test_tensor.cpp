@@ -471,9 +471,14 @@ TEST_CASE("data<T> checks the dtype") {
 }
 
 TEST_CASE("errors: negative shapes, undefined tensors") {
-  for (auto f : std::vector<std::function<void()>>{[] { empty({2, -1}); }, [] { zeros({-3}); },
-                                                   [] { ones({1, -2}); }, [] { full({-1}, 1.0); },
-                                                   [] { rand({-2}); }}) {
+  for (auto f : std::vector<std::function<void()>>{[] {
+                                                     empty({2, -1});
+                                                   },
+                                                   [] { zeros({-3}); },
+                                                   [] {
+                                                     ones({1, -2});
+                                                   },
+                                                   [] { full({-1}, 1.0); }, [] { rand({-2}); }}) {
     std::string m = error_of(f);
     INFO(m);
     CHECK(contains(m, "negative"));

@@ -39,14 +39,16 @@ TEST_CASE("train loop: every(n) runs after each n-th step counted from 0, and af
   auto steps_seen = [](int64_t n, bool and_last, int64_t start, int64_t steps) {
     std::vector<int64_t> seen;
     nn::TrainLoop loop({.steps = steps, .start = start});
-    loop.step([](int64_t) { return 0.0; }).every(n, [&](const nn::StepInfo& i) { seen.push_back(i.step); }, and_last);
+    loop.step([](int64_t) { return 0.0; })
+        .every(
+            n, [&](const nn::StepInfo& i) { seen.push_back(i.step); }, and_last);
     loop.run();
     return seen;
   };
   CHECK(steps_seen(3, true, 0, 10) == std::vector<int64_t>{3, 6, 9, 10});
   CHECK(steps_seen(3, false, 0, 10) == std::vector<int64_t>{3, 6, 9});
   CHECK(steps_seen(5, true, 0, 10) == std::vector<int64_t>{5, 10});  // the last once, not twice
-  CHECK(steps_seen(0, true, 0, 4) == std::vector<int64_t>{4});        // 0: only the last
+  CHECK(steps_seen(0, true, 0, 4) == std::vector<int64_t>{4});       // 0: only the last
   CHECK(steps_seen(0, false, 0, 4).empty());
   // Resumed at step 4: the cadence stays that of the whole run (6, 9), not 4 + 3.
   CHECK(steps_seen(3, true, 4, 10) == std::vector<int64_t>{6, 9, 10});
@@ -59,10 +61,11 @@ TEST_CASE("train loop: evaluate() feeds the later hooks and the summary; after_s
   nn::TrainLoop loop({.steps = 7});
   loop.step([](int64_t s) { return double(s); })
       .after_step([](nn::StepInfo& i) { i.loss *= 2; })  // e.g. the mean over ranks
-      .evaluate(3, [&](const nn::StepInfo& i) {
-        ++evals;
-        return 100.0 + double(i.step);
-      })
+      .evaluate(3,
+                [&](const nn::StepInfo& i) {
+                  ++evals;
+                  return 100.0 + double(i.step);
+                })
       .every(1, [&](const nn::StepInfo& i) {
         eval_seen.push_back(i.eval);
         loss_seen.push_back(i.loss);

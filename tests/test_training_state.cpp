@@ -19,9 +19,9 @@
 #include <snug/autograd/ops.h>
 #include <snug/core/generator.h>
 #include <snug/core/safetensors.h>
-#include <snug/nn/training_state.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
+#include <snug/nn/training_state.h>
 #include "test_util.h"
 
 using namespace snug;
@@ -70,7 +70,9 @@ struct Run {
     sched = std::make_unique<optim::WarmupCosine>(*opt, 3, kSteps, 0.1);
     data.manual_seed(data_seed);
   }
-  CheckpointParts parts() { return {model.get(), opt.get(), sched.get(), {{"default", &default_generator()}, {"data", &data}}}; }
+  CheckpointParts parts() {
+    return {model.get(), opt.get(), sched.get(), {{"default", &default_generator()}, {"data", &data}}};
+  }
   void step() {
     Tensor batch = randint(0, 11, {B, T + 1}, TensorOptions(kInt64), &data);
     Tensor x = batch.slice(1, 0, T), y = batch.slice(1, 1, T + 1);

@@ -43,8 +43,10 @@ TEST_CASE("update::adam follows Adam and AdamW in f32 (against f64 arithmetic)")
         update::adam(p, float(g0), m, v, k);
         // f64 reference from the same (f32-rounded) inputs.
         double rp = double(float(p0)), g = double(float(g0));
-        if (decoupled) rp *= 1 - lr * wd;
-        else g += wd * rp;
+        if (decoupled)
+          rp *= 1 - lr * wd;
+        else
+          g += wd * rp;
         const double rm = b1 * double(float(m0)) + (1 - b1) * g;
         const double rv = b2 * double(float(v0)) + (1 - b2) * g * g;
         rp -= (lr / bc1) * rm / (std::sqrt(rv) / std::sqrt(bc2) + eps);
@@ -57,13 +59,14 @@ TEST_CASE("update::adam follows Adam and AdamW in f32 (against f64 arithmetic)")
   }
 }
 
-TEST_CASE("update::sgd_momentum and sgd_plain: plain, momentum (first step and later), dampening, Nesterov, weight decay") {
+TEST_CASE(
+    "update::sgd_momentum and sgd_plain: plain, momentum (first step and later), dampening, Nesterov, weight decay") {
   struct Case {
     double lr, mom, damp, wd;
     bool nesterov, first;
   };
-  const Case cases[] = {{0.1, 0, 0, 0, false, false},    {0.1, 0.9, 0, 0, false, true},
-                        {0.1, 0.9, 0, 0, false, false},  {0.05, 0.8, 0.3, 0, false, false},
+  const Case cases[] = {{0.1, 0, 0, 0, false, false},     {0.1, 0.9, 0, 0, false, true},
+                        {0.1, 0.9, 0, 0, false, false},   {0.05, 0.8, 0.3, 0, false, false},
                         {0.1, 0.9, 0, 0.01, true, false}, {0.2, 0.5, 0, 0.1, true, true}};
   for (const Case& c : cases) {
     CAPTURE(c.mom);
@@ -71,8 +74,10 @@ TEST_CASE("update::sgd_momentum and sgd_plain: plain, momentum (first step and l
     const update::SgdConsts k = update::make_sgd_consts(c.lr, c.mom, c.damp, c.wd, c.nesterov, c.first);
     const double p0 = 1.5, g0 = -0.25, b0 = 0.75;
     float p = float(p0), b = float(b0);
-    if (c.mom != 0) update::sgd_momentum(p, float(g0), b, k);
-    else update::sgd_plain(p, float(g0), k);
+    if (c.mom != 0)
+      update::sgd_momentum(p, float(g0), b, k);
+    else
+      update::sgd_plain(p, float(g0), k);
     double d = g0 + c.wd * p0, rb = b0;
     if (c.mom != 0) {
       rb = c.first ? d : c.mom * b0 + (1 - c.damp) * d;
@@ -135,9 +140,9 @@ TEST_CASE("CPU fused updates: which tensors the loops take (the rest go to the c
   CHECK(adam_fused(randn({6}), g16, zeros({6}), zeros({6})));
   CHECK(adam_fused(randn({6}), randn({6}, TensorOptions(kBFloat16, Device("cpu:1"))), zeros({6}),
                    zeros({6})));  // CPU devices share host memory
-  CHECK_FALSE(adam_fused(randn({6}).to(kFloat64), randn({6}).to(kFloat64), zeros({6}, kFloat64),
-                         zeros({6}, kFloat64)));                                  // f64
-  CHECK_FALSE(adam_fused(randn({6}), randn({6}).to(kFloat64), zeros({6}), zeros({6})));  // gradient dtype
+  CHECK_FALSE(
+      adam_fused(randn({6}).to(kFloat64), randn({6}).to(kFloat64), zeros({6}, kFloat64), zeros({6}, kFloat64)));  // f64
+  CHECK_FALSE(adam_fused(randn({6}), randn({6}).to(kFloat64), zeros({6}), zeros({6})));     // gradient dtype
   CHECK_FALSE(adam_fused(randn({3, 2}).t(), randn({2, 3}), zeros({2, 3}), zeros({2, 3})));  // strided target
   const update::SgdArgs sk{0.1, 0.9, 0, 0, false, true};
   auto sgd_fused = [&](const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) {
@@ -167,10 +172,9 @@ TEST_CASE("CPU fused Adam and SGD agree with the composed default (f32, f16 and 
       CHECK(max_diff(mf, md) < 1e-6);
       CHECK(max_diff(vf, vd) < 1e-6);
     }
-    for (const update::SgdArgs& a : {update::SgdArgs{0.1, 0, 0, 0.01, false, false},
-                                     update::SgdArgs{0.1, 0.9, 0, 0, false, true},
-                                     update::SgdArgs{0.05, 0.8, 0.3, 0.01, false, false},
-                                     update::SgdArgs{0.1, 0.9, 0, 0.01, true, false}}) {
+    for (const update::SgdArgs& a :
+         {update::SgdArgs{0.1, 0, 0, 0.01, false, false}, update::SgdArgs{0.1, 0.9, 0, 0, false, true},
+          update::SgdArgs{0.05, 0.8, 0.3, 0.01, false, false}, update::SgdArgs{0.1, 0.9, 0, 0.01, true, false}}) {
       CAPTURE(a.momentum);
       Tensor pf = p0.clone(), bf = m0.clone(), pd = p0.clone(), bd = m0.clone();
       const Tensor buf_f = a.momentum != 0 ? bf : Tensor(), buf_d = a.momentum != 0 ? bd : Tensor();
@@ -189,8 +193,10 @@ TEST_CASE("unscale_and_check: out = g / scale, and only a non-finite result sets
   for (bool fused : {true, false}) {
     CAPTURE(fused);
     auto unscale = [&](const Tensor& g, const Tensor& out, const Tensor& flags, int64_t slot) {
-      if (fused) cpu.unscale_and_check(g, out, inv, flags, slot);
-      else cpu.Backend::unscale_and_check(g, out, inv, flags, slot);
+      if (fused)
+        cpu.unscale_and_check(g, out, inv, flags, slot);
+      else
+        cpu.Backend::unscale_and_check(g, out, inv, flags, slot);
     };
     const Tensor flags = from_vector<int32_t>({0, 0, 1, 0}, {4});
     // f32 in place; f16 widened into a new f32 tensor; f64 in place.
@@ -212,8 +218,10 @@ TEST_CASE("unscale_and_check: out = g / scale, and only a non-finite result sets
     CHECK(flags.to_vector<int32_t>() == std::vector<int32_t>{0, 1, 1, 1});
     // Finite in, inf out: a scale below 1 overflows f32.
     const Tensor f0 = zeros({1}, kInt32), big = from_vector<float>({3e38f}, {1});
-    if (fused) cpu.unscale_and_check(big, big, 1024.0, f0, 0);
-    else cpu.Backend::unscale_and_check(big, big, 1024.0, f0, 0);
+    if (fused)
+      cpu.unscale_and_check(big, big, 1024.0, f0, 0);
+    else
+      cpu.Backend::unscale_and_check(big, big, 1024.0, f0, 0);
     CHECK(f0.item() == 1);
   }
   // A strided gradient takes the default, in place: same values.

@@ -13,10 +13,10 @@
 #include "test_util.h"
 
 using namespace snug;
+using snug::testing::check_grad;
 using snug::testing::contains;
 using snug::testing::error_of;
 using snug::testing::rnd;
-using snug::testing::check_grad;
 
 namespace {
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
@@ -108,7 +108,7 @@ TEST_CASE("flatten") {
   CHECK(x.flatten().storage() == x.storage());
   CHECK(scalar_tensor(2).flatten().shape() == Shape{1});
   Tensor p = x.permute({2, 0, 1});  // [4, 2, 3]
-  Tensor f = p.flatten(1);           // [4, 6] (a copy)
+  Tensor f = p.flatten(1);          // [4, 6] (a copy)
   CHECK(f.shape() == Shape{4, 6});
   // f[k][i*3 + j] = x[i][j][k] = 12 i + 4 j + k; row k = 1: 1 5 9 13 17 21
   CHECK(vals(f.select(0, 1)) == std::vector<float>{1, 5, 9, 13, 17, 21});
@@ -154,8 +154,8 @@ TEST_CASE("slice: steps, negative indices, clamping, sharing") {
   CHECK(vals(x.slice(0, 2, -5)) == std::vector<float>{2, 3, 4});
   CHECK(vals(x.slice(0, -100, 100)) == vals(x));  // clamped to the dim
   CHECK(vals(x.slice(0, 8, 100, 2)) == std::vector<float>{8});
-  CHECK(x.slice(0, 5, 2).numel() == 0);   // end before start: empty
-  CHECK(x.slice(0, 12, 20).numel() == 0); // past the end: empty
+  CHECK(x.slice(0, 5, 2).numel() == 0);    // end before start: empty
+  CHECK(x.slice(0, 12, 20).numel() == 0);  // past the end: empty
   CHECK(x.slice(0, 9, 10, 5).numel() == 1);
   CHECK(x.slice(0, 1, 8, 3).strides() == Strides{3});
   CHECK(x.slice(0, 1, 8, 3).offset() == 1);
@@ -286,7 +286,9 @@ TEST_CASE("gradcheck: every view op") {
   check_grad([](const std::vector<Tensor>& x) { return x[0].squeeze(1); }, {b});
   // Overlapping uses of one input: gradients from several views accumulate.
   check_grad(
-      [](const std::vector<Tensor>& x) { return x[0].select(0, 0) * x[0].select(0, 1) + x[0].slice(0, 1, 2).squeeze(0); },
+      [](const std::vector<Tensor>& x) {
+        return x[0].select(0, 0) * x[0].select(0, 1) + x[0].slice(0, 1, 2).squeeze(0);
+      },
       {rnd({2, 5}, 3)});
 }
 
@@ -294,8 +296,11 @@ TEST_CASE("gradcheck: broadcasting through views and elementwise ops") {
   Tensor a = rnd({2, 1, 3}, 4), b = rnd({4, 1}, 5);
   check_grad([](const std::vector<Tensor>& x) { return x[0] + x[1]; }, {a, b});
   check_grad([](const std::vector<Tensor>& x) { return x[0] * x[1]; }, {a, b});
-  check_grad([](const std::vector<Tensor>& x) { return x[0].expand({2, 4, 3}) * x[1].t().unsqueeze(-1); },
-             {a, rnd({4, 1}, 6)});
+  check_grad(
+      [](const std::vector<Tensor>& x) {
+        return x[0].expand({2, 4, 3}) * x[1].t().unsqueeze(-1);
+      },
+      {a, rnd({4, 1}, 6)});
   check_grad([](const std::vector<Tensor>& x) { return x[0].transpose(0, 2) - x[1]; }, {a, rnd({2}, 7)});
 }
 

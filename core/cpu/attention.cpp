@@ -11,11 +11,11 @@
 #include <type_traits>
 #include <vector>
 
+#include <snug/base/error.h>
 #include <snug/core/cpu/cpu_backend.h>
 #include <snug/core/cpu/loop.h>
-#include <snug/base/error.h>
-#include <snug/core/functors.h>
 #include <snug/core/cpu/tile_gemm.h>
+#include <snug/core/functors.h>
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
 
@@ -35,13 +35,16 @@ void mm(int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_row, int
         bool accumulate, T* C, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>)
     kernels::tile_gemm_f32(M, N, K, alpha, A, a_row, a_col, B, ldb, accumulate, C, ldc);
-  else kernels::tile_gemm_f64(M, N, K, alpha, A, a_row, a_col, B, ldb, accumulate, C, ldc);
+  else
+    kernels::tile_gemm_f64(M, N, K, alpha, A, a_row, a_col, B, ldb, accumulate, C, ldc);
 }
 
 template <class T>
 SNUG_INLINE T exp_of(T x) {
-  if constexpr (std::is_same_v<T, float>) return fmath::exp_approx(x);
-  else return std::exp(x);
+  if constexpr (std::is_same_v<T, float>)
+    return fmath::exp_approx(x);
+  else
+    return std::exp(x);
 }
 
 // sum over d < D of a[d] b[d]: one vector accumulator and a tree fold for float.
@@ -107,7 +110,7 @@ using kernels::detail::head_mask;
 SNUG_INLINE __m512 exp16(__m512 x) {
   const __m512 lo = _mm512_set1_ps(fmath::kExpMin);
   const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);  // x >= lo, or NaN
-  x = _mm512_max_ps(lo, x);  // the second operand comes back for NaN
+  x = _mm512_max_ps(lo, x);                                       // the second operand comes back for NaN
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(fmath::kLog2e)), _MM_FROUND_TO_NEAREST_INT);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(fmath::kLn2Hi), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(fmath::kLn2Lo), r);
@@ -224,13 +227,13 @@ void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const Tensor& y,
     T *S = sc.s.data(), *Kt = sc.kt.data();
     T inv[kAttentionBlockRows];
     kernels::transpose<T>(Tn, D, K, C3, Kt, Tn);  // (D, T): every block's S = Q K^T reads rows of it
-    const T* Vd = dense(sc.vc, Tn, D, V, C3);       // (T, D)
+    const T* Vd = dense(sc.vc, Tn, D, V, C3);     // (T, D)
     for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
       const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = r0 + m;  // keys 0..kv-1 are visible to some row
-      mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, S, kv);  // S (m, kv)
-      block_softmax<T>(S, m, kv, r0, Lr + r0, inv);                     // S -> exp(S - max), unnormalized
-      mm<T>(m, D, kv, T(1), S, kv, 1, Vd, D, false, Y + r0 * C, C);     // O = P V (m, D), then
-      for (int64_t i = 0; i < m; ++i) {                                 // rows times 1 / sum
+      mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, S, kv);       // S (m, kv)
+      block_softmax<T>(S, m, kv, r0, Lr + r0, inv);                           // S -> exp(S - max), unnormalized
+      mm<T>(m, D, kv, T(1), S, kv, 1, Vd, D, false, Y + r0 * C, C);           // O = P V (m, D), then
+      for (int64_t i = 0; i < m; ++i) {                                       // rows times 1 / sum
         T* o = Y + (r0 + i) * C;
 #pragma omp simd
         for (int64_t d = 0; d < D; ++d) o[d] *= inv[i];
@@ -240,8 +243,8 @@ void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const Tensor& y,
 }
 
 template <class T>
-void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t H,
-                   double scale_d, const Tensor& dqkv) {
+void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t H, double scale_d,
+                   const Tensor& dqkv) {
   const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3, D = C / H;
   const T* base = static_cast<const T*>(qkv.data_ptr());
   (void)y;  // not read: the correction term comes from P and dP (below)
@@ -320,16 +323,20 @@ void check_args(const char* what, const Tensor& qkv, int64_t heads) {
 void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
   check_args("causal_attention_forward", qkv, heads);
   if (qkv.numel() == 0) return;
-  if (qkv.dtype() == DType::f32) forward_impl<float>(qkv, heads, scale, y, lse);
-  else forward_impl<double>(qkv, heads, scale, y, lse);
+  if (qkv.dtype() == DType::f32)
+    forward_impl<float>(qkv, heads, scale, y, lse);
+  else
+    forward_impl<double>(qkv, heads, scale, y, lse);
 }
 
-void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
-                               int64_t heads, double scale, const Tensor& dqkv) {
+void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
+                               double scale, const Tensor& dqkv) {
   check_args("causal_attention_backward", qkv, heads);
   if (qkv.numel() == 0) return;
-  if (qkv.dtype() == DType::f32) backward_impl<float>(qkv, y, lse, gy, heads, scale, dqkv);
-  else backward_impl<double>(qkv, y, lse, gy, heads, scale, dqkv);
+  if (qkv.dtype() == DType::f32)
+    backward_impl<float>(qkv, y, lse, gy, heads, scale, dqkv);
+  else
+    backward_impl<double>(qkv, y, lse, gy, heads, scale, dqkv);
 }
 
 double causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D) {

@@ -42,8 +42,8 @@ inline constexpr int64_t kAttentionBlockRows = 32;
 void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse);
 
 // gy (B, T, C) contiguous. Writes every element of dqkv (B, T, 3C).
-void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy,
-                               int64_t heads, double scale, const Tensor& dqkv);
+void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
+                               double scale, const Tensor& dqkv);
 
 // FLOPs of one forward pass (two GEMMs over the visible blocks), for the
 // profiler; backward runs five GEMMs of the same sizes (2.5 times as many).

@@ -26,11 +26,11 @@
 #include <type_traits>
 #include <vector>
 
-#include <snug/core/cpu/cpu_backend.h>
 #include <snug/core/cpu/conv.h>
+#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/gemm.h>
 #include <snug/core/cpu/loop.h>
 #include <snug/core/functors.h>
-#include <snug/core/cpu/gemm.h>
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
 
@@ -39,10 +39,10 @@ namespace snug {
 namespace {
 
 struct Geom {
-  int64_t C, H, W;      // input plane
-  int64_t kh, kw;       // kernel
+  int64_t C, H, W;  // input plane
+  int64_t kh, kw;   // kernel
   int64_t sh, sw, ph, pw, dh, dw;
-  int64_t Ho, Wo;       // output plane
+  int64_t Ho, Wo;  // output plane
   bool is_pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
 };
 
@@ -129,18 +129,18 @@ T row_sum(const T* r, int64_t n) {
 }
 
 // C (M, N) = alpha op(A) op(B) + beta C, row-major, in T's precision.
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-          int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+          float beta, float* C, int64_t ldc) {
   kernels::gemm_f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
-          int64_t ldb, double beta, double* C, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B, int64_t ldb,
+          double beta, double* C, int64_t ldc) {
   kernels::gemm_f64(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
 }
 
 Geom geom_of(const Tensor& x, const Tensor& w, const Conv2dParams& p, int64_t Ho, int64_t Wo) {
-  return Geom{x.size(1), x.size(2), x.size(3), w.size(2), w.size(3), p.stride[0], p.stride[1], p.padding[0],
-              p.padding[1], p.dilation[0], p.dilation[1], Ho, Wo};
+  return Geom{x.size(1),    x.size(2),    x.size(3),     w.size(2),     w.size(3), p.stride[0], p.stride[1],
+              p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], Ho,        Wo};
 }
 
 // Threads for a loop over N images (see the top of the file); `macs` is the
@@ -159,8 +159,8 @@ Tensor scratch(int64_t n, DType dt, Device d) {
 
 // x (N, C, H, W), w (Cout, C/G, kh, kw), b (Cout) or null -> out (N, Cout, Ho, Wo)
 template <class T>
-void conv_forward(const T* x, const T* w, const T* b, T* out, const Geom& g, int64_t N, int64_t Cout, int64_t G,
-                  T* ws, int nt, bool relu = false) {
+void conv_forward(const T* x, const T* w, const T* b, T* out, const Geom& g, int64_t N, int64_t Cout, int64_t G, T* ws,
+                  int nt, bool relu = false) {
   const int64_t P = g.Ho * g.Wo, K = g.C / G * g.kh * g.kw, Cog = Cout / G;
   const bool pointwise = g.is_pointwise();
 #pragma omp parallel num_threads(nt)
@@ -193,9 +193,8 @@ void conv_forward(const T* x, const T* w, const T* b, T* out, const Geom& g, int
 // relu_y: conv2d_relu's output, or null; with it each image's gradient is
 // first masked (y > 0) into mask_ws (Cout * Ho * Wo per thread).
 template <class T>
-void conv_backward(const T* gout, const T* x, const T* w, T* gx, T* gw, T* gb, const Geom& g, int64_t N,
-                   int64_t Cout, int64_t G, T* ws, T* gw_part, T* gb_part, int nt, const T* relu_y = nullptr,
-                   T* mask_ws = nullptr) {
+void conv_backward(const T* gout, const T* x, const T* w, T* gx, T* gw, T* gb, const Geom& g, int64_t N, int64_t Cout,
+                   int64_t G, T* ws, T* gw_part, T* gb_part, int nt, const T* relu_y = nullptr, T* mask_ws = nullptr) {
   const int64_t P = g.Ho * g.Wo, K = g.C / G * g.kh * g.kw, Cog = Cout / G;
   const bool pointwise = g.is_pointwise();
 #pragma omp parallel num_threads(nt)
@@ -215,7 +214,7 @@ void conv_backward(const T* gout, const T* x, const T* w, T* gx, T* gw, T* gb, c
       }
       if (gx) {
         T* gxn = gx + n * g.C * g.H * g.W;
-        T* gc = pointwise ? gxn : cols;  // gcols (C*kh*kw, P)
+        T* gc = pointwise ? gxn : cols;     // gcols (C*kh*kw, P)
         for (int64_t gi = 0; gi < G; ++gi)  // gc_g (K, P) = w_g^T (K, Cog) @ gn_g (Cog, P)
           gemm(true, false, K, P, Cog, w + gi * Cog * K, K, gn + gi * Cog * P, P, T(0), gc + gi * K * P, P);
         if (!pointwise) col2im(cols, g, gxn);
@@ -244,7 +243,9 @@ void conv_backward(const T* gout, const T* x, const T* w, T* gx, T* gw, T* gb, c
 
 bool is_low_precision(DType d) { return d == DType::f16 || d == DType::bf16; }
 Tensor to_f32(const Tensor& t) { return t.defined() ? raw::to_dtype(t, DType::f32) : Tensor(); }
-Tensor empty_f32_like(const Tensor& t) { return t.defined() ? empty(t.shape(), TensorOptions(DType::f32, t.device())) : Tensor(); }
+Tensor empty_f32_like(const Tensor& t) {
+  return t.defined() ? empty(t.shape(), TensorOptions(DType::f32, t.device())) : Tensor();
+}
 
 template <class T>
 T* ptr(const Tensor& t) {
@@ -265,8 +266,7 @@ void conv2d_run(const Tensor& x, const Tensor& weight, const Tensor& bias, const
   Tensor ws = scratch(nt * per_thread, out.dtype(), out.device());
   dispatch_floating(out.dtype(), "conv2d", [&]<class T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-      conv_forward<T>(ptr<T>(x), ptr<T>(weight), ptr<T>(bias), ptr<T>(out), g, N, Cout, p.groups, ptr<T>(ws), nt,
-                      relu);
+      conv_forward<T>(ptr<T>(x), ptr<T>(weight), ptr<T>(bias), ptr<T>(out), g, N, Cout, p.groups, ptr<T>(ws), nt, relu);
   });
 }
 
@@ -279,8 +279,9 @@ void conv2d_backward_run(const Tensor& grad_out, const Tensor& relu_y, const Ten
   const int64_t N = grad_out.size(0), Cout = grad_out.size(1);
   const int64_t kh = weight.defined() ? weight.size(2) : grad_weight.size(2);
   const int64_t kw = weight.defined() ? weight.size(3) : grad_weight.size(3);
-  const Geom g{xs.size(1), xs.size(2), xs.size(3), kh, kw, p.stride[0], p.stride[1], p.padding[0], p.padding[1],
-               p.dilation[0], p.dilation[1], grad_out.size(2), grad_out.size(3)};
+  const Geom g{xs.size(1),    xs.size(2),       xs.size(3),      kh,           kw,
+               p.stride[0],   p.stride[1],      p.padding[0],    p.padding[1], p.dilation[0],
+               p.dilation[1], grad_out.size(2), grad_out.size(3)};
   const int64_t K = g.C / p.groups * kh * kw;
   const int nt = image_threads(N, grad_out.numel() * K);
   const int64_t per_thread = g.is_pointwise() ? 0 : g.C * kh * kw * g.Ho * g.Wo;

@@ -14,8 +14,7 @@ namespace snug::cpu {
 // x (N, C, H, W), weight (Cout, C/groups, kH, kW), bias (Cout) or undefined,
 // out (N, Cout, Ho, Wo): contiguous, f32 or f64, on the CPU.
 // out = relu(conv2d(x, weight, bias)).
-void conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
-                 const Tensor& out);
+void conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p, const Tensor& out);
 // The gradients of conv2d_relu given y = its output: as conv2d_backward with
 // grad_out * (y > 0). Undefined grad_x / grad_weight / grad_bias are skipped.
 void conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x, const Tensor& weight,

@@ -32,7 +32,8 @@ float to_float_round_odd(S x) {
   // Inexact with an even last bit: the odd neighbour lies on x's side.
   return std::nextafter(f, wx > wf ? INFINITY : -INFINITY);
 }
-template <class T> inline constexpr bool is_half_type_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <class T>
+inline constexpr bool is_half_type_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 // Sources that do not fit a float exactly: double and 32/64-bit integers.
 template <class T>
 inline constexpr bool needs_round_odd_v =
@@ -46,13 +47,21 @@ static bool convert_half_fast(const Tensor& src, const Tensor& dst) {
   const DType s = src.dtype(), d = dst.dtype();
   void (*fn)(const void*, void*, int64_t) = nullptr;
   if (s == DType::f16 && d == DType::f32)
-    fn = [](const void* a, void* b, int64_t n) { half_to_float_array(static_cast<const uint16_t*>(a), static_cast<float*>(b), n); };
+    fn = [](const void* a, void* b, int64_t n) {
+      half_to_float_array(static_cast<const uint16_t*>(a), static_cast<float*>(b), n);
+    };
   else if (s == DType::bf16 && d == DType::f32)
-    fn = [](const void* a, void* b, int64_t n) { bf16_to_float_array(static_cast<const uint16_t*>(a), static_cast<float*>(b), n); };
+    fn = [](const void* a, void* b, int64_t n) {
+      bf16_to_float_array(static_cast<const uint16_t*>(a), static_cast<float*>(b), n);
+    };
   else if (s == DType::f32 && d == DType::f16)
-    fn = [](const void* a, void* b, int64_t n) { float_to_half_array(static_cast<const float*>(a), static_cast<uint16_t*>(b), n); };
+    fn = [](const void* a, void* b, int64_t n) {
+      float_to_half_array(static_cast<const float*>(a), static_cast<uint16_t*>(b), n);
+    };
   else if (s == DType::f32 && d == DType::bf16)
-    fn = [](const void* a, void* b, int64_t n) { float_to_bf16_array(static_cast<const float*>(a), static_cast<uint16_t*>(b), n); };
+    fn = [](const void* a, void* b, int64_t n) {
+      float_to_bf16_array(static_cast<const float*>(a), static_cast<uint16_t*>(b), n);
+    };
   if (!fn || src.shape() != dst.shape() || !src.is_contiguous() || !dst.is_contiguous()) return false;
   const int64_t n = dst.numel();
   const char* a = static_cast<const char*>(src.data_ptr());
@@ -72,15 +81,18 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   if (convert_half_fast(src, dst)) return;
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     dispatch_all(src.dtype(), "copy", [&]<class S>() {
-      using C = std::conditional_t<std::is_same_v<compute_t<S>, double> || std::is_same_v<compute_t<D>, double>,
-                                   double, compute_t<S>>;
+      using C = std::conditional_t<std::is_same_v<compute_t<S>, double> || std::is_same_v<compute_t<D>, double>, double,
+                                   compute_t<S>>;
       if constexpr (std::is_same_v<D, bool>) {
-        cpu::map<bool, C, S>(dst, [](C x) { return x != C(0); }, src);
+        cpu::map<bool, C, S>(
+            dst, [](C x) { return x != C(0); }, src);
       } else if constexpr (is_half_type_v<D> && needs_round_odd_v<S>) {
         // NOTE [ Rounding wide values to 16 bits ]
-        cpu::map<D, S, S>(dst, [](S x) { return D(to_float_round_odd(x)); }, src);
+        cpu::map<D, S, S>(
+            dst, [](S x) { return D(to_float_round_odd(x)); }, src);
       } else {
-        cpu::map<D, C, S>(dst, [](C x) { return x; }, src);
+        cpu::map<D, C, S>(
+            dst, [](C x) { return x; }, src);
       }
     });
   });
@@ -89,8 +101,10 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 void CpuBackend::fill(const Tensor& dst, double value) {
   dispatch_all(dst.dtype(), "fill", [&]<class T>() {
     T v;
-    if constexpr (is_half_type_v<T>) v = T(to_float_round_odd(value));  // NOTE [ Rounding wide values to 16 bits ]
-    else v = static_cast<T>(static_cast<compute_t<T>>(value));
+    if constexpr (is_half_type_v<T>)
+      v = T(to_float_round_odd(value));  // NOTE [ Rounding wide values to 16 bits ]
+    else
+      v = static_cast<T>(static_cast<compute_t<T>>(value));
     cpu::map<T, T>(dst, [v]() { return v; });
   });
 }
@@ -116,21 +130,23 @@ void CpuBackend::compare(CompareOp op, const Tensor& a, const Tensor& b, const T
   dispatch_all(a.dtype(), compare_op_name(op), [&]<class T>() {
     using C = compute_t<T>;
     CompareF f{op};
-    cpu::map<bool, C, T, T>(out, [f](C u, C v) { return f(u, v); }, a, b);
+    cpu::map<bool, C, T, T>(
+        out, [f](C u, C v) { return f(u, v); }, a, b);
   });
 }
 
 void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch_all(out.dtype(), "where", [&]<class T>() {
     using C = compute_t<T>;
-    cpu::map<T, C, bool, T, T>(out, [](C c, C u, C v) { return c != C(0) ? u : v; }, cond, a, b);
+    cpu::map<T, C, bool, T, T>(
+        out, [](C c, C u, C v) { return c != C(0) ? u : v; }, cond, a, b);
   });
 }
 
 void CpuBackend::copy_across(const Tensor& src, const Tensor& dst) {
   // Between CPU devices (cpu:0 <-> cpu:N) bytes are host memory either way.
-  SNUG_CHECK(src.device().is_cpu() && dst.device().is_cpu(), DeviceError,
-             "copy_across: CPU backend cannot copy ", src.device().str(), " -> ", dst.device().str());
+  SNUG_CHECK(src.device().is_cpu() && dst.device().is_cpu(), DeviceError, "copy_across: CPU backend cannot copy ",
+             src.device().str(), " -> ", dst.device().str());
   copy(src, dst);
 }
 

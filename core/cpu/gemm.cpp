@@ -6,8 +6,8 @@
 
 #include <atomic>
 
-#include <Eigen/Core>
 #include <omp.h>
+#include <Eigen/Core>
 
 #include <snug/base/error.h>
 #include <snug/core/cpu/gemm_detail.h>
@@ -22,17 +22,16 @@ std::atomic<int> g_num_threads{0};  // 0: not set, follow omp_get_max_threads()
 // costs a few microseconds, about what 2^18 MACs take on one core.
 constexpr int64_t kParallelMacs = int64_t(1) << 18;
 
-void check_args(const char* op, int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t lda,
-                int64_t ldb, int64_t ldc) {
-  SNUG_CHECK(M >= 0 && N >= 0 && K >= 0, ValueError, op, ": negative size (M=", M, ", N=", N,
-             ", K=", K, ")");
+void check_args(const char* op, int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t lda, int64_t ldb,
+                int64_t ldc) {
+  SNUG_CHECK(M >= 0 && N >= 0 && K >= 0, ValueError, op, ": negative size (M=", M, ", N=", N, ", K=", K, ")");
   const int64_t a_cols = ta ? M : K, b_cols = tb ? K : N;
-  SNUG_CHECK(lda >= std::max<int64_t>(1, a_cols), ValueError, op, ": lda=", lda,
-             " is smaller than the ", a_cols, " columns of A as stored (trans_a=", ta, ")");
-  SNUG_CHECK(ldb >= std::max<int64_t>(1, b_cols), ValueError, op, ": ldb=", ldb,
-             " is smaller than the ", b_cols, " columns of B as stored (trans_b=", tb, ")");
-  SNUG_CHECK(ldc >= std::max<int64_t>(1, N), ValueError, op, ": ldc=", ldc,
-             " is smaller than the N=", N, " columns of C");
+  SNUG_CHECK(lda >= std::max<int64_t>(1, a_cols), ValueError, op, ": lda=", lda, " is smaller than the ", a_cols,
+             " columns of A as stored (trans_a=", ta, ")");
+  SNUG_CHECK(ldb >= std::max<int64_t>(1, b_cols), ValueError, op, ": ldb=", ldb, " is smaller than the ", b_cols,
+             " columns of B as stored (trans_b=", tb, ")");
+  SNUG_CHECK(ldc >= std::max<int64_t>(1, N), ValueError, op, ": ldc=", ldc, " is smaller than the N=", N,
+             " columns of C");
 }
 
 // C = beta * C, without reading C when beta == 0 (BLAS semantics).
@@ -56,8 +55,8 @@ using MutMap = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 
 // Eigen GEMM on maps of the caller's memory. Preconditions as gemm_f32_packed.
 template <class T>
-void eigen_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-                int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+void eigen_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+                int64_t ldb, T beta, T* C, int64_t ldc) {
   MutMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
   ConstMap<T> a(A, ta ? K : M, ta ? M : K, Eigen::OuterStride<>(lda));
   ConstMap<T> b(B, tb ? N : K, tb ? K : N, Eigen::OuterStride<>(ldb));
@@ -69,15 +68,19 @@ void eigen_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, cons
       c.noalias() += alpha * (oa * ob);
     }
   };
-  if (!ta && !tb) run(a, b);
-  else if (ta && !tb) run(a.transpose(), b);
-  else if (!ta && tb) run(a, b.transpose());
-  else run(a.transpose(), b.transpose());
+  if (!ta && !tb)
+    run(a, b);
+  else if (ta && !tb)
+    run(a.transpose(), b);
+  else if (!ta && tb)
+    run(a, b.transpose());
+  else
+    run(a.transpose(), b.transpose());
 }
 
 template <class T>
-void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
-               int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+               int64_t ldb, T beta, T* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double s = 0;
@@ -99,9 +102,8 @@ int threads_for(int64_t M, int64_t N, int64_t K) {
 }
 
 // gemm_f32 with an explicit thread count (1 inside the batched loop).
-void gemm_f32_nt(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                 int nt) {
+void gemm_f32_nt(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nt) {
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0f) return scale_c(M, N, beta, C, ldc);
   if (detail::gemm_f32_packed_available())
@@ -124,26 +126,20 @@ int get_num_threads() {
   return n > 0 ? n : std::max(1, omp_get_max_threads());
 }
 
-const char* gemm_f32_backend() {
-  return detail::gemm_f32_packed_available() ? "avx512" : "eigen";
-}
+const char* gemm_f32_backend() { return detail::gemm_f32_packed_available() ? "avx512" : "eigen"; }
 
-void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-              int64_t ldc) {
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_args("gemm_f32", M, N, K, trans_a, trans_b, lda, ldb, ldc);
-  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-              threads_for(M, N, K));
+  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads_for(M, N, K));
 }
 
-void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                   const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                   const float* bias) {
+void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, const float* bias) {
   check_args("gemm_f32_bias", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (bias && K > 0 && alpha != 0.0f && detail::gemm_f32_packed_available()) {
-    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc,
-                            threads_for(M, N, K), bias);
+    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, threads_for(M, N, K), bias);
     return;
   }
   gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, threads_for(M, N, K));
@@ -152,14 +148,14 @@ void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
 }
 
-void gemm_f32_bias_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                       const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                       const float* bias, GemmAct act, float* pre) {
+void gemm_f32_bias_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, const float* bias, GemmAct act,
+                       float* pre) {
   check_args("gemm_f32_bias_act", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K > 0 && alpha != 0.0f && detail::gemm_f32_packed_available()) {
-    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc,
-                            threads_for(M, N, K), bias, nullptr, act, pre);
+    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, threads_for(M, N, K), bias,
+                            nullptr, act, pre);
     return;
   }
   // Eigen fallback, K == 0 or alpha == 0: the activation in a second pass.
@@ -167,27 +163,26 @@ void gemm_f32_bias_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   detail::apply_act(act, M, N, C, pre, ldc);
 }
 
-void gemm_f32_act_grad(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                       const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                       GemmAct act, const float* z) {
+void gemm_f32_act_grad(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, GemmAct act, const float* z) {
   SNUG_CHECK(act == GemmAct::relu || act == GemmAct::gelu || act == GemmAct::gelu_tanh, ValueError,
              "gemm_f32_act_grad: act must be relu, gelu or gelu_tanh");
   SNUG_CHECK(z != nullptr || M == 0 || N == 0, ValueError, "gemm_f32_act_grad: z is null");
-  const GemmAct g = act == GemmAct::relu ? GemmAct::relu_grad
-                    : act == GemmAct::gelu ? GemmAct::gelu_grad : GemmAct::gelu_tanh_grad;
+  const GemmAct g = act == GemmAct::relu   ? GemmAct::relu_grad
+                    : act == GemmAct::gelu ? GemmAct::gelu_grad
+                                           : GemmAct::gelu_tanh_grad;
   // The _grad activations only read `pre` (detail::apply_act).
   gemm_f32_bias_act(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, nullptr, g, const_cast<float*>(z));
 }
 
-void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                     int64_t ldc, float* a_sums) {
+void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, float* a_sums) {
   check_args("gemm_f32_a_sums", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   SNUG_CHECK(a_sums != nullptr || M == 0, ValueError, "gemm_f32_a_sums: a_sums is null");
   if (M == 0) return;
   if (N > 0 && K > 0 && alpha != 0.0f && detail::gemm_f32_packed_available()) {
-    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                            threads_for(M, N, K), nullptr, a_sums);
+    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads_for(M, N, K),
+                            nullptr, a_sums);
     return;
   }
   // Eigen fallback or an empty product: the sums in their own pass, k upward.
@@ -199,60 +194,54 @@ void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   }
 }
 
-void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-              const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
-              int64_t ldc) {
+void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+              const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   check_args("gemm_f64", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0) return scale_c(M, N, beta, C, ldc);
   eigen_gemm<double>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm_f32_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                      const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
-                      int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c,
-                      int64_t batch) {
+void gemm_f32_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                      float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   check_args("gemm_f32_batched", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   SNUG_CHECK(batch >= 0, ValueError, "gemm_f32_batched: negative batch ", batch);
   if (batch == 0 || M == 0 || N == 0) return;
   const int nt = omp_in_parallel() ? 1 : get_num_threads();
   // One whole matrix per thread when the batch divides well or the matrices
   // are too small to split; otherwise split each matrix across the team.
-  const bool across = nt > 1 && batch >= nt &&
-                      (batch % nt == 0 || batch >= 4 * nt || M * N * K < kParallelMacs);
+  const bool across = nt > 1 && batch >= nt && (batch % nt == 0 || batch >= 4 * nt || M * N * K < kParallelMacs);
   if (across) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t b = 0; b < batch; ++b)
-      gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
-                  beta, C + b * stride_c, ldc, 1);
+      gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta,
+                  C + b * stride_c, ldc, 1);
   } else {
     const int per = M * N * K < kParallelMacs ? 1 : nt;
     for (int64_t b = 0; b < batch; ++b)
-      gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb,
-                  beta, C + b * stride_c, ldc, per);
+      gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta,
+                  C + b * stride_c, ldc, per);
   }
 }
 
-void gemm_f64_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                      const double* A, int64_t lda, int64_t stride_a, const double* B,
-                      int64_t ldb, int64_t stride_b, double beta, double* C, int64_t ldc,
-                      int64_t stride_c, int64_t batch) {
+void gemm_f64_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                      int64_t lda, int64_t stride_a, const double* B, int64_t ldb, int64_t stride_b, double beta,
+                      double* C, int64_t ldc, int64_t stride_c, int64_t batch) {
   check_args("gemm_f64_batched", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   SNUG_CHECK(batch >= 0, ValueError, "gemm_f64_batched: negative batch ", batch);
   for (int64_t b = 0; b < batch; ++b)
-    gemm_f64(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta,
-             C + b * stride_c, ldc);
+    gemm_f64(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c,
+             ldc);
 }
 
-void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                        float* C, int64_t ldc) {
+void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   reference<float>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                        const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
-                        double* C, int64_t ldc) {
+void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                        int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   reference<double>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

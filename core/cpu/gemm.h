@@ -18,17 +18,15 @@
 
 namespace snug::kernels {
 
-void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-              int64_t ldc);
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // C (M x N) = alpha * op(A) * op(B) + bias, bias (N) added to every row: a
 // Linear layer's forward in one pass (the bias is added where the GEMM stores
 // its first K block, so no separate pass over C). C is not read. bias may be
 // null (then it is gemm_f32 with beta = 0).
-void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                   const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                   const float* bias);
+void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, const float* bias);
 
 // What gemm_f32_bias_act applies to each element of C as it stores it. The
 // _grad values are the activations' derivatives for backward (gemm_f32_act_grad).
@@ -42,18 +40,17 @@ enum class GemmAct : int { none, relu, gelu, gelu_tanh, relu_grad, gelu_grad, ge
 // receives the values before the activation (what GELU's backward needs).
 // The activations are core/functors.h's ReluF, GeluF and GeluTanhF, so the
 // values equal those of gemm_f32_bias followed by the elementwise op.
-void gemm_f32_bias_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                       const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                       const float* bias, GemmAct act, float* pre);
+void gemm_f32_bias_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, const float* bias, GemmAct act,
+                       float* pre);
 
 // C = (alpha * op(A) * op(B)) * act'(z) elementwise, z (M x N, row stride
 // ldc) the activation's input saved by the forward: the gradient of a Linear
 // layer's input times the derivative of the activation before it, in one pass
 // (act: relu, gelu or gelu_tanh). The same values as gemm_f32 followed by the
 // elementwise backward (ReluBackwardF, GeluBackwardF, GeluTanhBackwardF).
-void gemm_f32_act_grad(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                       const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc,
-                       GemmAct act, const float* z);
+void gemm_f32_act_grad(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, GemmAct act, const float* z);
 
 // gemm_f32, and a_sums (M) = the sums over k of each row of op(A) (not
 // scaled by alpha), in float within each K block of 256 and in double across
@@ -61,35 +58,29 @@ void gemm_f32_act_grad(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 // weight and bias gradients in one pass, gW = g^T x with gb = sum_rows(g)
 // (trans_a = true, A = g), the bias gradient read off the packed panels of g
 // instead of a second pass over it. Thread count does not change the bits.
-void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                     int64_t ldc, float* a_sums);
+void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, float* a_sums);
 
 // Correctness over speed (Eigen underneath); used by the f64 gradchecks.
-void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-              const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
-              int64_t ldc);
+void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+              const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 
 // `batch` independent GEMMs; matrix b uses A + b*stride_a, B + b*stride_b,
 // C + b*stride_c. Small matrices are spread across threads one whole matrix
 // each; large ones are each split across all threads.
-void gemm_f32_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                      const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb,
-                      int64_t stride_b, float beta, float* C, int64_t ldc, int64_t stride_c,
-                      int64_t batch);
-void gemm_f64_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                      const double* A, int64_t lda, int64_t stride_a, const double* B,
-                      int64_t ldb, int64_t stride_b, double beta, double* C, int64_t ldc,
-                      int64_t stride_c, int64_t batch);
+void gemm_f32_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
+                      float* C, int64_t ldc, int64_t stride_c, int64_t batch);
+void gemm_f64_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                      int64_t lda, int64_t stride_a, const double* B, int64_t ldb, int64_t stride_b, double beta,
+                      double* C, int64_t ldc, int64_t stride_c, int64_t batch);
 
 // The plain triple loop (accumulating in double), single-threaded. The tests'
 // ground truth; never used on a hot path.
-void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                        float* C, int64_t ldc);
-void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                        const double* A, int64_t lda, const double* B, int64_t ldb, double beta,
-                        double* C, int64_t ldc);
+void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                        int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 
 // snug's CPU thread count (OpenMP). Defaults to omp_get_max_threads() (which
 // honours OMP_NUM_THREADS). set_num_threads(n) also calls omp_set_num_threads(n)

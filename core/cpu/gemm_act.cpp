@@ -7,8 +7,8 @@
 // pass was slower than the separate elementwise one.
 #include <algorithm>
 
-#include <snug/core/functors.h>
 #include <snug/core/cpu/gemm_detail.h>
+#include <snug/core/functors.h>
 
 namespace snug::kernels::detail {
 
@@ -49,13 +49,19 @@ void apply_act(GemmAct act, int64_t rows, int64_t n, float* c, float* pre, int64
       if (pre)
         for (int64_t i = 0; i < rows; ++i) std::copy_n(c + i * ld, n, pre + i * ld);
       return;
-    case GemmAct::relu: return act_rows(ReluF{}, rows, n, c, pre, ld);
-    case GemmAct::gelu: return act_rows(GeluF{}, rows, n, c, pre, ld);
-    case GemmAct::gelu_tanh: return act_rows(GeluTanhF{}, rows, n, c, pre, ld);
+    case GemmAct::relu:
+      return act_rows(ReluF{}, rows, n, c, pre, ld);
+    case GemmAct::gelu:
+      return act_rows(GeluF{}, rows, n, c, pre, ld);
+    case GemmAct::gelu_tanh:
+      return act_rows(GeluTanhF{}, rows, n, c, pre, ld);
     // pre holds the forward's pre-activation here, and is only read.
-    case GemmAct::relu_grad: return grad_rows(ReluBackwardF{}, rows, n, c, pre, ld);
-    case GemmAct::gelu_grad: return grad_rows(GeluBackwardF{}, rows, n, c, pre, ld);
-    case GemmAct::gelu_tanh_grad: return grad_rows(GeluTanhBackwardF{}, rows, n, c, pre, ld);
+    case GemmAct::relu_grad:
+      return grad_rows(ReluBackwardF{}, rows, n, c, pre, ld);
+    case GemmAct::gelu_grad:
+      return grad_rows(GeluBackwardF{}, rows, n, c, pre, ld);
+    case GemmAct::gelu_tanh_grad:
+      return grad_rows(GeluTanhBackwardF{}, rows, n, c, pre, ld);
   }
 }
 

@@ -42,9 +42,9 @@ namespace snug::kernels::detail {
 
 namespace {
 
-constexpr int MR = 14;        // rows of the register tile
-constexpr int NR = 32;        // columns of the register tile (two zmm)
-#ifndef SNUG_GEMM_KC  // overridable at compile time for tuning experiments
+constexpr int MR = 14;  // rows of the register tile
+constexpr int NR = 32;  // columns of the register tile (two zmm)
+#ifndef SNUG_GEMM_KC    // overridable at compile time for tuning experiments
 #define SNUG_GEMM_KC 256
 #endif
 #ifndef SNUG_GEMM_NC
@@ -97,22 +97,19 @@ constexpr int64_t kAllBFloats = 128 * 1024;    // 512 KiB: all of B for NOTE [ P
 // src[r * ld + k] for k < len and all 16 r (rows >= `rows` read as zero). Each
 // k writes 16 floats, so dst must have 16 floats of slack past the last k and,
 // when dst_stride < 16, k must go upward (later k overwrite the spill).
-inline void pack_transposed16(const float* src, int64_t ld, int rows, int64_t len, float* dst,
-                              int64_t dst_stride) {
+inline void pack_transposed16(const float* src, int64_t ld, int rows, int64_t len, float* dst, int64_t dst_stride) {
   __m512 r[16];
   for (int64_t k0 = 0; k0 < len; k0 += 16) {
     int64_t w = std::min<int64_t>(16, len - k0);
     __mmask16 m = head_mask(w);
-    for (int i = 0; i < 16; ++i)
-      r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * ld + k0) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(m, src + i * ld + k0) : _mm512_setzero_ps();
     transpose16(r);
     for (int64_t c = 0; c < w; ++c) _mm512_storeu_ps(dst + (k0 + c) * dst_stride, r[c]);
   }
 }
 
 // Pack rows [i0, i0+mr) x depth [p0, p0+kc) of op(A) as dst[k * MR + i].
-void pack_a(bool trans_a, const float* A, int64_t lda, int64_t i0, int mr, int64_t p0,
-            int64_t kc, float* dst) {
+void pack_a(bool trans_a, const float* A, int64_t lda, int64_t i0, int mr, int64_t p0, int64_t kc, float* dst) {
   if (!trans_a) {
     // op(A)(i, k) = A[i * lda + k]: rows are contiguous in k, so transpose.
     pack_transposed16(A + i0 * lda + p0, lda, mr, kc, dst, MR);
@@ -136,8 +133,8 @@ void pack_a(bool trans_a, const float* A, int64_t lda, int64_t i0, int mr, int64
 // stream the prefetcher follows: three times faster in a microbenchmark with
 // A in memory. Panel p goes to dst + p * stride, stride = kc * MR + 16: the
 // padding keeps the panels' rows, written together, out of one L1 set.
-void pack_a_block_trans(const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t p0,
-                        int64_t kc, int64_t stride, float* dst) {
+void pack_a_block_trans(const float* A, int64_t lda, int64_t i0, int64_t rows, int64_t p0, int64_t kc, int64_t stride,
+                        float* dst) {
   const int64_t full = rows / MR;  // whole panels; a last partial one is masked
   const int tail = int(rows - full * MR);
   const __mmask16 m = head_mask(MR), mt = head_mask(tail);
@@ -184,8 +181,7 @@ void pack_b_trans(const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j
 // page apart at ldb = 1024), which the hardware prefetcher does not follow;
 // by chunks of rows, each row is read left to right across all the panels
 // (NOTE [ Packing a transposed A by rows ] has the same problem for A).
-void pack_b_block(const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t ncols,
-                  float* dst) {
+void pack_b_block(const float* B, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t ncols, float* dst) {
   const int64_t np = (ncols + NR - 1) / NR;
   for (int64_t k0 = 0; k0 < kc; k0 += 16) {
     const int64_t k1 = std::min(kc, k0 + 16);
@@ -228,8 +224,8 @@ enum ALayout : int { kPackedA = 0, kColsA = 1, kRowsA = 2, kRowCopyA = 3 };
 // The register tile: C[0:R, 0:16*NV] (masked to n columns) =
 //   alpha * sum_k a[k][0:R] x b[k][0:16*NV] + beta * C (+ bias[0:16*NV] per row).
 template <int R, int NV, int AL>
-void micro_kernel(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b, float* c,
-                  int64_t ldc, float alpha, float beta, int n, const float* bias) {
+void micro_kernel(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b, float* c, int64_t ldc,
+                  float alpha, float beta, int n, const float* bias) {
   // Pull the C tile towards L1 while the FMAs run; it is touched only at the end.
   for (int i = 0; i < R; ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
@@ -285,10 +281,9 @@ constexpr auto make_table(std::integer_sequence<int, Rs...>) {
     KernelFn k[4][MR][2];
   } t{};
   ((t.k[kPackedA][Rs][0] = &micro_kernel<Rs + 1, 1, kPackedA>,
-    t.k[kPackedA][Rs][1] = &micro_kernel<Rs + 1, 2, kPackedA>,
-    t.k[kColsA][Rs][0] = &micro_kernel<Rs + 1, 1, kColsA>, t.k[kColsA][Rs][1] = &micro_kernel<Rs + 1, 2, kColsA>,
-    t.k[kRowsA][Rs][0] = &micro_kernel<Rs + 1, 1, kRowsA>, t.k[kRowsA][Rs][1] = &micro_kernel<Rs + 1, 2, kRowsA>,
-    t.k[kRowCopyA][Rs][0] = &micro_kernel<Rs + 1, 1, kRowCopyA>,
+    t.k[kPackedA][Rs][1] = &micro_kernel<Rs + 1, 2, kPackedA>, t.k[kColsA][Rs][0] = &micro_kernel<Rs + 1, 1, kColsA>,
+    t.k[kColsA][Rs][1] = &micro_kernel<Rs + 1, 2, kColsA>, t.k[kRowsA][Rs][0] = &micro_kernel<Rs + 1, 1, kRowsA>,
+    t.k[kRowsA][Rs][1] = &micro_kernel<Rs + 1, 2, kRowsA>, t.k[kRowCopyA][Rs][0] = &micro_kernel<Rs + 1, 1, kRowCopyA>,
     t.k[kRowCopyA][Rs][1] = &micro_kernel<Rs + 1, 2, kRowCopyA>),
    ...);
   return t;
@@ -361,8 +356,8 @@ struct Problem {
   int64_t ldb;
   float* C;
   int64_t ldc;
-  const float* bias;  // N floats added to every row with the first K block, or null
-  double* a_sums;     // M running sums of op(A)'s rows, or null (gemm_f32_a_sums)
+  const float* bias;                 // N floats added to every row with the first K block, or null
+  double* a_sums;                    // M running sums of op(A)'s rows, or null (gemm_f32_a_sums)
   std::atomic<int64_t>* next_panel;  // the shared row-panel counter of NOTE [ Panels on demand ]
   GemmAct act;  // applied to each row panel after its last K block (NOTE [ The activation in the GEMM's store ])
   float* pre;   // receives C before the activation, or null
@@ -449,8 +444,8 @@ void run_on_demand(const Problem& P, int al) {
         for (int64_t q = 0; q < pn; ++q) {
           const int64_t j0 = q * NR;
           const int nr = int(std::min<int64_t>(NR, P.N - j0));
-          kKernels.k[al][mr - 1][nr > 16](kc, a, P.lda, bblock(pc) + q * kc * NR, P.C + i0 * P.ldc + j0, P.ldc,
-                                          P.alpha, beta, nr, pc == 0 && P.bias ? P.bias + j0 : nullptr);
+          kKernels.k[al][mr - 1][nr > 16](kc, a, P.lda, bblock(pc) + q * kc * NR, P.C + i0 * P.ldc + j0, P.ldc, P.alpha,
+                                          beta, nr, pc == 0 && P.bias ? P.bias + j0 : nullptr);
         }
       }
       panel_act(P, i0, mr, 0, P.N);
@@ -507,9 +502,8 @@ void run_thread(const Problem& P, int tid, int nt) {
         for (int64_t q = n_lo; q < n_hi; ++q) {
           const int64_t j0 = jc + q * NR;
           const int nr = int(std::min<int64_t>(NR, P.N - j0));
-          kKernels.k[al][mr - 1][nr > 16](kc, a, P.lda, bbuf + (q - n_lo) * kc * NR,
-                                          P.C + i0 * P.ldc + j0, P.ldc, P.alpha, beta, nr,
-                                          pc == 0 && P.bias ? P.bias + j0 : nullptr);
+          kKernels.k[al][mr - 1][nr > 16](kc, a, P.lda, bbuf + (q - n_lo) * kc * NR, P.C + i0 * P.ldc + j0, P.ldc,
+                                          P.alpha, beta, nr, pc == 0 && P.bias ? P.bias + j0 : nullptr);
         }
         if (pc + kc >= P.K) panel_act(P, i0, mr, jc + n_lo * NR, std::min(P.N, jc + n_hi * NR));
       }
@@ -540,17 +534,33 @@ bool split_k(int64_t M, int64_t N, int64_t K) {
 }
 thread_local Scratch tl_c_half;  // the second half's C (NOTE [ Splitting K for a small C ])
 
-void gemm_split_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
-                  const float* bias, float* a_sums, GemmAct act, float* pre) {
+void gemm_split_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads, const float* bias,
+                  float* a_sums, GemmAct act, float* pre) {
   const int64_t nb = (K + KC - 1) / KC, kmid = (nb + 1) / 2 * KC;  // halves [0, kmid) and [kmid, K)
   float* C1 = tl_c_half.get(size_t(M * N) + 16);
   std::vector<double> s0(a_sums ? size_t(M) : 0, 0.0), s1(s0.size(), 0.0);
-  const Problem P0{trans_a, trans_b, M, N, kmid, alpha, beta, A, lda, B, ldb, C, ldc, bias,
-                   a_sums ? s0.data() : nullptr, nullptr, GemmAct::none, nullptr};
-  const Problem P1{trans_a, trans_b, M, N, K - kmid, alpha, 0.0f, trans_a ? A + kmid * lda : A + kmid, lda,
-                   trans_b ? B + kmid : B + kmid * ldb, ldb, C1, N, nullptr, a_sums ? s1.data() : nullptr, nullptr,
-                   GemmAct::none, nullptr};
+  const Problem P0{
+      trans_a, trans_b,       M,      N, kmid, alpha, beta, A, lda, B, ldb, C, ldc, bias, a_sums ? s0.data() : nullptr,
+      nullptr, GemmAct::none, nullptr};
+  const Problem P1{trans_a,
+                   trans_b,
+                   M,
+                   N,
+                   K - kmid,
+                   alpha,
+                   0.0f,
+                   trans_a ? A + kmid * lda : A + kmid,
+                   lda,
+                   trans_b ? B + kmid : B + kmid * ldb,
+                   ldb,
+                   C1,
+                   N,
+                   nullptr,
+                   a_sums ? s1.data() : nullptr,
+                   nullptr,
+                   GemmAct::none,
+                   nullptr};
   if (nthreads <= 1) {
     run_thread(P0, 0, 1);
     run_thread(P1, 0, 1);
@@ -563,8 +573,10 @@ void gemm_split_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
         run_thread(P1, 0, 1);
       } else {
         const int h = n / 2;  // threads [0, h) take the first half, [h, n) the second
-        if (t < h) run_thread(P0, t, h);
-        else run_thread(P1, t - h, n - h);
+        if (t < h)
+          run_thread(P0, t, h);
+        else
+          run_thread(P1, t - h, n - h);
       }
     }
   }
@@ -580,10 +592,9 @@ void gemm_split_k(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
 
 }  // namespace
 
-void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                     float* C, int64_t ldc, int nthreads, const float* bias, float* a_sums, GemmAct act,
-                     float* pre) {
+void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
+                     const float* bias, float* a_sums, GemmAct act, float* pre) {
   if (split_k(M, N, K)) {
     gemm_split_k(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias, a_sums, act, pre);
     return;
@@ -591,8 +602,8 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   const int64_t ncols = (std::min(N, NC) + NR - 1) / NR * NR;
   std::vector<double> sums(a_sums ? size_t(M) : 0, 0.0);
   std::atomic<int64_t> next_panel{0};
-  Problem P{trans_a, trans_b, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc, bias,
-            a_sums ? sums.data() : nullptr, &next_panel, act, pre};
+  Problem P{trans_a,     trans_b, M,  N, K, alpha, beta, A, lda, B, ldb, C, ldc, bias, a_sums ? sums.data() : nullptr,
+            &next_panel, act,     pre};
   // No point in more threads than register tiles in one block.
   const int64_t tiles = ((M + MR - 1) / MR) * (ncols / NR);
   int nt = int(std::max<int64_t>(1, std::min<int64_t>(nthreads, tiles)));
@@ -611,8 +622,8 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 #else  // no AVX-512: gemm_f32 falls back to Eigen
 
 bool gemm_f32_packed_available() { return false; }
-void gemm_f32_packed(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                     const float*, int64_t, float, float*, int64_t, int, const float*, float*, GemmAct, float*) {
+void gemm_f32_packed(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                     float*, int64_t, int, const float*, float*, GemmAct, float*) {
   std::abort();  // unreachable: gemm_f32 checks gemm_f32_packed_available()
 }
 

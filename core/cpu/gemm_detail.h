@@ -19,10 +19,10 @@ bool gemm_f32_packed_available();
 // A panels (gemm_f32_a_sums). An act other than none is applied to each row
 // panel after its last K block, pre (when not null) receiving the values
 // before it (gemm_f32_bias_act).
-void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                     float* C, int64_t ldc, int nthreads, const float* bias = nullptr,
-                     float* a_sums = nullptr, GemmAct act = GemmAct::none, float* pre = nullptr);
+void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
+                     const float* bias = nullptr, float* a_sums = nullptr, GemmAct act = GemmAct::none,
+                     float* pre = nullptr);
 
 // c[j] = act(c[j]) for j < n in each of `rows` rows (row stride ld), the
 // values before it copied to pre's rows first when pre is not null. For the

@@ -13,8 +13,8 @@ namespace snug::kernels {
 
 // ---- portable -----------------------------------------------------------------------------
 
-void gemm_u8s8s32_portable(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
-                           int64_t ldb, int32_t* C, int64_t ldc) {
+void gemm_u8s8s32_portable(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
+                           int32_t* C, int64_t ldc) {
 #pragma omp parallel for schedule(static) if (M * N * K > (1 << 20))
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
@@ -71,9 +71,8 @@ void pack_panels(int64_t N, int64_t K, const int8_t* B, int64_t ldb, int8_t* out
 
 template <int MR, int NV>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void micro(int64_t groups, const uint8_t* A, int64_t lda,
-                                                                   const int8_t* Bp, int64_t panel_stride,
-                                                                   int32_t* C, int64_t ldc, bool accumulate,
-                                                                   int64_t ncols) {
+                                                                  const int8_t* Bp, int64_t panel_stride, int32_t* C,
+                                                                  int64_t ldc, bool accumulate, int64_t ncols) {
   __m512i acc[MR][NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
@@ -103,20 +102,30 @@ using Micro = void (*)(int64_t, const uint8_t*, int64_t, const int8_t*, int64_t,
 template <int MR>
 Micro pick_nv(int nv) {
   switch (nv) {
-    case 1: return micro<MR, 1>;
-    case 2: return micro<MR, 2>;
-    case 3: return micro<MR, 3>;
-    default: return micro<MR, 4>;
+    case 1:
+      return micro<MR, 1>;
+    case 2:
+      return micro<MR, 2>;
+    case 3:
+      return micro<MR, 3>;
+    default:
+      return micro<MR, 4>;
   }
 }
 Micro pick(int mr, int nv) {
   switch (mr) {
-    case 1: return pick_nv<1>(nv);
-    case 2: return pick_nv<2>(nv);
-    case 3: return pick_nv<3>(nv);
-    case 4: return pick_nv<4>(nv);
-    case 5: return pick_nv<5>(nv);
-    default: return pick_nv<6>(nv);
+    case 1:
+      return pick_nv<1>(nv);
+    case 2:
+      return pick_nv<2>(nv);
+    case 3:
+      return pick_nv<3>(nv);
+    case 4:
+      return pick_nv<4>(nv);
+    case 5:
+      return pick_nv<5>(nv);
+    default:
+      return pick_nv<6>(nv);
   }
 }
 
@@ -198,9 +207,8 @@ void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedI
     return;
   }
   if (!B.vnni) return gemm_u8s8s32_portable(M, B.N, B.K, A, lda, B.data.data<int8_t>(), B.K, C, ldc);
-  with_padded_a(M, B.K, A, lda, [&](const uint8_t* a, int64_t la) {
-    vnni_packed(M, a, la, B.N, B.Kp, B.data.data<int8_t>(), C, ldc);
-  });
+  with_padded_a(M, B.K, A, lda,
+                [&](const uint8_t* a, int64_t la) { vnni_packed(M, a, la, B.N, B.Kp, B.data.data<int8_t>(), C, ldc); });
 }
 
 }  // namespace snug::kernels

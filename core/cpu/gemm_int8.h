@@ -20,11 +20,11 @@ namespace snug::kernels {
 void gemm_u8s8s32(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
                   int32_t* C, int64_t ldc);
 // Plain loops; every CPU.
-void gemm_u8s8s32_portable(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
-                           int64_t ldb, int32_t* C, int64_t ldc);
+void gemm_u8s8s32_portable(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
+                           int32_t* C, int64_t ldc);
 // AVX-512 VNNI; throws DeviceError when the CPU (or the build) lacks it.
-void gemm_u8s8s32_vnni(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
-                       int64_t ldb, int32_t* C, int64_t ldc);
+void gemm_u8s8s32_vnni(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
+                       int32_t* C, int64_t ldc);
 bool cpu_has_vnni();
 const char* gemm_int8_backend();  // "avx512_vnni" or "portable"
 

@@ -29,11 +29,16 @@ namespace {
 template <class F>
 void dispatch_size(std::size_t size, F&& f) {
   switch (size) {
-    case 1: return f.template operator()<uint8_t>();
-    case 2: return f.template operator()<uint16_t>();
-    case 4: return f.template operator()<uint32_t>();
-    case 8: return f.template operator()<uint64_t>();
-    default: throw DTypeError(str("gather: unsupported element size ", size));
+    case 1:
+      return f.template operator()<uint8_t>();
+    case 2:
+      return f.template operator()<uint16_t>();
+    case 4:
+      return f.template operator()<uint32_t>();
+    case 8:
+      return f.template operator()<uint64_t>();
+    default:
+      throw DTypeError(str("gather: unsupported element size ", size));
   }
 }
 

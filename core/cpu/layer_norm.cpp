@@ -72,8 +72,8 @@ inline float row_sum16(int64_t C, F f) {
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-void ln_forward_row_f32(const float* x, const float* w, const float* b, float* y, int64_t C, float eps,
-                        float* mean, float* rstd) {
+void ln_forward_row_f32(const float* x, const float* w, const float* b, float* y, int64_t C, float eps, float* mean,
+                        float* rstd) {
   const float mu =
       layer_norm_row::mean(row_sum16(C, [&](int64_t c, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x + c); }), C);
   const __m512 vmu = _mm512_set1_ps(mu);
@@ -108,8 +108,8 @@ void ln_backward_row_f32(const float* g, const float* x, const float* w, float m
     return w ? _mm512_mul_ps(gv, _mm512_maskz_loadu_ps(m, w + c)) : gv;
   };
   const float m1 = layer_norm_row::mean(row_sum16(C, ghat), C);
-  const float m2 =
-      layer_norm_row::mean(row_sum16(C, [&](int64_t c, __mmask16 m) { return _mm512_mul_ps(ghat(c, m), xhat(c, m)); }), C);
+  const float m2 = layer_norm_row::mean(
+      row_sum16(C, [&](int64_t c, __mmask16 m) { return _mm512_mul_ps(ghat(c, m), xhat(c, m)); }), C);
   const __m512 vm1 = _mm512_set1_ps(m1), vm2 = _mm512_set1_ps(m2);
   for (int64_t c = 0; c < C; c += 16) {
     const __mmask16 m = head_mask(C - c);
@@ -188,17 +188,19 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
       if constexpr (half) ybuf.resize(size_t(C));
       for (int64_t c = 0; c < C; ++c) {
         const A h = layer_norm_row::normalize_at(xr[c], mu, rs, wp, bp, c);
-        if constexpr (half) ybuf[c] = h;
-        else yr[c] = T(h);
+        if constexpr (half)
+          ybuf[c] = h;
+        else
+          yr[c] = T(h);
       }
       if constexpr (half) cpu::store_from_float(ybuf.data(), yr, C);
     }
   });
 }
 
-void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
-                                     const Tensor& mean, const Tensor& rstd, const Tensor& grad_x,
-                                     const Tensor& grad_weight, const Tensor& grad_bias) {
+void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                     const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                                     const Tensor& grad_bias) {
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
   dispatch_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -253,8 +255,10 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
           for (int64_t c = 0; c < C; ++c) {
             const A gx = layer_norm_row::grad_x_at(layer_norm_row::ghat(gr[c], wp, c),
                                                    layer_norm_row::xhat(xr[c], mu, rs), m1, m2, rs);
-            if constexpr (half) obuf[c] = gx;
-            else gxr[c] = T(gx);
+            if constexpr (half)
+              obuf[c] = gx;
+            else
+              gxr[c] = T(gx);
           }
           if constexpr (half) cpu::store_from_float(obuf.data(), gxr, C);
         }

@@ -19,10 +19,14 @@ using Act = Backend::Activation;
 
 kernels::GemmAct gemm_act(Act a) {
   switch (a) {
-    case Act::none: return kernels::GemmAct::none;
-    case Act::relu: return kernels::GemmAct::relu;
-    case Act::gelu: return kernels::GemmAct::gelu;
-    case Act::gelu_tanh: return kernels::GemmAct::gelu_tanh;
+    case Act::none:
+      return kernels::GemmAct::none;
+    case Act::relu:
+      return kernels::GemmAct::relu;
+    case Act::gelu:
+      return kernels::GemmAct::gelu;
+    case Act::gelu_tanh:
+      return kernels::GemmAct::gelu_tanh;
   }
   return kernels::GemmAct::none;
 }
@@ -60,7 +64,7 @@ void linear_act_half(CpuBackend& be, const Tensor& x, const Tensor& weight, cons
     const Tensor b32 = bias.defined() ? raw::to_dtype(bias, DType::f32) : Tensor();
     const int64_t blk = std::min<int64_t>(rows, std::max<int64_t>(64, (int64_t(1) << 18) / std::max(in, outf)));
     Tensor x32 = empty({blk, in}, o32), r32 = empty({blk, outf}, o32);  // (blk, in), (blk, out)
-    const Tensor& dst = pre.defined() ? pre : out;  // where the rounded x W^T + b goes
+    const Tensor& dst = pre.defined() ? pre : out;                      // where the rounded x W^T + b goes
     for (int64_t m0 = 0; m0 < rows; m0 += blk) {
       const int64_t n = std::min(blk, rows - m0);
       auto head = [&](const Tensor& t) { return n == blk ? t : raw::slice(t, 0, 0, n, 1); };

@@ -154,19 +154,24 @@ void run_loop(const StridedLoop<N>& L, Inner&& inner) {
 // input a chunk at a time with the bulk converters of core/half.cpp
 // (AVX-512/F16C, bit-identical to the scalar ones), runs f on float buffers,
 // and rounds the chunk back: the same results, several times faster.
-template <class T> inline constexpr bool is_half_storage_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <class T>
+inline constexpr bool is_half_storage_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
 template <class T>
 SNUG_INLINE void load_as_float(const T* src, float* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, Half>) half_to_float_array(reinterpret_cast<const uint16_t*>(src), dst, n);
-  else if constexpr (std::is_same_v<T, BFloat16>) bf16_to_float_array(reinterpret_cast<const uint16_t*>(src), dst, n);
+  if constexpr (std::is_same_v<T, Half>)
+    half_to_float_array(reinterpret_cast<const uint16_t*>(src), dst, n);
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    bf16_to_float_array(reinterpret_cast<const uint16_t*>(src), dst, n);
   else
     for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
 }
 template <class T>
 SNUG_INLINE void store_from_float(const float* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, Half>) float_to_half_array(src, reinterpret_cast<uint16_t*>(dst), n);
-  else if constexpr (std::is_same_v<T, BFloat16>) float_to_bf16_array(src, reinterpret_cast<uint16_t*>(dst), n);
+  if constexpr (std::is_same_v<T, Half>)
+    float_to_half_array(src, reinterpret_cast<uint16_t*>(dst), n);
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    float_to_bf16_array(src, reinterpret_cast<uint16_t*>(dst), n);
   else
     for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
 }
@@ -241,8 +246,7 @@ void map(const Tensor& out, F f, const Ts&... in) {
           }
         } else {
           for (int64_t i = 0; i < n; ++i)
-            o[i] = static_cast<Out>(
-                f(static_cast<C>(reinterpret_cast<const In*>(p[I + 1])[bcast[I] ? 0 : i])...));
+            o[i] = static_cast<Out>(f(static_cast<C>(reinterpret_cast<const In*>(p[I + 1])[bcast[I] ? 0 : i])...));
         }
       };
       run(std::index_sequence_for<In...>{});

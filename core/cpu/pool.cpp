@@ -53,8 +53,8 @@ std::vector<Span> spans_of(const Pool2dParams& p, int d, int64_t n, int64_t no) 
 // lanes there and runs its scalar remainder). Taps are visited in the general
 // loop's order, so ties and NaN resolve the same way. x: the plane; h0, c0:
 // the first window's top-left; out, idx (or null): the row's Wo outputs.
-void max_pool_row_f32(const float* x, int64_t W, int64_t h0, int64_t c0, int64_t kh, int64_t kw, int64_t sw,
-                      int64_t Wo, float* out, int64_t* idx) {
+void max_pool_row_f32(const float* x, int64_t W, int64_t h0, int64_t c0, int64_t kh, int64_t kw, int64_t sw, int64_t Wo,
+                      float* out, int64_t* idx) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i step = _mm512_mullo_epi32(lane, _mm512_set1_epi32(int32_t(sw)));  // lane * sw
@@ -78,8 +78,7 @@ void max_pool_row_f32(const float* x, int64_t W, int64_t h0, int64_t c0, int64_t
           v = _mm512_permutex2var_ps(a, evens, b);
         }
         // take = v > best or v is NaN (pool_max_takes; NaN propagates, as in PyTorch)
-        const __mmask16 take =
-            _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
         best = _mm512_mask_blend_ps(take, best, v);
         arg = _mm512_mask_blend_epi32(take, arg, _mm512_add_epi32(_mm512_set1_epi32(int32_t(w0)), step));
       }

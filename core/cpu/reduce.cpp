@@ -31,9 +31,18 @@ using cpu::kParallelGrain;
 // realistic n, and vectorizes just as well (these loops are memory bound).
 // f16/bf16 accumulate in f32, their compute type; integers and bool in i64
 // (so a sum of i8 cannot wrap), f64 in f64.
-template <class T> struct Acc { using type = std::conditional_t<std::is_integral_v<T>, int64_t, double>; };
-template <> struct Acc<Half> { using type = float; };
-template <> struct Acc<BFloat16> { using type = float; };
+template <class T>
+struct Acc {
+  using type = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+};
+template <>
+struct Acc<Half> {
+  using type = float;
+};
+template <>
+struct Acc<BFloat16> {
+  using type = float;
+};
 
 // MaxR/MinR start from -inf/+inf, which an integer accumulator cannot hold.
 template <class A, class R>
@@ -266,9 +275,9 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>
     if (out.dtype() == x.dtype()) {
       go.template operator()<T>();
     } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, int64_t>) {
-      SNUG_CHECK(out.dtype() == DType::i64, DTypeError, reduce_op_name(op), ": output dtype ",
-                 dtype_name(out.dtype()), " is not supported for input dtype ", dtype_name(x.dtype()),
-                 " (expected ", dtype_name(x.dtype()), " or i64)");
+      SNUG_CHECK(out.dtype() == DType::i64, DTypeError, reduce_op_name(op), ": output dtype ", dtype_name(out.dtype()),
+                 " is not supported for input dtype ", dtype_name(x.dtype()), " (expected ", dtype_name(x.dtype()),
+                 " or i64)");
       go.template operator()<int64_t>();
     } else {
       throw DTypeError(str(reduce_op_name(op), ": output dtype ", dtype_name(out.dtype()),

@@ -32,9 +32,9 @@ namespace snug {
 
 namespace {
 
-using softmax_row::sum_t;
 using softmax_row::ExactExp;
 using softmax_row::FastExp;
+using softmax_row::sum_t;
 
 // The rows along `dim`: every index of the other dims, with per-operand
 // base offsets computed from the operands' own strides (in elements).
@@ -117,19 +117,22 @@ void softmax_cols(const T* x, T* y, int64_t outer, int64_t L, int64_t inner, boo
     for (int64_t i = 0; i < L; ++i)
       for (int64_t j = 0; j < w; ++j) m[j] = softmax_row::max_nan(m[j], static_cast<C>(xb[i * inner + j]));
     for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j < w; ++j) s[j] += softmax_row::shifted_exp(static_cast<C>(xb[i * inner + j]), m[j], FastExp{});
+      for (int64_t j = 0; j < w; ++j)
+        s[j] += softmax_row::shifted_exp(static_cast<C>(xb[i * inner + j]), m[j], FastExp{});
     if (log) {
       C ls[kBlock];
       for (int64_t j = 0; j < w; ++j) ls[j] = softmax_row::log_sum<C>(s[j]);
       for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j < w; ++j)
-          yb[i * inner + j] = static_cast<T>(softmax_row::log_softmax_at(static_cast<C>(xb[i * inner + j]), m[j], ls[j]));
+          yb[i * inner + j] =
+              static_cast<T>(softmax_row::log_softmax_at(static_cast<C>(xb[i * inner + j]), m[j], ls[j]));
     } else {
       C inv[kBlock];
       for (int64_t j = 0; j < w; ++j) inv[j] = softmax_row::inverse_sum<C>(s[j]);
       for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j < w; ++j)
-          yb[i * inner + j] = static_cast<T>(softmax_row::softmax_at(static_cast<C>(xb[i * inner + j]), m[j], inv[j], FastExp{}));
+          yb[i * inner + j] =
+              static_cast<T>(softmax_row::softmax_at(static_cast<C>(xb[i * inner + j]), m[j], inv[j], FastExp{}));
     }
   }
 }
@@ -149,10 +152,10 @@ void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log)
   for (; i + kLanes <= L; i += kLanes)
     for (int j = 0; j < kLanes; ++j) ml[j] = softmax_row::max_nan(ml[j], scale * x[i + j]);
   for (int j = 0; i + j < L; ++j) ml[j] = softmax_row::max_nan(ml[j], scale * x[i + j]);
-  // The lanes folded by a fixed vector tree: folded one scalar op after another
-  // they were a chain of 16 dependent compares (and 16 adds below) per row,
-  // most of a short row's time (W-GPT's log-softmax rows hold 65 logits). A
-  // NaN lane may be dropped here; the row still comes out NaN (exp of NaN).
+    // The lanes folded by a fixed vector tree: folded one scalar op after another
+    // they were a chain of 16 dependent compares (and 16 adds below) per row,
+    // most of a short row's time (W-GPT's log-softmax rows hold 65 logits). A
+    // NaN lane may be dropped here; the row still comes out NaN (exp of NaN).
 #if defined(__AVX512F__)
   static_assert(kLanes == 16, "one zmm of lanes");
   float m = _mm512_reduce_max_ps(_mm512_loadu_ps(ml));
@@ -227,7 +230,8 @@ void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& o
       if (log) {
         for (int64_t i = 0; i < L; ++i) s += softmax_row::shifted_exp(static_cast<C>(xr[i * sx]), m, ExactExp{});
         const C ls = softmax_row::log_sum<C>(s);
-        for (int64_t i = 0; i < L; ++i) yr[i * so] = static_cast<T>(softmax_row::log_softmax_at(static_cast<C>(xr[i * sx]), m, ls));
+        for (int64_t i = 0; i < L; ++i)
+          yr[i * so] = static_cast<T>(softmax_row::log_softmax_at(static_cast<C>(xr[i * sx]), m, ls));
       } else if constexpr (std::is_same_v<T, C>) {
         // Store exp() in out, then scale it: one exp per element.
         for (int64_t i = 0; i < L; ++i) {

@@ -31,8 +31,8 @@ void transpose_f32(int64_t rows, int64_t cols, const float* src, int64_t ld_src,
 #endif
 }
 
-void tile_gemm_f32_reference(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row,
-                             int64_t a_col, const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+void tile_gemm_f32_reference(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col,
+                             const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
   for (int64_t r = 0; r < M; ++r)
     for (int64_t c = 0; c < N; ++c) {
       double s = 0;
@@ -46,8 +46,8 @@ namespace {
 
 // C = alpha * A B (+ C), row by row: the inner loop runs over C's columns.
 template <class T>
-void loops(int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_row, int64_t a_col, const T* B,
-           int64_t ldb, bool accumulate, T* C, int64_t ldc) {
+void loops(int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_row, int64_t a_col, const T* B, int64_t ldb,
+           bool accumulate, T* C, int64_t ldc) {
   for (int64_t r = 0; r < M; ++r) {
     T* c = C + r * ldc;
     if (!accumulate) std::fill_n(c, N, T(0));
@@ -87,9 +87,8 @@ void tile(int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col, 
           bool accumulate, float* C, int64_t ldc, __mmask16 last) {
   __m512 acc[RR][NV];
   SNUG_UNROLL
-  for (int r = 0; r < RR; ++r)
-    SNUG_UNROLL
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int r = 0; r < RR; ++r) SNUG_UNROLL
+  for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; ++k) {
     const float* b = B + k * ldb;
     __m512 bv[NV];
@@ -106,15 +105,14 @@ void tile(int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col, 
   }
   const __m512 al = _mm512_set1_ps(alpha);
   SNUG_UNROLL
-  for (int r = 0; r < RR; ++r)
-    SNUG_UNROLL
-    for (int v = 0; v < NV; ++v) {
-      float* c = C + r * ldc + 16 * v;
-      const __mmask16 m = v == NV - 1 ? last : __mmask16(0xffff);
-      __m512 x = _mm512_mul_ps(al, acc[r][v]);
-      if (accumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c), x);
-      _mm512_mask_storeu_ps(c, m, x);
-    }
+  for (int r = 0; r < RR; ++r) SNUG_UNROLL
+  for (int v = 0; v < NV; ++v) {
+    float* c = C + r * ldc + 16 * v;
+    const __mmask16 m = v == NV - 1 ? last : __mmask16(0xffff);
+    __m512 x = _mm512_mul_ps(al, acc[r][v]);
+    if (accumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, c), x);
+    _mm512_mask_storeu_ps(c, m, x);
+  }
 }
 
 using TileFn = void (*)(int64_t, float, const float*, int64_t, int64_t, const float*, int64_t, bool, float*, int64_t,

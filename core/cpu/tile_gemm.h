@@ -31,8 +31,8 @@ void tile_gemm_f64(int64_t M, int64_t N, int64_t K, double alpha, const double* 
                    const double* B, int64_t ldb, bool accumulate, double* C, int64_t ldc);
 
 // The same sum as three plain loops (double accumulator); the tests' reference.
-void tile_gemm_f32_reference(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row,
-                             int64_t a_col, const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc);
+void tile_gemm_f32_reference(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col,
+                             const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc);
 
 // dst (cols x rows, row stride ld_dst) = src^T, src (rows x cols, row stride ld_src).
 template <class T>
@@ -54,8 +54,10 @@ void transpose_f32(int64_t rows, int64_t cols, const float* src, int64_t ld_src,
 
 template <class T>
 void transpose(int64_t rows, int64_t cols, const T* src, int64_t ld_src, T* dst, int64_t ld_dst) {
-  if constexpr (std::is_same_v<T, float>) transpose_f32(rows, cols, src, ld_src, dst, ld_dst);
-  else transpose_scalar(rows, cols, src, ld_src, dst, ld_dst);
+  if constexpr (std::is_same_v<T, float>)
+    transpose_f32(rows, cols, src, ld_src, dst, ld_dst);
+  else
+    transpose_scalar(rows, cols, src, ld_src, dst, ld_dst);
 }
 
 }  // namespace snug::kernels

@@ -83,9 +83,15 @@ void CpuBackend::adam_update(const Tensor& p, const Tensor& g, const Tensor& m, 
   auto* vp = static_cast<float*>(v.data_ptr());
   const int64_t n = p.numel();
   switch (g.dtype()) {
-    case DType::f16: adam_loop(pp, static_cast<const Half*>(g.data_ptr()), mp, vp, n, k); break;
-    case DType::bf16: adam_loop(pp, static_cast<const BFloat16*>(g.data_ptr()), mp, vp, n, k); break;
-    default: adam_loop(pp, static_cast<const float*>(g.data_ptr()), mp, vp, n, k); break;
+    case DType::f16:
+      adam_loop(pp, static_cast<const Half*>(g.data_ptr()), mp, vp, n, k);
+      break;
+    case DType::bf16:
+      adam_loop(pp, static_cast<const BFloat16*>(g.data_ptr()), mp, vp, n, k);
+      break;
+    default:
+      adam_loop(pp, static_cast<const float*>(g.data_ptr()), mp, vp, n, k);
+      break;
   }
 }
 
@@ -97,18 +103,23 @@ void CpuBackend::sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf,
   float* bp = buf.defined() ? static_cast<float*>(buf.data_ptr()) : nullptr;
   const int64_t n = p.numel();
   switch (g.dtype()) {
-    case DType::f16: sgd_loop(pp, static_cast<const Half*>(g.data_ptr()), bp, n, k); break;
-    case DType::bf16: sgd_loop(pp, static_cast<const BFloat16*>(g.data_ptr()), bp, n, k); break;
-    default: sgd_loop(pp, static_cast<const float*>(g.data_ptr()), bp, n, k); break;
+    case DType::f16:
+      sgd_loop(pp, static_cast<const Half*>(g.data_ptr()), bp, n, k);
+      break;
+    case DType::bf16:
+      sgd_loop(pp, static_cast<const BFloat16*>(g.data_ptr()), bp, n, k);
+      break;
+    default:
+      sgd_loop(pp, static_cast<const float*>(g.data_ptr()), bp, n, k);
+      break;
   }
 }
 
-void CpuBackend::unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags,
-                                   int64_t slot) {
+void CpuBackend::unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot) {
   const DType cd = g.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const bool in_place = out.is_same(g);
-  const bool floating = cd == DType::f64 || g.dtype() == DType::f32 || g.dtype() == DType::f16 ||
-                        g.dtype() == DType::bf16;
+  const bool floating =
+      cd == DType::f64 || g.dtype() == DType::f32 || g.dtype() == DType::f16 || g.dtype() == DType::bf16;
   const bool takes = floating && g.device().is_cpu() && out.device() == g.device() && flags.device() == g.device() &&
                      g.is_contiguous() && out.is_contiguous() && out.dtype() == cd && out.numel() == g.numel() &&
                      (in_place || out.storage() != g.storage()) && flags.defined() && flags.dtype() == DType::i32 &&
@@ -133,7 +144,8 @@ void CpuBackend::unscale_and_check(const Tensor& g, const Tensor& out, double in
       finite = unscale_loop(static_cast<const BFloat16*>(g.data_ptr()), static_cast<float*>(out.data_ptr()), n,
                             static_cast<float>(inv));
       break;
-    default: break;  // not reached: `takes` checked the dtype
+    default:
+      break;  // not reached: `takes` checked the dtype
   }
   if (!finite) static_cast<int32_t*>(flags.data_ptr())[slot] = 1;
   out.bump_version();

@@ -23,32 +23,45 @@ bool nccl_available() { return true; }
 
 namespace {
 
-#define SNUG_NCCL_CHECK(call, op)                                                                         \
-  do {                                                                                                    \
-    ncclResult_t rc_ = (call);                                                                            \
+#define SNUG_NCCL_CHECK(call, op)                                                                       \
+  do {                                                                                                  \
+    ncclResult_t rc_ = (call);                                                                          \
     if (rc_ != ncclSuccess) throw DistributedError(str(op, ": NCCL error: ", ncclGetErrorString(rc_))); \
   } while (0)
 
 ncclDataType_t nccl_type(DType d) {
   switch (d) {
-    case DType::f32: return ncclFloat32;
-    case DType::f16: return ncclFloat16;
-    case DType::bf16: return ncclBfloat16;
-    case DType::f64: return ncclFloat64;
-    case DType::i8: return ncclInt8;
-    case DType::u8: case DType::b8: return ncclUint8;
-    case DType::i32: return ncclInt32;
-    case DType::i64: return ncclInt64;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::i8:
+      return ncclInt8;
+    case DType::u8:
+    case DType::b8:
+      return ncclUint8;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;
-    case ReduceOp::max: return ncclMax;
-    case ReduceOp::min: return ncclMin;
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::min:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -81,8 +94,7 @@ class NcclWork : public Work {
 
 class NcclGroup : public ProcessGroup {
  public:
-  NcclGroup(ncclComm_t comm, int rank, int size, int device)
-      : ProcessGroup(rank, size), comm_(comm), device_(device) {
+  NcclGroup(ncclComm_t comm, int rank, int size, int device) : ProcessGroup(rank, size), comm_(comm), device_(device) {
     SNUG_CUDA_CHECK(cudaSetDevice(device_));
     SNUG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
@@ -111,12 +123,12 @@ class NcclGroup : public ProcessGroup {
   }
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override {
     check("broadcast", t);
-    SNUG_CHECK(root >= 0 && root < size_, ValueError, "broadcast: root ", root, " is not a rank of this group of ", size_);
+    SNUG_CHECK(root >= 0 && root < size_, ValueError, "broadcast: root ", root, " is not a rank of this group of ",
+               size_);
     if (t.numel() == 0) return completed_work();
     void* p = t.data_ptr();
-    return launch(str("broadcast from rank ", root, " of ", t.nbytes(), " bytes"), {t}, [&] {
-      return ncclBroadcast(p, p, t.nbytes(), ncclUint8, root, comm_, stream_);
-    });
+    return launch(str("broadcast from rank ", root, " of ", t.nbytes(), " bytes"), {t},
+                  [&] { return ncclBroadcast(p, p, t.nbytes(), ncclUint8, root, comm_, stream_); });
   }
   std::shared_ptr<Work> all_gather_async(const Tensor& in, const Tensor& out) override {
     check("all_gather", in);
@@ -127,9 +139,8 @@ class NcclGroup : public ProcessGroup {
                shape_str(want), " ", dtype_name(in.dtype()), ", got ", shape_str(out.shape()), " ",
                dtype_name(out.dtype()));
     if (in.numel() == 0) return completed_work();
-    return launch(str("all_gather of ", in.nbytes(), " bytes per rank"), {in, out}, [&] {
-      return ncclAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), ncclUint8, comm_, stream_);
-    });
+    return launch(str("all_gather of ", in.nbytes(), " bytes per rank"), {in, out},
+                  [&] { return ncclAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), ncclUint8, comm_, stream_); });
   }
   std::shared_ptr<Work> barrier_async() override {
     check_usable("barrier");
@@ -144,9 +155,7 @@ class NcclGroup : public ProcessGroup {
     ncclCommAbort(comm_);
     std::_Exit(code);
   }
-  void timed_out(const std::string& what, double sec) {
-    mark_broken(str(what, " timed out after ", sec, " s"));
-  }
+  void timed_out(const std::string& what, double sec) { mark_broken(str(what, " timed out after ", sec, " s")); }
   void check_async_error(const std::string& what) {
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
@@ -192,7 +201,8 @@ class NcclGroup : public ProcessGroup {
 
 void NcclWork::wait() {
   if (is_completed()) return;
-  SNUG_CHECK(!group_->broken(), DistributedError, what_, ": the process group is broken (an earlier collective "
+  SNUG_CHECK(!group_->broken(), DistributedError, what_,
+             ": the process group is broken (an earlier collective "
              "timed out or failed); end the job");
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -240,8 +250,8 @@ void file_rendezvous(ncclUniqueId& id, int rank, const std::string& path, std::c
       if (f.gcount() == static_cast<std::streamsize>(sizeof id)) return;
     }
     SNUG_CHECK(std::chrono::steady_clock::now() < deadline, DistributedTimeoutError, "make_nccl_group: rank ", rank,
-               " waited ", std::chrono::duration<double>(timeout).count(), " s for rank 0 to write the rendezvous file ",
-               path);
+               " waited ", std::chrono::duration<double>(timeout).count(),
+               " s for rank 0 to write the rendezvous file ", path);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -270,8 +280,8 @@ std::shared_ptr<ProcessGroup> make_nccl_group(const NcclOptions& opt) {
       opt.bootstrap->broadcast(buf, 0);
       std::memcpy(&id, buf.data_ptr(), sizeof id);
     } else {
-      SNUG_CHECK(!opt.rendezvous_file.empty(), ValueError,
-                 "make_nccl_group: a world of ", size, " needs a bootstrap group (e.g. the MPI group) or a rendezvous_file");
+      SNUG_CHECK(!opt.rendezvous_file.empty(), ValueError, "make_nccl_group: a world of ", size,
+                 " needs a bootstrap group (e.g. the MPI group) or a rendezvous_file");
       file_rendezvous(id, rank, opt.rendezvous_file, timeout);
     }
   }

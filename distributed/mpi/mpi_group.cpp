@@ -40,10 +40,10 @@ std::string mpi_error(int code) {
   return std::string(buf, static_cast<size_t>(len));
 }
 
-#define SNUG_MPI_CHECK(call, op)                                                                   \
-  do {                                                                                             \
-    int rc_ = (call);                                                                              \
-    if (rc_ != MPI_SUCCESS) throw DistributedError(str(op, ": MPI error: ", mpi_error(rc_)));    \
+#define SNUG_MPI_CHECK(call, op)                                                              \
+  do {                                                                                        \
+    int rc_ = (call);                                                                         \
+    if (rc_ != MPI_SUCCESS) throw DistributedError(str(op, ": MPI error: ", mpi_error(rc_))); \
   } while (0)
 
 class MpiGroup;
@@ -64,20 +64,27 @@ void ensure_mpi() {
   if (inited) return;
   int provided = 0;
   SNUG_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
-  SNUG_CHECK(provided >= MPI_THREAD_SERIALIZED, DistributedError,
-             "MPI_Init_thread: this MPI provides thread level ", provided, ", snug needs MPI_THREAD_SERIALIZED");
+  SNUG_CHECK(provided >= MPI_THREAD_SERIALIZED, DistributedError, "MPI_Init_thread: this MPI provides thread level ",
+             provided, ", snug needs MPI_THREAD_SERIALIZED");
   std::atexit(finalize_at_exit);
 }
 
 MPI_Datatype mpi_type(DType d) {
   switch (d) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i8: return MPI_INT8_T;
-    case DType::u8: return MPI_UINT8_T;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    default: return MPI_DATATYPE_NULL;  // f16/bf16/bool: no MPI arithmetic
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i8:
+      return MPI_INT8_T;
+    case DType::u8:
+      return MPI_UINT8_T;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
+      return MPI_INT64_T;
+    default:
+      return MPI_DATATYPE_NULL;  // f16/bf16/bool: no MPI arithmetic
   }
 }
 
@@ -96,7 +103,7 @@ class MpiWork : public Work {
  private:
   bool done_ = false;
   std::string what_;
-  std::vector<Tensor> keep_;  // the buffers MPI reads and writes stay alive
+  std::vector<Tensor> keep_;      // the buffers MPI reads and writes stay alive
   std::function<void()> finish_;  // after completion: avg's division
 };
 
@@ -148,10 +155,12 @@ class MpiGroup : public ProcessGroup {
   std::shared_ptr<Work> broadcast_async(const Tensor& t, int root) override {
     check_tensor("broadcast", t);
     check_cpu("broadcast", t);
-    SNUG_CHECK(root >= 0 && root < size_, ValueError, "broadcast: root ", root, " is not a rank of this group of ", size_);
+    SNUG_CHECK(root >= 0 && root < size_, ValueError, "broadcast: root ", root, " is not a rank of this group of ",
+               size_);
     check_count("broadcast", static_cast<int64_t>(t.nbytes()));
     if (t.numel() == 0) return completed_work();
-    auto w = make_work(str("broadcast from rank ", root, " of ", t.nbytes(), " bytes (", shape_str(t.shape()), ")"), {t}, {});
+    auto w = make_work(str("broadcast from rank ", root, " of ", t.nbytes(), " bytes (", shape_str(t.shape()), ")"),
+                       {t}, {});
     start(w, "MPI_Ibcast", [&](MPI_Request* r) {
       return MPI_Ibcast(t.data_ptr(), static_cast<int>(t.nbytes()), MPI_BYTE, root, comm_, r);
     });
@@ -170,7 +179,8 @@ class MpiGroup : public ProcessGroup {
                dtype_name(out.dtype()));
     check_count("all_gather", static_cast<int64_t>(out.nbytes()));
     if (in.numel() == 0) return completed_work();
-    auto w = make_work(str("all_gather of ", in.nbytes(), " bytes per rank (", shape_str(in.shape()), ")"), {in, out}, {});
+    auto w =
+        make_work(str("all_gather of ", in.nbytes(), " bytes per rank (", shape_str(in.shape()), ")"), {in, out}, {});
     const int n = static_cast<int>(in.nbytes());
     start(w, "MPI_Iallgather", [&](MPI_Request* r) {
       return MPI_Iallgather(in.data_ptr(), n, MPI_BYTE, out.data_ptr(), n, MPI_BYTE, comm_, r);
@@ -276,7 +286,8 @@ void MpiWork::wait() {
   SNUG_CHECK(group_ != nullptr, DistributedError, what_,
              ": its process group was destroyed before the collective finished");
   // A broken group's peers are out of step: waiting again would only time out again.
-  SNUG_CHECK(!group_->broken(), DistributedError, what_, ": the process group is broken (an earlier collective "
+  SNUG_CHECK(!group_->broken(), DistributedError, what_,
+             ": the process group is broken (an earlier collective "
              "timed out); end the job");
   const auto t0 = std::chrono::steady_clock::now();
   const auto timeout = group_->timeout();
@@ -310,7 +321,8 @@ void finalize_at_exit() {
     pending += g->pending_count();
   }
   if (pending > 0) {
-    std::fprintf(stderr, "snug: %zu MPI collective(s) still outstanding at exit (a peer rank is gone); aborting the job\n",
+    std::fprintf(stderr,
+                 "snug: %zu MPI collective(s) still outstanding at exit (a peer rank is gone); aborting the job\n",
                  pending);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

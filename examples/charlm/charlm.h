@@ -63,15 +63,15 @@ using Amp = std::optional<DType>;
 // What the flags mean once checked against each other (exit 2 when they do not go together).
 struct Setup {
   int world = 1, rank = 0;
-  bool lead = true;           // rank 0: prints, evaluates and saves
-  int64_t B = 0, T = 0;       // windows per step (per rank), characters per window
+  bool lead = true;      // rank 0: prints, evaluates and saves
+  int64_t B = 0, T = 0;  // windows per step (per rank), characters per window
   int64_t accum = 1, micro_B = 0;
-  bool placed = false;        // --devices: a pipeline over devices (docs/placement.md)
+  bool placed = false;  // --devices: a pipeline over devices (docs/placement.md)
   std::vector<Device> devices;
   int64_t micro_batches = 1;  // of the pipeline
   parallel::Schedule schedule{};
   parallel::Policy placement{};
-  int64_t budget = -1;        // --memory-budget in bytes, or -1
+  int64_t budget = -1;  // --memory-budget in bytes, or -1
   Amp amp;
   uint64_t seed = 0;
 };
@@ -169,7 +169,6 @@ struct Results {
   std::vector<std::size_t> step_peaks;  // per --devices device
 };
 void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const nn::optim::Optimizer& opt,
-                const parallel::Pipeline* pipe, const nn::amp::GradScaler& scaler,
-                const distributed::DataParallel* dp);
+                const parallel::Pipeline* pipe, const nn::amp::GradScaler& scaler, const distributed::DataParallel* dp);
 
 }  // namespace charlm

@@ -81,8 +81,9 @@ void add_flags(CLI::App& app, Flags& f) {
       ->default_str("");
   app.add_option("--optim", f.optim, "optimizer (adamw8bit keeps large tensors' moments in 8 bits)")
       ->check(CLI::IsMember({"adamw", "adamw8bit"}));
-  app.add_option("--amp", f.amp, "mixed precision: autocast forward passes to f16 (with loss scaling) or bf16 "
-                                 "[default: none, f32]")
+  app.add_option("--amp", f.amp,
+                 "mixed precision: autocast forward passes to f16 (with loss scaling) or bf16 "
+                 "[default: none, f32]")
       ->check(CLI::IsMember({"f16", "bf16"}))
       ->default_str("");
   app.add_option("--bucket-mb", f.bucket_mb, "under mpirun: gradient all-reduce bucket size in MiB")
@@ -114,11 +115,13 @@ Setup check_setup(const Flags& fl, int64_t block, int world, int rank) {
   st.placement = parallel::parse_policy(fl.placement);
   SNUG_FLAG_CHECK(st.placed || (!fl.has("micro-batches") && !fl.has("schedule") && !fl.has("placement")),
                   "--micro-batches, --schedule and --placement go with --devices");
-  SNUG_FLAG_CHECK(!st.placed || (st.accum == 1 && (ckpt_mode == "none" || ckpt_mode == "stage") && !fl.has("memory-budget")),
-                  "with --devices, use --micro-batches instead of --accum and --checkpoint none or stage "
-                  "(no --memory-budget; --capacity limits each device)");
+  SNUG_FLAG_CHECK(
+      !st.placed || (st.accum == 1 && (ckpt_mode == "none" || ckpt_mode == "stage") && !fl.has("memory-budget")),
+      "with --devices, use --micro-batches instead of --accum and --checkpoint none or stage "
+      "(no --memory-budget; --capacity limits each device)");
   SNUG_FLAG_CHECK(ckpt_mode != "stage" || st.placed, "--checkpoint stage needs --devices");
-  SNUG_FLAG_CHECK(!st.placed || world == 1, "--devices is not supported with several processes (", world, " ranks) yet");
+  SNUG_FLAG_CHECK(!st.placed || world == 1, "--devices is not supported with several processes (", world,
+                  " ranks) yet");
   SNUG_FLAG_CHECK(st.micro_batches <= st.B, "--micro-batches ", st.micro_batches, " must be at most --batch ", st.B);
   if (fl.has("capacity"))
     for (const Device& d : st.placed ? st.devices : std::vector<Device>{kCPU})

@@ -72,8 +72,8 @@
 #include <snug/data/dataloader.h>
 #include <snug/data/sampler.h>
 #include <snug/memory/allocator.h>
-#include <snug/nn/training_state.h>
 #include <snug/nn/train_loop.h>
+#include <snug/nn/training_state.h>
 
 #include "charlm/charlm.h"
 
@@ -85,9 +85,10 @@ namespace {
 int run(int argc, char** argv) {
   // The command line (flags.cpp).
   Flags fl;
-  CLI::App app{"charlm: trains the W-GPT character-level transformer on a text corpus (tiny shakespeare by default), "
-               "evaluates it and samples from it. See examples/charlm/main.cpp and docs/programs.md.",
-               "charlm"};
+  CLI::App app{
+      "charlm: trains the W-GPT character-level transformer on a text corpus (tiny shakespeare by default), "
+      "evaluates it and samples from it. See examples/charlm/main.cpp and docs/programs.md.",
+      "charlm"};
   cli::init(app);
   add_flags(app, fl);
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
@@ -133,9 +134,11 @@ int run(int argc, char** argv) {
   // r takes windows r, r+N, ...: sample i is drawn from (seed, epoch, i)
   // alone, so the union is what one process with --batch N*B would train on.
   auto windows = std::make_shared<TrainWindows>(corpus.train, T, B * world);
-  data::DataLoader loader(windows, {.batch_size = B, .seed = seed + 1000,
-                                    .sampler = std::make_shared<data::ShardedSampler>(
-                                        B * world, data::ShardOptions{.num_shards = world, .rank = st.rank, .shuffle = false})});
+  data::DataLoader loader(windows,
+                          {.batch_size = B,
+                           .seed = seed + 1000,
+                           .sampler = std::make_shared<data::ShardedSampler>(
+                               B * world, data::ShardOptions{.num_shards = world, .rank = st.rank, .shuffle = false})});
 
   // --save and --resume: the whole training state (nn/training_state.h).
   nn::CheckpointParts parts{&model, &opt, &sched, {{"default", &default_generator()}}};
@@ -150,7 +153,8 @@ int run(int argc, char** argv) {
   // parameters are copied to all first; with --resume they are the same anyway).
   std::optional<distributed::DataParallel> dp;
   if (world > 1)
-    dp.emplace(model, pg, distributed::DataParallelOptions{.bucket_bytes = static_cast<int64_t>(fl.bucket_mb * 1048576.0)});
+    dp.emplace(model, pg,
+               distributed::DataParallelOptions{.bucket_bytes = static_cast<int64_t>(fl.bucket_mb * 1048576.0)});
   if (lead)
     std::fprintf(stderr, "charlm: %s, %lld params, vocab %lld, train %zu / val %zu chars, %d threads%s\n",
                  model.repr().c_str(), (long long)model.num_parameters(), (long long)cfg.vocab, corpus.train.size(),
@@ -171,7 +175,9 @@ int run(int argc, char** argv) {
   // Training-step peaks of the placement's devices (evaluation, which runs
   // the whole batch without a pipeline, is left out: the plan is for steps).
   std::vector<std::size_t> step_peaks(st.devices.size(), 0);
-  auto val_loss_now = [&] { return evaluate(model, logits_of, corpus.val, B * world, T, fl.eval_batches, seed + 2000, st.amp); };
+  auto val_loss_now = [&] {
+    return evaluate(model, logits_of, corpus.val, B * world, T, fl.eval_batches, seed + 2000, st.amp);
+  };
   Tensor x, y;  // (B, T) each
   nn::TrainLoop loop({.steps = steps, .start = start});
   loop.before_step([&](int64_t step) {
@@ -228,14 +234,16 @@ int run(int argc, char** argv) {
   });
   if (lead) {
     loop.every(tty ? 1 : 50, [&](const nn::StepInfo& i) {
-      nn::print_progress(stderr, nn::progress_line(i.step, steps, i.loss, double(B * T * world) / (i.ms / 1000.0),
-                                                   "tok/s", st.placed ? st.devices : std::vector<Device>{kCPU}),
+      nn::print_progress(stderr,
+                         nn::progress_line(i.step, steps, i.loss, double(B * T * world) / (i.ms / 1000.0), "tok/s",
+                                           st.placed ? st.devices : std::vector<Device>{kCPU}),
                          tty);
     });
     loop.evaluate(fl.eval_every, [&](const nn::StepInfo& i) {
       const double v = val_loss_now();
       for (const Device& d : st.devices) memory::reset_peak(d);
-      std::fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\n" : "", (long long)i.step, i.loss, v);
+      std::fprintf(stderr, "%sstep %lld: train loss %.4f, val loss %.4f\n", tty ? "\n" : "", (long long)i.step, i.loss,
+                   v);
       return v;
     });
   }
@@ -257,9 +265,15 @@ int run(int argc, char** argv) {
   if (fl.generate > 0)
     std::fprintf(fl.json ? stderr : stdout, "---- sample ----\n%s\n----------------\n",
                  generate(model, logits_of, corpus, fl.generate, seed + 3000).c_str());
-  const Results r{.val_loss = val_loss, .train_loss = sum.loss, .median_ms = sum.median_ms(),
-                  .median_recompute_ms = nn::TrainSummary{.step_ms = recompute_ms}.median_ms(), .steps = steps,
-                  .skipped_steps = skipped_steps, .checkpoint = fl.checkpoint, .optim = optim.name, .plan = plan,
+  const Results r{.val_loss = val_loss,
+                  .train_loss = sum.loss,
+                  .median_ms = sum.median_ms(),
+                  .median_recompute_ms = nn::TrainSummary{.step_ms = recompute_ms}.median_ms(),
+                  .steps = steps,
+                  .skipped_steps = skipped_steps,
+                  .checkpoint = fl.checkpoint,
+                  .optim = optim.name,
+                  .plan = plan,
                   .step_peaks = step_peaks};
   print_json(r, st, model, opt, pipe ? &*pipe : nullptr, scaler, dp ? &*dp : nullptr);
   return 0;

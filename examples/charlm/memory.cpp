@@ -22,9 +22,11 @@ void place_model(parallel::LayerStack& stack, const Corpus& corpus, const Setup&
   parallel::Placement pl = parallel::plan_placement(sp, st.devices, st.placement, shape);
   parallel::place(stack, pl);
   pipe.emplace(stack, pl,
-               parallel::PipelineOptions{.micro_batches = st.micro_batches, .schedule = st.schedule,
-                                         .checkpoint_stages = checkpoint_stages,
-                                         .threads_per_stage = std::max(1, get_num_threads() / static_cast<int>(st.devices.size()))});
+               parallel::PipelineOptions{
+                   .micro_batches = st.micro_batches,
+                   .schedule = st.schedule,
+                   .checkpoint_stages = checkpoint_stages,
+                   .threads_per_stage = std::max(1, get_num_threads() / static_cast<int>(st.devices.size()))});
   std::fprintf(stderr, "placement (%s, %lld micro-batches): %s\n", parallel::schedule_name(st.schedule),
                (long long)st.micro_batches, pl.str().c_str());
   for (size_t k = 0; k < st.devices.size(); ++k)
@@ -69,10 +71,10 @@ MemoryPlan plan_memory(nn::models::GPT& model, const Corpus& corpus, nn::optim::
   out.predicted_peak = pc.total_peak;
   out.predicted_recompute_ms = pc.recompute_ms * static_cast<double>(accum);
   out.minimum_budget = nn::minimum_budget(prof);
+  if (st.lead) std::fprintf(stderr, "measured on a batch of %lld:\n%s", (long long)st.micro_B, prof.table().c_str());
   if (st.lead)
-    std::fprintf(stderr, "measured on a batch of %lld:\n%s", (long long)st.micro_B, prof.table().c_str());
-  if (st.lead)
-    std::fprintf(stderr, "memory budget %s (minimum %s): plan %s\n%spredicted peak %s, recomputation %.1f ms per step\n",
+    std::fprintf(stderr,
+                 "memory budget %s (minimum %s): plan %s\n%spredicted peak %s, recomputation %.1f ms per step\n",
                  memory::format_bytes(budget).c_str(), memory::format_bytes(out.minimum_budget).c_str(),
                  model.checkpointing.str().c_str(), nn::estimate_memory(prof, model.checkpointing).table().c_str(),
                  memory::format_bytes(pc.total_peak).c_str(), out.predicted_recompute_ms);

@@ -73,10 +73,10 @@ Optimizer make_optimizer(nn::models::GPT& model, const Flags& fl, const std::map
   o.name = optim_name;
   if (optim_name == "adamw8bit")
     o.opt = std::make_unique<nn::optim::AdamW8bit>(std::vector<nn::optim::ParamGroup>{decay, no_decay},
-                                                        nn::optim::AdamW8bitOptions{lr, 0.9, 0.99, 1e-8, 0.1});
+                                                   nn::optim::AdamW8bitOptions{lr, 0.9, 0.99, 1e-8, 0.1});
   else
     o.opt = std::make_unique<nn::optim::AdamW>(std::vector<nn::optim::ParamGroup>{decay, no_decay},
-                                                    nn::optim::AdamWOptions{lr, 0.9, 0.99, 1e-8, 0.1});
+                                               nn::optim::AdamWOptions{lr, 0.9, 0.99, 1e-8, 0.1});
   return o;
 }
 
@@ -90,7 +90,8 @@ double evaluate(nn::models::GPT& model, const LogitsFn& logits_of, const std::ve
   for (int64_t i = 0; i < batches; ++i) {
     auto [x, y] = get_batch(data, B, T, gen);
     Tensor logits = logits_of(x);
-    total += nn::functional::cross_entropy(logits.view({-1, model.cfg.vocab}), y.to(logits.device()).reshape({-1})).item();
+    total +=
+        nn::functional::cross_entropy(logits.view({-1, model.cfg.vocab}), y.to(logits.device()).reshape({-1})).item();
   }
   model.train();
   return total / static_cast<double>(batches);

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "common/cli.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <sstream>
 #include <vector>
 
@@ -25,7 +25,7 @@ class Formatter : public CLI::Formatter {
   std::string make_option_opts(const CLI::Option* opt) const override {
     if (!opt->get_option_text().empty()) return " " + opt->get_option_text();
     if (opt->get_type_size() == 0) return "";  // a flag
-    std::string type = opt->get_type_name();  // "INT", or "INT:<validator>"
+    std::string type = opt->get_type_name();   // "INT", or "INT:<validator>"
     if (const auto colon = type.find(':'); colon != std::string::npos) type = type.substr(colon + 1);
     std::string out = type.empty() ? "" : " " + type;
     if (opt->get_required()) out += " (required)";
@@ -128,7 +128,8 @@ int exit_status(const std::string& prog, const std::exception& e) {
 
 CLI::Validator integer(int64_t lo, int64_t hi) {
   std::string desc = "INT";
-  if (lo == 1 && hi == std::numeric_limits<int64_t>::max()) desc = "INT >= 1";
+  if (lo == 1 && hi == std::numeric_limits<int64_t>::max())
+    desc = "INT >= 1";
   else if (lo != std::numeric_limits<int64_t>::min() && hi == std::numeric_limits<int64_t>::max())
     desc = "INT >= " + std::to_string(lo);
   else if (lo != std::numeric_limits<int64_t>::min())
@@ -141,7 +142,8 @@ CLI::Validator integer(int64_t lo, int64_t hi) {
         if (s.empty() || *end != 0 || errno == ERANGE) return "expects an integer, got " + in_quotes(s);
         if (v < lo || v > hi) {
           if (hi == std::numeric_limits<int64_t>::max())
-            return (lo == 1 ? std::string("must be a positive integer") : "must be an integer >= " + std::to_string(lo)) +
+            return (lo == 1 ? std::string("must be a positive integer")
+                            : "must be an integer >= " + std::to_string(lo)) +
                    ", got " + s;
           return "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + s;
         }
@@ -154,10 +156,14 @@ CLI::Validator integer(int64_t lo, int64_t hi) {
 CLI::Validator number(Range r) {
   const bool has_lo = std::isfinite(r.lo), has_hi = std::isfinite(r.hi);
   std::string range;
-  if (has_lo && has_hi) range = str("in ", r.lo_open ? "(" : "[", num(r.lo), ", ", num(r.hi), r.hi_open ? ")" : "]");
-  else if (has_lo && r.lo_open && r.lo == 0) range = "positive";
-  else if (has_lo) range = str(r.lo_open ? "> " : ">= ", num(r.lo));
-  else if (has_hi) range = str(r.hi_open ? "< " : "<= ", num(r.hi));
+  if (has_lo && has_hi)
+    range = str("in ", r.lo_open ? "(" : "[", num(r.lo), ", ", num(r.hi), r.hi_open ? ")" : "]");
+  else if (has_lo && r.lo_open && r.lo == 0)
+    range = "positive";
+  else if (has_lo)
+    range = str(r.lo_open ? "> " : ">= ", num(r.lo));
+  else if (has_hi)
+    range = str(r.hi_open ? "< " : "<= ", num(r.hi));
   return CLI::Validator(
       [r, range](std::string& s) -> std::string {
         char* end = nullptr;

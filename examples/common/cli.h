@@ -50,9 +50,9 @@ template <class... Args>
 
 // Throws a FlagError (exit 2) with the message unless cond holds; the message
 // should name the flags involved ("--accum 3 must divide --batch 16").
-#define SNUG_FLAG_CHECK(cond, ...)                    \
-  do {                                                \
-    if (!(cond)) ::snug::cli::fail(__VA_ARGS__);      \
+#define SNUG_FLAG_CHECK(cond, ...)               \
+  do {                                           \
+    if (!(cond)) ::snug::cli::fail(__VA_ARGS__); \
   } while (0)
 
 // The convention's settings on a (sub)command: every option's help shows its

@@ -6,13 +6,13 @@
 #include <filesystem>
 
 #include <snug/autograd/grad_mode.h>
+#include <snug/core/raw_int8.h>
 #include <snug/core/safetensors.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/layers.h>
 #include <snug/prune/compact.h>
 #include <snug/prune/prune.h>
 #include <snug/quant/convert.h>
-#include <snug/core/raw_int8.h>
 
 #include "mnist/mnist.h"
 
@@ -63,10 +63,10 @@ void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Fi
     auto rep = prune::compact(net, m.opt.get());
     for (auto& l : rep.layers)
       std::fprintf(g_text, "compact: layer %s: %lld -> %lld channels\n", l.name.c_str(), (long long)l.channels_before,
-                  (long long)l.channels_after);
+                   (long long)l.channels_after);
     std::fprintf(g_text, "compact: parameter bytes %zu -> %zu (%.3fx); test accuracy %.2f%%\n", rep.param_bytes_before,
-                rep.param_bytes_after, double(rep.param_bytes_after) / double(rep.param_bytes_before),
-                100 * accuracy(net, test));
+                 rep.param_bytes_after, double(rep.param_bytes_after) / double(rep.param_bytes_before),
+                 100 * accuracy(net, test));
   }
   const int ft_epochs = a.finetune_epochs < 0 ? 1 : a.finetune_epochs;
   // Retraining after heavy pruning wants the training lr: 90% L1 recovers to
@@ -136,7 +136,7 @@ void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& tr
   nn::Module& q = *m.net;
   const double acc_q = accuracy(q, test);
   std::fprintf(g_text, "quantized (%s): test accuracy %.2f%% (float %.2f%%)\n%s\n", a.quantize.c_str(), 100 * acc_q,
-              100 * acc_float, q.pretty().c_str());
+               100 * acc_float, q.pretty().c_str());
   quant::save_quantized(q_path.string(), q);
   const auto f32_bytes = fs::file_size(f32_path), q_bytes = fs::file_size(q_path);
   // Load into a model quantized the same way from fresh float weights.
@@ -146,7 +146,7 @@ void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& tr
   quant::load_quantized(q_path.string(), *fresh.net);
   const double acc_reload = accuracy(*fresh.net, test);
   std::fprintf(g_text, "saved: float %ju bytes, int8 %ju bytes (%.3fx); reloaded int8 model: test accuracy %.2f%%\n",
-              (uintmax_t)f32_bytes, (uintmax_t)q_bytes, double(q_bytes) / double(f32_bytes), 100 * acc_reload);
+               (uintmax_t)f32_bytes, (uintmax_t)q_bytes, double(q_bytes) / double(f32_bytes), 100 * acc_reload);
   if (!keep) {
     fs::remove(f32_path);
     fs::remove(q_path);
@@ -154,11 +154,11 @@ void quantize_model_and_save(const Args& a, Model& m, const data::MnistSplit& tr
   c.done = true;
   c.accuracy = acc_q;
   c.model_bytes = quant::model_bytes(q);
-  c.json += str(", \"quantize\": \"", a.quantize, "\", \"test_accuracy_float\": ", acc_float,
-                ", \"file_bytes_f32\": ", f32_bytes, ", \"file_bytes_int8\": ", q_bytes,
-                ", \"file_ratio\": ", double(q_bytes) / double(f32_bytes), ", \"reload_test_accuracy\": ", acc_reload,
-                ", \"int8_gemm\": \"", raw::int8_gemm_kernel(), "\"", ", \"layers_quantized\": ",
-                report.converted.size(), ", \"modules_left_float\": ", report.left_float.size());
+  c.json += str(
+      ", \"quantize\": \"", a.quantize, "\", \"test_accuracy_float\": ", acc_float, ", \"file_bytes_f32\": ", f32_bytes,
+      ", \"file_bytes_int8\": ", q_bytes, ", \"file_ratio\": ", double(q_bytes) / double(f32_bytes),
+      ", \"reload_test_accuracy\": ", acc_reload, ", \"int8_gemm\": \"", raw::int8_gemm_kernel(), "\"",
+      ", \"layers_quantized\": ", report.converted.size(), ", \"modules_left_float\": ", report.left_float.size());
   if (!qat_ms.empty()) c.json += str(", \"qat_ms_per_step\": ", median(qat_ms));
 }
 

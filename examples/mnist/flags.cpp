@@ -52,7 +52,8 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--amp", a.amp, "train and evaluate under autocast to f16 (with loss scaling) or bf16 [default: none]")
       ->check(CLI::IsMember({"f16", "bf16"}));
   app.add_flag("--half-params", a.half_params, "with --amp: store the parameters in that dtype (f32 master weights)");
-  app.add_option("--prune", a.prune, "after training, prune: l1:F, random:F, global:F, structured:F (F in [0, 1]) or 2:4")
+  app.add_option("--prune", a.prune,
+                 "after training, prune: l1:F, random:F, global:F, structured:F (F in [0, 1]) or 2:4")
       ->check(cli::accepted_by([](const std::string& s) { parse_prune(s); }, "SPEC"));
   app.add_flag("--compact", a.compact, "with --prune structured:F: physically remove the pruned channels");
   app.add_option("--finetune-epochs", a.finetune_epochs,
@@ -63,8 +64,7 @@ void add_flags(CLI::App& app, Args& a) {
       ->transform(number({.lo = 0}));
   app.add_option("--quantize", a.quantize, "after training, quantize to int8: dynamic, static or qat")
       ->check(CLI::IsMember({"dynamic", "static", "qat"}));
-  app.add_option("--observer", a.observer,
-                 "quantization observer [default: minmax for static, moving_average for qat]")
+  app.add_option("--observer", a.observer, "quantization observer [default: minmax for static, moving_average for qat]")
       ->check(CLI::IsMember({"minmax", "moving_average", "percentile"}));
   app.add_option("--calib", a.calib, "static: calibration images (the first of the training set)")
       ->transform(integer(1));

@@ -99,7 +99,7 @@ struct Trainer {
     const bool decay = args.decay_name == "linear";
     const DType amp_dtype = args.amp == "f16" ? DType::f16 : DType::bf16;
     std::optional<data::DataLoader::Iterator> it;  // into the current epoch
-    double loss_sum = 0, epoch_loss = 0;  // since the last progress line, since the epoch began
+    double loss_sum = 0, epoch_loss = 0;           // since the last progress line, since the epoch began
     int64_t loss_count = 0, epoch_batches = 0, seen = 0, window_samples = 0;
     auto t_window = std::chrono::steady_clock::now();
     nn::TrainLoop loop({.steps = total_steps});
@@ -112,8 +112,8 @@ struct Trainer {
       } else {
         ++*it;
       }
-      SNUG_CHECK(*it != loader.end(), ValueError, "mnist: the loader ended its epoch after ", step % per_epoch,
-                 " of ", per_epoch, " batches");
+      SNUG_CHECK(*it != loader.end(), ValueError, "mnist: the loader ended its epoch after ", step % per_epoch, " of ",
+                 per_epoch, " batches");
       seen += (*it)->size();
       m.opt->set_lr(decay ? lr0 * (1.0 - double(step) / double(total_steps)) : lr0);
     });
@@ -139,19 +139,22 @@ struct Trainer {
       ++epoch_batches;
       window_samples += (*it)->size();
     });
-    loop.every(args.every, [&](const nn::StepInfo& i) {
-      const double sps = double(window_samples * world) / seconds_since(t_window);
-      if (lead)
-        std::fprintf(g_text, "%s epoch %lld step %lld (%lld/%lld): loss %.4f, %.0f samples/s, peak allocated %s\n",
-                     label, (long long)((i.step - 1) / per_epoch + 1), (long long)i.step, (long long)(seen * world),
-                     (long long)n_train, loss_sum / double(loss_count), sps,
-                     memory::format_bytes(memory::peak_allocated(kCPU)).c_str());
-      std::fflush(g_text);
-      loss_sum = 0;
-      loss_count = 0;
-      t_window = std::chrono::steady_clock::now();
-      window_samples = 0;
-    }, /*and_last=*/false);
+    loop.every(
+        args.every,
+        [&](const nn::StepInfo& i) {
+          const double sps = double(window_samples * world) / seconds_since(t_window);
+          if (lead)
+            std::fprintf(g_text, "%s epoch %lld step %lld (%lld/%lld): loss %.4f, %.0f samples/s, peak allocated %s\n",
+                         label, (long long)((i.step - 1) / per_epoch + 1), (long long)i.step, (long long)(seen * world),
+                         (long long)n_train, loss_sum / double(loss_count), sps,
+                         memory::format_bytes(memory::peak_allocated(kCPU)).c_str());
+          std::fflush(g_text);
+          loss_sum = 0;
+          loss_count = 0;
+          t_window = std::chrono::steady_clock::now();
+          window_samples = 0;
+        },
+        /*and_last=*/false);
     loop.every(per_epoch, [&](const nn::StepInfo& i) {
       ++*it;
       SNUG_CHECK(*it == loader.end(), ValueError, "mnist: the loader has more than ", per_epoch, " batches an epoch");
@@ -174,9 +177,10 @@ struct Trainer {
 int run(int argc, char** argv) {
   // The command line (flags.cpp).
   Args parsed;
-  CLI::App app{"mnist: trains an image classifier on MNIST and reports its test accuracy; optionally prunes or "
-               "quantizes it. See examples/mnist/main.cpp and docs/programs.md.",
-               "mnist"};
+  CLI::App app{
+      "mnist: trains an image classifier on MNIST and reports its test accuracy; optionally prunes or "
+      "quantizes it. See examples/mnist/main.cpp and docs/programs.md.",
+      "mnist"};
   cli::init(app);
   add_flags(app, parsed);
   if (const int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
@@ -213,11 +217,12 @@ int run(int argc, char** argv) {
   nn::Module& net = *m.net;
   const int64_t params = net.num_parameters();
   if (lead)
-    std::fprintf(g_text, "mnist: model %s, %lld parameters, %lld training / %lld test images from %s, batch %lld%s, lr %g, "
-                "%d threads\n",
-                args.model.c_str(), (long long)params, (long long)n_train, (long long)test.images.size(0),
-                dir.c_str(), (long long)args.batch, world > 1 ? str(" per rank, ", world, " ranks").c_str() : "",
-                m.opt->lr(), args.threads);
+    std::fprintf(g_text,
+                 "mnist: model %s, %lld parameters, %lld training / %lld test images from %s, batch %lld%s, lr %g, "
+                 "%d threads\n",
+                 args.model.c_str(), (long long)params, (long long)n_train, (long long)test.images.size(0), dir.c_str(),
+                 (long long)args.batch, world > 1 ? str(" per rank, ", world, " ranks").c_str() : "", m.opt->lr(),
+                 args.threads);
 
   // The loader shuffles from the seed every epoch; its order does not depend
   // on the number of workers (NOTE [ DataLoader order and determinism ]).
@@ -227,9 +232,14 @@ int run(int argc, char** argv) {
   std::shared_ptr<const data::Sampler> shard;
   if (world > 1)
     shard = std::make_shared<data::ShardedSampler>(
-        n_train, data::ShardOptions{.num_shards = world, .rank = rank, .shuffle = true, .seed = static_cast<uint64_t>(args.seed)});
-  data::DataLoader loader(dataset, {.batch_size = args.batch, .shuffle = true, .seed = static_cast<uint64_t>(args.seed),
-                                    .num_workers = args.workers, .persistent_workers = true, .sampler = shard});
+        n_train, data::ShardOptions{
+                     .num_shards = world, .rank = rank, .shuffle = true, .seed = static_cast<uint64_t>(args.seed)});
+  data::DataLoader loader(dataset, {.batch_size = args.batch,
+                                    .shuffle = true,
+                                    .seed = static_cast<uint64_t>(args.seed),
+                                    .num_workers = args.workers,
+                                    .persistent_workers = true,
+                                    .sampler = shard});
   const double base_lr = m.opt->lr();
   m.base_lr = base_lr;
   const DType amp_dtype = args.amp == "f16" ? DType::f16 : DType::bf16;
@@ -242,8 +252,15 @@ int run(int argc, char** argv) {
   scaler.name_parameters(net.named_parameters());
 
   // Training, then --prune / --quantize (compress.cpp), which fine-tune with the same trainer.
-  Trainer trainer{.args = args, .m = m, .loader = loader, .test = test, .scaler = scaler, .world = world,
-                  .lead = lead, .n_train = n_train, .t_start = std::chrono::steady_clock::now()};
+  Trainer trainer{.args = args,
+                  .m = m,
+                  .loader = loader,
+                  .test = test,
+                  .scaler = scaler,
+                  .world = world,
+                  .lead = lead,
+                  .n_train = n_train,
+                  .t_start = std::chrono::steady_clock::now()};
   memory::reset_peak(kCPU);
   const Phase main_phase = trainer.run(net, args.epochs, base_lr, "train");
   const std::size_t model_bytes_before = prune::parameter_bytes(net) + prune::buffer_bytes(net);
@@ -256,17 +273,18 @@ int run(int argc, char** argv) {
   const double median_ms = median(main_phase.step_ms);
   const double total_s = seconds_since(trainer.t_start);
   if (args.json && lead) {
-    std::printf("{\"model\": \"%s\", \"epochs\": %d, \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
-                "\"test_accuracy\": %.4f, \"train_loss\": %.4f, \"loss_first\": %.4f, \"ms_per_step\": %.3f, "
-                "\"samples_per_s\": %.1f, \"params\": %lld, \"peak_allocated_bytes\": %zu, \"seconds\": %.1f, "
-                "\"test_accuracy_before\": %.4f, \"model_bytes\": %zu, \"model_bytes_before\": %zu, \"amp\": \"%s\", "
-                "\"half_params\": %s, \"loss_scale\": %.1f, \"skipped_steps\": %lld, \"world_size\": %d%s}\n",
-                args.model.c_str(), args.epochs, (long long)main_phase.steps, (long long)args.batch, args.threads, acc,
-                main_phase.last_epoch_loss, main_phase.loss_first, median_ms,
-                median_ms > 0 ? 1e3 * double(args.batch * world) / median_ms : 0, (long long)params,
-                trainer.train_peak, total_s, main_phase.accuracy, c.done ? c.model_bytes : model_bytes_before,
-                model_bytes_before, args.amp.empty() ? "none" : args.amp.c_str(), args.half_params ? "true" : "false",
-                scaler.get_scale(), (long long)trainer.skipped, world, c.json.c_str());
+    std::printf(
+        "{\"model\": \"%s\", \"epochs\": %d, \"steps\": %lld, \"batch\": %lld, \"threads\": %d, "
+        "\"test_accuracy\": %.4f, \"train_loss\": %.4f, \"loss_first\": %.4f, \"ms_per_step\": %.3f, "
+        "\"samples_per_s\": %.1f, \"params\": %lld, \"peak_allocated_bytes\": %zu, \"seconds\": %.1f, "
+        "\"test_accuracy_before\": %.4f, \"model_bytes\": %zu, \"model_bytes_before\": %zu, \"amp\": \"%s\", "
+        "\"half_params\": %s, \"loss_scale\": %.1f, \"skipped_steps\": %lld, \"world_size\": %d%s}\n",
+        args.model.c_str(), args.epochs, (long long)main_phase.steps, (long long)args.batch, args.threads, acc,
+        main_phase.last_epoch_loss, main_phase.loss_first, median_ms,
+        median_ms > 0 ? 1e3 * double(args.batch * world) / median_ms : 0, (long long)params, trainer.train_peak,
+        total_s, main_phase.accuracy, c.done ? c.model_bytes : model_bytes_before, model_bytes_before,
+        args.amp.empty() ? "none" : args.amp.c_str(), args.half_params ? "true" : "false", scaler.get_scale(),
+        (long long)trainer.skipped, world, c.json.c_str());
   }
   return 0;
 }

@@ -27,7 +27,7 @@ struct Args {
   std::string model = "cnn";
   int epochs = 1;
   int64_t batch = 64;
-  double lr = 0;  // 0: the model's default
+  double lr = 0;                      // 0: the model's default
   std::string decay_name = "linear";  // linear decay of the lr to 0 over the run, or none
   int workers = 1;
   std::string data;
@@ -39,8 +39,8 @@ struct Args {
   std::string amp;  // "", "f16" or "bf16"
   bool half_params = false;
   // Compression (docs/compression.md).
-  std::string prune;        // "l1:0.9", "random:0.5", "global:0.9", "structured:0.5", "2:4"
-  bool compact = false;     // after structured pruning: physically remove the pruned channels
+  std::string prune;         // "l1:0.9", "random:0.5", "global:0.9", "structured:0.5", "2:4"
+  bool compact = false;      // after structured pruning: physically remove the pruned channels
   int finetune_epochs = -1;  // after pruning or for QAT; -1: 1 when pruning or with qat, else 0
   double finetune_lr = 0;    // 0: after pruning the model's lr (a short retraining), for QAT a third of it
   std::string quantize;      // dynamic | static | qat

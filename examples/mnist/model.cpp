@@ -27,8 +27,8 @@ Model make_model(const Args& a) {
     if (lr == 0) lr = 0.05;
   } else if (a.model == "vit") {
     m.net = nn::models::make_vit();
-    m.opt = std::make_unique<nn::optim::AdamW>(m.net->parameters(),
-                                               nn::optim::AdamWOptions{.lr = lr == 0 ? 1e-3 : lr, .weight_decay = 0.01});
+    m.opt = std::make_unique<nn::optim::AdamW>(
+        m.net->parameters(), nn::optim::AdamWOptions{.lr = lr == 0 ? 1e-3 : lr, .weight_decay = 0.01});
     return m;
   } else {
     cli::fail("unknown --model ", a.model, " (expected cnn, mlp, mobilenet or vit)");  // add_flags checks it first

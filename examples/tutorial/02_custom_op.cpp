@@ -4,9 +4,9 @@
 // the math once in SNUG_HOST_DEVICE functors, a CPU loop that instantiates
 // them, and an autograd record with the backward beside the forward.
 // The op is softsign(x) = x / (1 + |x|). Exits 1 if a check fails.
-#include <snug/snug.h>
-#include <snug/base/macros.h>  // SNUG_HOST_DEVICE, SNUG_INLINE
+#include <snug/base/macros.h>    // SNUG_HOST_DEVICE, SNUG_INLINE
 #include <snug/core/functors.h>  // fmath:: (math usable on host and device)
+#include <snug/snug.h>
 
 #include <iostream>
 
@@ -15,11 +15,15 @@ using namespace snug;
 // ---- the math, once (as in core/functors.h) ----
 // C is the compute type: float for f16/bf16 storage, else the storage type.
 struct SoftsignF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const { return x / (C(1) + fmath::fabs(x)); }
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C x) const {
+    return x / (C(1) + fmath::fabs(x));
+  }
 };
 // d softsign / dx = 1 / (1 + |x|)^2, times the incoming gradient g.
 struct SoftsignBackwardF {
-  template <class C> SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
+  template <class C>
+  SNUG_HOST_DEVICE SNUG_INLINE C operator()(C g, C x) const {
     const C d = C(1) + fmath::fabs(x);
     return g / (d * d);
   }
@@ -87,7 +91,7 @@ int main() {
   // ---- autograd in four lines: requires_grad, ops, backward, .grad() ----
   Tensor w = randn({3});
   w.requires_grad_();
-  Tensor loss = (w * w).sum();                   // d loss / dw = 2w
+  Tensor loss = (w * w).sum();  // d loss / dw = 2w
   loss.backward();
   std::cout << "loss was made by " << loss.grad_fn()->name() << "; w.grad() = " << w.grad() << "\n";
   expect(max_diff(w.grad(), w * 2.0) == 0, "backward of sum(w * w) is 2w");
@@ -95,7 +99,7 @@ int main() {
   // ---- the new op: forward matches the composed formula ----
   Tensor x = randn({4, 5});
   expect(max_diff(softsign(x), x / (1.0 + abs(x))) < 1e-6, "softsign(x) == x / (1 + |x|)");
-  Tensor h = softsign(x.to(kBFloat16));          // the same functor, computing in float
+  Tensor h = softsign(x.to(kBFloat16));  // the same functor, computing in float
   expect(h.dtype() == kBFloat16, "softsign keeps bf16 storage");
   Tensor y = softsign(x.detach().requires_grad_());
   expect(y.grad_fn() && std::string(y.grad_fn()->name()) == "softsign", "softsign records its own node");
@@ -111,7 +115,7 @@ int main() {
   expect(!bad.ok, "gradcheck rejects the wrong derivative");
 
   // ---- training with it: a 1-32-1 network with softsign fits y = x^2 - 1 ----
-  Tensor xs = rand({256, 1}) * 4.0 - 2.0;        // (256, 1) in [-2, 2)
+  Tensor xs = rand({256, 1}) * 4.0 - 2.0;  // (256, 1) in [-2, 2)
   Tensor ys = xs * xs - 1.0;
   Tensor w1 = (randn({1, 32}) * 2.0).requires_grad_(), b1 = zeros({32}).requires_grad_();
   Tensor w2 = (randn({32, 1}) * 0.2).requires_grad_(), b2 = zeros({1}).requires_grad_();
@@ -120,9 +124,9 @@ int main() {
     Tensor pred = matmul(softsign(matmul(xs, w1) + b1), w2) + b2;  // (256, 1)
     Tensor l = ((pred - ys) * (pred - ys)).mean();
     for (Tensor* p : {&w1, &b1, &w2, &b2}) p->set_grad(Tensor());  // forget the last step's gradients
-    l.backward();                                // softsign's backward runs in here
+    l.backward();                                                  // softsign's backward runs in here
     {
-      NoGradGuard no_grad;                       // the update itself is not recorded
+      NoGradGuard no_grad;  // the update itself is not recorded
       for (Tensor* p : {&w1, &b1, &w2, &b2}) p->sub_(p->grad(), 0.1);
     }
     if (step == 0) first = l.item();

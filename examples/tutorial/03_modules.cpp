@@ -16,9 +16,10 @@ class CircleNet : public nn::Module {
  public:
   explicit CircleNet(int64_t hidden) : Module("CircleNet") {
     // The bound form (name, member, module): forward calls the typed member.
-    register_module("body", body, std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(2, hidden), std::make_shared<nn::ReLU>(),
-        std::make_shared<nn::Linear>(hidden, hidden), std::make_shared<nn::ReLU>()}));
+    register_module("body", body,
+                    std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+                        std::make_shared<nn::Linear>(2, hidden), std::make_shared<nn::ReLU>(),
+                        std::make_shared<nn::Linear>(hidden, hidden), std::make_shared<nn::ReLU>()}));
     register_module("head", head, std::make_shared<nn::Linear>(hidden, 2));
   }
   // x (N, 2) -> logits (N, 2)
@@ -30,13 +31,13 @@ class CircleNet : public nn::Module {
 
 // n points in [-2, 2)^2, labelled 1 inside the circle of radius 1.2.
 std::pair<Tensor, Tensor> make_points(int64_t n) {
-  Tensor x = rand({n, 2}) * 4.0 - 2.0;                       // (n, 2)
-  Tensor inside = (x * x).sum({1}) < 1.44;                   // (n) bool
-  return {x, inside.to(kInt64)};                             // cross_entropy wants i64 classes
+  Tensor x = rand({n, 2}) * 4.0 - 2.0;      // (n, 2)
+  Tensor inside = (x * x).sum({1}) < 1.44;  // (n) bool
+  return {x, inside.to(kInt64)};            // cross_entropy wants i64 classes
 }
 
 double accuracy(nn::Module& model, const Tensor& x, const Tensor& y) {
-  NoGradGuard no_grad;                                       // evaluation records no graph
+  NoGradGuard no_grad;  // evaluation records no graph
   Tensor hits = (model.forward(x).argmax(1) == y).to(kFloat32);
   return hits.mean().item();
 }
@@ -50,7 +51,8 @@ int main() {
   manual_seed(0);  // parameters are initialised from the default generator
   auto model = std::make_shared<CircleNet>(32);
   std::cout << model->pretty() << "\n" << model->num_parameters() << " parameters:\n";
-  for (const auto& [name, p] : model->named_parameters()) std::cout << "  " << name << " " << shape_str(p.shape()) << "\n";
+  for (const auto& [name, p] : model->named_parameters())
+    std::cout << "  " << name << " " << shape_str(p.shape()) << "\n";
 
   auto [x_train, y_train] = make_points(1024);
   auto [x_test, y_test] = make_points(512);
@@ -60,9 +62,9 @@ int main() {
   model->train();
   double first = 0, last = 0;
   for (int step = 0; step < 200; ++step) {
-    Tensor logits = model->forward(x_train);                 // (1024, 2)
+    Tensor logits = model->forward(x_train);  // (1024, 2)
     Tensor loss = nn::functional::cross_entropy(logits, y_train);
-    opt.zero_grad();                                         // gradients add up otherwise
+    opt.zero_grad();  // gradients add up otherwise
     loss.backward();
     opt.step();
     (step == 0 ? first : last) = loss.item();
@@ -78,9 +80,9 @@ int main() {
   const std::string path = "tutorial_03_circle.safetensors";
   save_safetensors(path, model->state_dict());
   manual_seed(123);
-  auto fresh = std::make_shared<CircleNet>(32);              // other random weights
+  auto fresh = std::make_shared<CircleNet>(32);  // other random weights
   expect(accuracy(*fresh, x_test, y_test) != acc, "a fresh model predicts differently");
-  fresh->load_state_dict(load_safetensors(path).tensors);    // strict: names and shapes must match
+  fresh->load_state_dict(load_safetensors(path).tensors);  // strict: names and shapes must match
   fresh->eval();
   expect(accuracy(*fresh, x_test, y_test) == acc, "the loaded model predicts exactly as the saved one");
 

@@ -18,7 +18,7 @@ class TokenSequences : public data::Dataset {
   data::Sample get(int64_t i) const override {
     Generator gen(data::mix_seed(2024, static_cast<uint64_t>(i)));  // a generator of its own
     const int64_t len = 3 + i % 10;
-    Tensor tokens = randint(0, 10, {len}, kInt64, &gen);            // (len) i64
+    Tensor tokens = randint(0, 10, {len}, kInt64, &gen);                 // (len) i64
     Tensor label = ((tokens < 5).to(kFloat32).mean() > 0.5).to(kInt64);  // () i64
     return {tokens, label};
   }

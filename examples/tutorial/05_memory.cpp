@@ -18,8 +18,8 @@ int main() {
     failures += ok ? 0 : 1;
   };
   const Device dev("cpu:1");
-  memory::set_capacity(dev, 8 << 20);            // cpu:1 may reserve 8 MiB, no more
-  memory::record_history(true);                  // keep every alloc/free event from now on
+  memory::set_capacity(dev, 8 << 20);  // cpu:1 may reserve 8 MiB, no more
+  memory::record_history(true);        // keep every alloc/free event from now on
 
   // ---- one training step on cpu:1, each part under its tag ----
   // Tags come from the scope that allocates: the engine tags gradients and
@@ -31,7 +31,7 @@ int main() {
     memory::TagScope scope(memory::Tag::parameter);
     model = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
         std::make_shared<nn::Linear>(256, 512), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(512, 10)});
-    model->to(dev);                              // the copies on cpu:1 are made in this scope
+    model->to(dev);  // the copies on cpu:1 are made in this scope
   }
   nn::optim::AdamW opt(model->parameters());
   Tensor x, y;
@@ -46,9 +46,9 @@ int main() {
     loss = nn::functional::cross_entropy(model->forward(x), y);  // saves what backward needs
   }
   const int64_t saved = tag(memory::Tag::activation);
-  loss.backward();                               // frees saved tensors as it goes; gradients appear
+  loss.backward();  // frees saved tensors as it goes; gradients appear
   const int64_t after_backward = tag(memory::Tag::activation);
-  opt.step();                                    // the first step creates AdamW's two moments
+  opt.step();  // the first step creates AdamW's two moments
   loss = Tensor();
 
   // ---- the numbers: allocated (live), reserved (held from the system), peak ----
@@ -58,7 +58,8 @@ int main() {
             << ", reserved " << format_bytes(st.reserved_bytes.current) << ", peak "
             << format_bytes(st.allocated_bytes.peak) << "\nat the peak:";
   for (int t = 0; t < memory::kNumTags; ++t)
-    if (st.tag_at_peak[t] > 0) std::cout << " " << memory::tag_name(memory::Tag(t)) << " " << format_bytes(st.tag_at_peak[t]);
+    if (st.tag_at_peak[t] > 0)
+      std::cout << " " << memory::tag_name(memory::Tag(t)) << " " << format_bytes(st.tag_at_peak[t]);
   std::cout << "\n";
   const int64_t param_bytes = int64_t(prune::parameter_bytes(*model)), n_params = 4;
   expect(tag(memory::Tag::parameter) >= param_bytes && tag(memory::Tag::parameter) < param_bytes + 512 * n_params,
@@ -67,7 +68,8 @@ int main() {
   expect(tag(memory::Tag::gradient) == tag(memory::Tag::parameter) &&
              tag(memory::Tag::optimizer_state) == 2 * tag(memory::Tag::parameter),
          "after a step: one gradient per parameter, and AdamW's state is twice the parameters");
-  expect(st.reserved_bytes.current >= st.allocated_bytes.current, "reserved >= allocated (the cache keeps freed blocks)");
+  expect(st.reserved_bytes.current >= st.allocated_bytes.current,
+         "reserved >= allocated (the cache keeps freed blocks)");
   std::cout << memory::summary(dev);
 
   // ---- out of memory: a request that cpu:1's 8 MiB cannot hold ----
@@ -85,8 +87,8 @@ int main() {
   // ---- the history: a snapshot (the step, then the OOM) that tools/memory_timeline.py draws ----
   memory::dump_snapshot(dev, "tutorial_05_snapshot.json");
   memory::Snapshot snap = memory::load_snapshot("tutorial_05_snapshot.json");
-  std::cout << "snapshot: " << snap.devices.at(0).events.size() << " events, "
-            << snap.devices.at(0).segments.size() << " segments\n";
+  std::cout << "snapshot: " << snap.devices.at(0).events.size() << " events, " << snap.devices.at(0).segments.size()
+            << " segments\n";
   const auto& events = snap.devices.at(0).events;
   expect(events.size() > 10, "the history recorded the step's allocations");
   expect(events.back().action == memory::Action::oom, "...and, last, the failed request");

@@ -74,7 +74,7 @@ int main() {
   const Cost plain = cost_of([&] { return loss_of(model->forward(x), y); });
   std::vector<Tensor> g_plain;
   for (const Tensor& p : model->parameters()) g_plain.push_back(p.grad());
-  model->zero_grad();                             // set_to_none: each run starts without gradients
+  model->zero_grad();  // set_to_none: each run starts without gradients
   // The largest difference between the gradients now and the baseline's; clears them.
   auto grad_diff = [&] {
     double d = 0;
@@ -91,7 +91,7 @@ int main() {
 
   // ---- 2. gradient accumulation: 4 micro-batches of 256, the gradients of one batch of 1024 ----
   const int64_t accum = peak_during([&] {
-    auto acc = nn::GradAccumulator::equal(4);     // each micro-batch loss is scaled by 1/4
+    auto acc = nn::GradAccumulator::equal(4);  // each micro-batch loss is scaled by 1/4
     auto xs = nn::split_batch(x, 4), ys = nn::split_batch(y, 4);
     for (int k = 0; k < 4; ++k) acc.backward(loss_of(model->forward(xs[k]), ys[k]));
   });
@@ -101,8 +101,8 @@ int main() {
   // ---- 3. mixed precision: matmuls in bf16 (and f16 with a GradScaler) ----
   double loss16 = 0;
   const Cost bf16 = cost_of([&] {
-    AutocastGuard autocast(kBFloat16);            // the forward only; backward follows the recorded dtypes
-    Tensor l = loss_of(model->forward(x), y);     // the loss is computed in f32 (autocast widens it)
+    AutocastGuard autocast(kBFloat16);         // the forward only; backward follows the recorded dtypes
+    Tensor l = loss_of(model->forward(x), y);  // the loss is computed in f32 (autocast widens it)
     loss16 = l.item();
     return l;
   });
@@ -113,7 +113,7 @@ int main() {
   expect(std::abs(loss16 - loss32) < 0.02 * loss32, "the bf16 loss is within 2% of the f32 loss");
   {
     nn::optim::AdamW opt(model->parameters());
-    nn::amp::GradScaler scaler;                   // f16 has a narrow range: scale the loss up first
+    nn::amp::GradScaler scaler;  // f16 has a narrow range: scale the loss up first
     for (int step = 0; step < 3; ++step) {
       Tensor l;
       {
@@ -122,10 +122,11 @@ int main() {
       }
       opt.zero_grad();
       scaler.scale(l).backward();
-      scaler.step(opt);                           // unscales; skips the step if a gradient overflowed
+      scaler.step(opt);  // unscales; skips the step if a gradient overflowed
       scaler.update();
     }
-    std::cout << "f16 + GradScaler: scale " << scaler.get_scale() << ", skipped steps " << scaler.skipped_steps() << "\n";
+    std::cout << "f16 + GradScaler: scale " << scaler.get_scale() << ", skipped steps " << scaler.skipped_steps()
+              << "\n";
     expect(scaler.skipped_steps() == 0, "no f16 step overflowed");
   }
 
@@ -143,7 +144,7 @@ int main() {
   // ---- 5. pruning: half of every hidden layer's outputs, then compaction ----
   auto pruned = make_model();
   for (int i = 0; i < kDepth; ++i) prune::output_channels(*(*pruned)[2 * i], 0.5);  // the Linears
-  prune::remove_all(*pruned);                     // keep the zeros, drop the masks
+  prune::remove_all(*pruned);                                                       // keep the zeros, drop the masks
   Tensor before = pruned->forward(x);
   prune::CompactReport r = prune::compact(*pruned);
   report("pruning 50% + compact: parameters", int64_t(r.param_bytes_before), int64_t(r.param_bytes_after));
@@ -152,12 +153,12 @@ int main() {
   report("pruning 50% + compact: a step", plain.peak, step_pruned);
 
   // ---- 6. quantization: int8 weights for inference ----
-  auto q = make_model(kCPU);                      // the int8 kernels run on the host (cpu:0)
+  auto q = make_model(kCPU);  // the int8 kernels run on the host (cpu:0)
   q->eval();
   NoGradGuard no_grad;
   const Tensor xc = x.to(kCPU), ref = q->forward(xc);
   const int64_t float_bytes = int64_t(quant::model_bytes(*q));
-  quant::quantize_dynamic(*q);                    // Linear -> QuantizedLinear, in place
+  quant::quantize_dynamic(*q);  // Linear -> QuantizedLinear, in place
   report("quantize_dynamic: model bytes", float_bytes, int64_t(quant::model_bytes(*q)));
   const double rel = max_diff(q->forward(xc), ref) / amax(abs(ref)).item();
   std::cout << "int8 output vs f32: largest difference " << rel * 100 << "% of the largest output\n";

@@ -7,8 +7,8 @@
 
 #include <snug/autograd/grad_mode.h>
 #include <snug/autograd/ops.h>
-#include <snug/core/raw_ops.h>
 #include <snug/core/backend.h>
+#include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
 
 namespace snug::nn::amp {
@@ -20,8 +20,8 @@ GradScaler::GradScaler(GradScalerOptions o) : options(o), enabled_(o.enabled), s
   SNUG_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, ValueError,
              "GradScaler: backoff_factor must be in (0, 1), got ", o.backoff_factor);
   SNUG_CHECK(o.growth_interval >= 1, ValueError, "GradScaler: growth_interval must be >= 1, got ", o.growth_interval);
-  SNUG_CHECK(o.min_scale >= 0 && o.min_scale <= o.max_scale, ValueError, "GradScaler: need 0 <= min_scale <= max_scale, got ",
-             o.min_scale, " and ", o.max_scale);
+  SNUG_CHECK(o.min_scale >= 0 && o.min_scale <= o.max_scale, ValueError,
+             "GradScaler: need 0 <= min_scale <= max_scale, got ", o.min_scale, " and ", o.max_scale);
   scale_ = std::clamp(scale_, o.min_scale, o.max_scale);
 }
 
@@ -101,8 +101,8 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
       const Tensor& p = groups[e.gi].params[e.pi];
       auto it = names_.find(p.impl());
       std::string who = it != names_.end() ? it->second : (p.name().empty() ? std::string() : p.name());
-      report += str(bad ? ", " : "", who.empty() ? str("group ", e.gi, " parameter ", e.pi) : who, " ",
-                    shape_str(p.shape()));
+      report +=
+          str(bad ? ", " : "", who.empty() ? str("group ", e.gi, " parameter ", e.pi) : who, " ", shape_str(p.shape()));
     }
     ++bad;
   }
@@ -167,14 +167,16 @@ void GradScaler::load_state_dict(const NamedTensors& sd) {
     return it->second.item();
   };
   const double s = get("scale");
-  SNUG_CHECK(s > 0 && std::isfinite(s), ValueError, "GradScaler::load_state_dict: scale must be positive and finite, got ", s);
+  SNUG_CHECK(s > 0 && std::isfinite(s), ValueError,
+             "GradScaler::load_state_dict: scale must be positive and finite, got ", s);
   GradScalerOptions o = options;
   o.growth_factor = get("growth_factor");
   o.backoff_factor = get("backoff_factor");
   o.growth_interval = static_cast<int64_t>(get("growth_interval"));
   o.min_scale = get("min_scale");
   o.max_scale = get("max_scale");
-  const int64_t tracker = static_cast<int64_t>(get("growth_tracker")), skipped = static_cast<int64_t>(get("skipped_steps"));
+  const int64_t tracker = static_cast<int64_t>(get("growth_tracker")),
+                skipped = static_cast<int64_t>(get("skipped_steps"));
   GradScaler check(o);  // validates the options before anything is replaced
   options = o;
   scale_ = s;

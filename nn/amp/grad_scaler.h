@@ -36,9 +36,9 @@ struct GradScalerOptions {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
-  double min_scale = 0.0;  // clamps after backoff; 0 = none
+  double min_scale = 0.0;                                      // clamps after backoff; 0 = none
   double max_scale = std::numeric_limits<double>::infinity();  // clamps after growth
-  bool enabled = true;  // disabled: scale() is the identity, step() just steps
+  bool enabled = true;                                         // disabled: scale() is the identity, step() just steps
 };
 
 class GradScaler {

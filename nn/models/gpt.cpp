@@ -16,7 +16,8 @@ namespace F = functional;
 // Fix: one combined check used to report every invalid config (layers 0,
 // block 0, ...) as "embd must be a multiple of heads".
 void GPTConfig::validate() const {
-  for (auto [field, v] : {std::pair{"vocab", vocab}, {"block", block}, {"layers", layers}, {"heads", heads}, {"embd", embd}})
+  for (auto [field, v] :
+       {std::pair{"vocab", vocab}, {"block", block}, {"layers", layers}, {"heads", heads}, {"embd", embd}})
     SNUG_CHECK(v >= 1, ValueError, "GPTConfig: ", field, " must be >= 1, got ", v);
   SNUG_CHECK(embd % heads == 0, ValueError, "GPTConfig: embd ", embd, " must be a multiple of heads ", heads,
              " (each head gets embd / heads channels)");
@@ -26,7 +27,7 @@ void GPTConfig::validate() const {
 std::map<std::string, std::string> GPTConfig::to_metadata() const {
   char d[32];
   std::snprintf(d, sizeof d, "%.17g", dropout);  // round-trips every double
-  return {{"gpt.vocab", std::to_string(vocab)}, {"gpt.block", std::to_string(block)},
+  return {{"gpt.vocab", std::to_string(vocab)},   {"gpt.block", std::to_string(block)},
           {"gpt.layers", std::to_string(layers)}, {"gpt.heads", std::to_string(heads)},
           {"gpt.embd", std::to_string(embd)},     {"gpt.dropout", d}};
 }
@@ -36,8 +37,11 @@ std::optional<GPTConfig> GPTConfig::from_metadata(const std::map<std::string, st
   auto any = md.lower_bound("gpt.");
   if (any == md.end() || any->first.rfind("gpt.", 0) != 0) return std::nullopt;
   GPTConfig c;
-  for (auto [key, field] : {std::pair{"gpt.vocab", &c.vocab}, {"gpt.block", &c.block}, {"gpt.layers", &c.layers},
-                            {"gpt.heads", &c.heads}, {"gpt.embd", &c.embd}}) {
+  for (auto [key, field] : {std::pair{"gpt.vocab", &c.vocab},
+                            {"gpt.block", &c.block},
+                            {"gpt.layers", &c.layers},
+                            {"gpt.heads", &c.heads},
+                            {"gpt.embd", &c.embd}}) {
     auto it = md.find(key);
     SNUG_CHECK(it != md.end(), IOError, source, ": the model configuration has no \"", key, "\"");
     const std::string& s = it->second;

@@ -8,9 +8,9 @@
 
 #include <snug/nn/attention.h>
 #include <snug/nn/checkpoint_sequential.h>
-#include <snug/nn/planner.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/module.h>
+#include <snug/nn/planner.h>
 
 namespace snug::nn::models {
 

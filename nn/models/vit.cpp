@@ -22,11 +22,11 @@ VisionTransformer::VisionTransformer(ViTConfig c) : Module("VisionTransformer"),
 }
 
 Tensor VisionTransformer::forward(const Tensor& x) {
-  SNUG_CHECK(x.dim() == 4 && x.size(1) == cfg.channels && x.size(2) == cfg.image && x.size(3) == cfg.image,
-             ShapeError, "VisionTransformer: expected input (N, ", cfg.channels, ", ", cfg.image, ", ", cfg.image,
-             "), got ", shape_str(x.shape()));
+  SNUG_CHECK(x.dim() == 4 && x.size(1) == cfg.channels && x.size(2) == cfg.image && x.size(3) == cfg.image, ShapeError,
+             "VisionTransformer: expected input (N, ", cfg.channels, ", ", cfg.image, ", ", cfg.image, "), got ",
+             shape_str(x.shape()));
   const int64_t N = x.size(0);
-  Tensor p = patch_embed->forward(x).flatten(2).transpose(1, 2);       // (N, patches, dim)
+  Tensor p = patch_embed->forward(x).flatten(2).transpose(1, 2);          // (N, patches, dim)
   Tensor h = cat({cls_token.expand({N, 1, cfg.dim}), p}, 1) + pos_embed;  // (N, 1 + patches, dim)
   for (const auto& b : *blocks) h = b->forward(h);
   return head->forward(ln_f->forward(h).select(1, 0));  // the class token -> (N, classes)

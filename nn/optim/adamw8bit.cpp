@@ -155,8 +155,7 @@ void AdamW8bit::step() {
     const float b1 = float(hyper(g, "beta1")), b2 = float(hyper(g, "beta2"));
     const float eps = float(hyper(g, "eps"));
     const double bc1 = 1 - std::pow(double(b1), t), bc2 = 1 - std::pow(double(b2), t);
-    const float decay = float(1 - lr * wd), step_size = float(lr / bc1),
-                inv_sqrt_bc2 = float(1 / std::sqrt(bc2));
+    const float decay = float(1 - lr * wd), step_size = float(lr / bc1), inv_sqrt_bc2 = float(1 / std::sqrt(bc2));
     for (size_t pi = 0; pi < g.params.size(); ++pi) {
       Tensor p = g.params[pi];
       Tensor grad = p.grad();
@@ -235,14 +234,13 @@ void AdamW8bit::select_param_state(const Tensor& param, int64_t dim, const Tenso
       auto& st = state_[gi][pi];
       memory::TagScope tag(memory::Tag::optimizer_state);
       if (st.count("exp_avg")) {
-        for (const char* k : {"exp_avg", "exp_avg_sq"})
-          st[k] = raw::contiguous(raw::index_select(st[k], dim, index));
+        for (const char* k : {"exp_avg", "exp_avg_sq"}) st[k] = raw::contiguous(raw::index_select(st[k], dim, index));
         continue;
       }
       if (!st.count("exp_avg_q")) continue;
       const int64_t n_old = numel_of(old_shape), block = defaults.block_size;
-      for (auto [q, a, is_signed] : {std::tuple{"exp_avg_q", "exp_avg_absmax", true},
-                                     std::tuple{"exp_avg_sq_q", "exp_avg_sq_absmax", false}}) {
+      for (auto [q, a, is_signed] :
+           {std::tuple{"exp_avg_q", "exp_avg_absmax", true}, std::tuple{"exp_avg_sq_q", "exp_avg_sq_absmax", false}}) {
         const auto& map = is_signed ? signed_map() : unsigned_map();
         Tensor full_f = empty(old_shape, DType::f32);
         dequantize_blockwise(st[q].data<uint8_t>(), st[a].data<float>(), n_old, block, map, full_f.data<float>());

@@ -63,8 +63,8 @@ void Optimizer::add_param_group(ParamGroup g) {
 // The checks every optimizer shares; subclasses add their own options'.
 void Optimizer::check_group(const ParamGroup& g, const std::string& where) const {
   const double lr = hyper(g, "lr"), wd = hyper(g, "weight_decay");
-  SNUG_CHECK(lr >= 0 && std::isfinite(lr), ValueError, name(), ": learning rate must be finite and >= 0, got ", lr, " (",
-             where, ")");
+  SNUG_CHECK(lr >= 0 && std::isfinite(lr), ValueError, name(), ": learning rate must be finite and >= 0, got ", lr,
+             " (", where, ")");
   SNUG_CHECK(wd >= 0 && std::isfinite(wd), ValueError, name(), ": weight_decay must be finite and >= 0, got ", wd, " (",
              where, ")");
 }
@@ -253,12 +253,12 @@ void Optimizer::load_state_dict(const NamedTensors& sd) {
     size_t a = k.find('.', 6), b = a == std::string::npos ? a : k.find('.', a + 1);
     SNUG_CHECK(b != std::string::npos, ValueError, name(), ".load_state_dict: malformed key \"", k, "\"");
     size_t gi = index(k, 6, a), pi = index(k, a + 1, b);
-    SNUG_CHECK(gi < groups_.size() && pi < groups_[gi].params.size(), ValueError, name(),
-               ".load_state_dict: key \"", k, "\" refers to a parameter that does not exist");
+    SNUG_CHECK(gi < groups_.size() && pi < groups_[gi].params.size(), ValueError, name(), ".load_state_dict: key \"", k,
+               "\" refers to a parameter that does not exist");
     const Tensor& p = groups_[gi].params[pi];
     const Shape want = state_shape(p, k.substr(b + 1));
-    SNUG_CHECK(v.shape() == want, ValueError, name(), ".load_state_dict: \"", k, "\" has shape ",
-               shape_str(v.shape()), " but the parameter's state needs ", shape_str(want));
+    SNUG_CHECK(v.shape() == want, ValueError, name(), ".load_state_dict: \"", k, "\" has shape ", shape_str(v.shape()),
+               " but the parameter's state needs ", shape_str(want));
     memory::TagScope tag(memory::Tag::optimizer_state);
     new_state[gi][pi][k.substr(b + 1)] = raw::clone(raw::to_device(v, p.device()));
   }
@@ -345,8 +345,11 @@ void Optimizer::run_step_post_hooks() {
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions o) : SGD(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, o) {}
 SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : defaults(o) {
-  group_defaults_ = ParamGroup{{}, o.lr, o.weight_decay,
-                               {{"momentum", o.momentum}, {"dampening", o.dampening}, {"nesterov", o.nesterov ? 1 : 0}}};
+  group_defaults_ =
+      ParamGroup{{},
+                 o.lr,
+                 o.weight_decay,
+                 {{"momentum", o.momentum}, {"dampening", o.dampening}, {"nesterov", o.nesterov ? 1 : 0}}};
   check_group(group_defaults_, "the optimizer's defaults");
   for (auto& g : groups) add_param_group(std::move(g));
 }
@@ -397,7 +400,8 @@ void SGD::step() {
 
 // ---- Adam / AdamW -------------------------------------------------------------------------
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions o) : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, o) {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions o)
+    : Adam(std::vector<ParamGroup>{ParamGroup{std::move(params)}}, o) {}
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o) : Adam(std::move(groups), o, false) {}
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled) : defaults(o), decoupled_(decoupled) {
   group_defaults_ = ParamGroup{{}, o.lr, o.weight_decay, {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps}}};
@@ -467,8 +471,8 @@ void LRScheduler::set_last_step(int64_t s) {
 
 WarmupCosine::WarmupCosine(Optimizer& opt, int64_t w, int64_t t, double mf)
     : LRScheduler(opt), warmup(w), total(t), min_factor(mf) {
-  SNUG_CHECK(w >= 0 && t > 0 && w <= t, ValueError, "WarmupCosine: need 0 <= warmup <= total and total > 0, got warmup=",
-             w, " total=", t);
+  SNUG_CHECK(w >= 0 && t > 0 && w <= t, ValueError,
+             "WarmupCosine: need 0 <= warmup <= total and total > 0, got warmup=", w, " total=", t);
   SNUG_CHECK(mf >= 0 && mf <= 1, ValueError, "WarmupCosine: min_factor must be in [0, 1], got ", mf);
   set_last_step(0);
 }

@@ -186,7 +186,7 @@ class LRScheduler {
   // Advances one step and sets the optimizer's lr for the next step.
   void step();
   int64_t last_step() const { return step_; }
-  void set_last_step(int64_t s);  // for resuming
+  void set_last_step(int64_t s);                 // for resuming
   virtual double lr_at(int64_t step) const = 0;  // factor times each group's base lr
 
  protected:

@@ -18,10 +18,10 @@ static_assert(__cplusplus >= 202002L, "snug::snug should have asked for C++20");
 
 int main() {
   using namespace snug;
-  const Tensor x = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});                 // (2,3)
+  const Tensor x = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});              // (2,3)
   Tensor w = from_vector<float>({0.5f, -1.0f, 2.0f}, {3, 1}).requires_grad_();  // (3,1)
-  const Tensor y = matmul(x, w);                                                  // (2,1)
-  const Tensor loss = sum(y * y);                                                 // ()
+  const Tensor y = matmul(x, w);                                                // (2,1)
+  const Tensor loss = sum(y * y);                                               // ()
   loss.backward();
 
   // d loss / d w = 2 x^T (x w)
@@ -29,8 +29,8 @@ int main() {
   const double want0 = 2 * (1 * 4.5 + 4 * 9.0);  // x w = [4.5, 9]
   nn::Linear lin(3, 2);
   const Tensor z = lin.forward(x);  // (2,2)
-  std::printf("snug %s consumer: loss %.3f, dloss/dw[0] %.3f (want %.3f), linear out %s, cuda devices %d\n",
-              version(), loss.item(), g[0], want0, shape_str(z.shape()).c_str(), cuda::device_count());
+  std::printf("snug %s consumer: loss %.3f, dloss/dw[0] %.3f (want %.3f), linear out %s, cuda devices %d\n", version(),
+              loss.item(), g[0], want0, shape_str(z.shape()).c_str(), cuda::device_count());
   const bool version_ok = std::strcmp(version(), SNUG_VERSION_STRING) == 0;
   if (!version_ok) std::printf("libsnug is %s, the headers %s\n", version(), SNUG_VERSION_STRING);
   return std::fabs(g[0] - want0) < 1e-3 && version_ok ? 0 : 1;

@@ -7,8 +7,8 @@
 #include <string>
 
 #include <snug/base/error.h>
-#include "fuzz_util.h"
 #include <snug/memory/settings.h>
+#include "fuzz_util.h"
 
 using namespace snug;
 

@@ -9,10 +9,10 @@
 
 #include <snug/base/error.h>
 #include <snug/core/generator.h>
-#include "fuzz_util.h"
-#include <snug/nn/training_state.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/optim/optimizer.h>
+#include <snug/nn/training_state.h>
+#include "fuzz_util.h"
 
 using namespace snug;
 

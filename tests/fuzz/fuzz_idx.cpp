@@ -28,8 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string& path = fuzz::scratch_file(data + 1, size - 1, ".idx");
   try {
-    if (data[0] & 1) (void)data::read_idx_labels(path, 9);
-    else (void)data::read_idx_images(path);
+    if (data[0] & 1)
+      (void)data::read_idx_labels(path, 9);
+    else
+      (void)data::read_idx_images(path);
   } catch (const Error&) {
   }
   return 0;

@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // Seeds: small valid files from snug's own writer.
   TensorMap a{{"w", arange(6, TensorOptions(DType::f32)).reshape({2, 3})}, {"i", arange(3, TensorOptions(DType::i64))}};
   fuzz::write_seed("two_tensors.safetensors", to_safetensors_bytes(a, {{"format", "pt"}}));
-  TensorMap b{{"h", ones({4}, TensorOptions(DType::f16))}, {"b", zeros({2, 2}, TensorOptions(DType::b8))},
+  TensorMap b{{"h", ones({4}, TensorOptions(DType::f16))},
+              {"b", zeros({2, 2}, TensorOptions(DType::b8))},
               {"e", zeros({0, 3}, TensorOptions(DType::bf16))}};
   fuzz::write_seed("half_bool_empty.safetensors", to_safetensors_bytes(b));
   fuzz::write_seed("no_tensors.safetensors", to_safetensors_bytes({}));

@@ -6,21 +6,31 @@
 #include <string>
 
 #include <snug/base/device.h>
-#include <snug/core/dtype.h>
 #include <snug/base/error.h>
-#include "fuzz_util.h"
+#include <snug/core/dtype.h>
 #include <snug/nn/planner.h>
 #include <snug/parallel/placement.h>
+#include "fuzz_util.h"
 
 using namespace snug;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   fuzz::write_seed("bytes.txt", std::string("\0", 1) + "1.5GiB");
-  fuzz::write_seed("dtype.txt", "\x01" "bfloat16");
-  fuzz::write_seed("device.txt", "\x02" "cpu:3");
-  fuzz::write_seed("devices.txt", "\x03" "cpu:1,cpu:2,cuda:0");
-  fuzz::write_seed("schedule.txt", "\x04" "1f1b");
-  fuzz::write_seed("policy.txt", "\x05" "memory");
+  fuzz::write_seed("dtype.txt",
+                   "\x01"
+                   "bfloat16");
+  fuzz::write_seed("device.txt",
+                   "\x02"
+                   "cpu:3");
+  fuzz::write_seed("devices.txt",
+                   "\x03"
+                   "cpu:1,cpu:2,cuda:0");
+  fuzz::write_seed("schedule.txt",
+                   "\x04"
+                   "1f1b");
+  fuzz::write_seed("policy.txt",
+                   "\x05"
+                   "memory");
   return 0;
 }
 
@@ -34,11 +44,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (b < 0) std::abort();  // sizes are never negative
         break;
       }
-      case 1: (void)parse_dtype(s); break;
-      case 2: (void)Device(s); break;
-      case 3: (void)parallel::parse_devices(s); break;
-      case 4: (void)parallel::parse_schedule(s); break;
-      case 5: (void)parallel::parse_policy(s); break;
+      case 1:
+        (void)parse_dtype(s);
+        break;
+      case 2:
+        (void)Device(s);
+        break;
+      case 3:
+        (void)parallel::parse_devices(s);
+        break;
+      case 4:
+        (void)parallel::parse_schedule(s);
+        break;
+      case 5:
+        (void)parallel::parse_policy(s);
+        break;
     }
   } catch (const Error&) {
   }

@@ -13,15 +13,15 @@
 #include <filesystem>
 #include <thread>
 
+#include <snug/autograd/checkpoint.h>
 #include <snug/distributed/data_parallel.h>
 #include <snug/distributed/mpi.h>
 #include <snug/nn/accumulate.h>
 #include <snug/nn/amp/grad_scaler.h>
-#include <snug/autograd/checkpoint.h>
-#include <snug/nn/training_state.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/optim/optimizer.h>
+#include <snug/nn/training_state.h>
 #include "test_util.h"
 
 using namespace snug;
@@ -80,7 +80,8 @@ std::pair<Tensor, Tensor> global_batch(int64_t rows, int64_t step, DType dt) {
 
 enum class Opt { sgd, adamw };
 std::unique_ptr<nn::optim::Optimizer> make_opt(Opt o, nn::Module& m) {
-  if (o == Opt::sgd) return std::make_unique<nn::optim::SGD>(m.parameters(), nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  if (o == Opt::sgd)
+    return std::make_unique<nn::optim::SGD>(m.parameters(), nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
   return std::make_unique<nn::optim::AdamW>(m.parameters(), nn::optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
 }
 
@@ -230,7 +231,8 @@ TEST_CASE("DataParallel + GradScaler: an inf on one rank makes every rank skip t
   scaler.update();
   Tensor w = model.a->weight.detach().contiguous();
   Tensor all = pg->all_gather(w);
-  for (int k = 1; k < pg->size(); ++k) CHECK(all.select(0, k).to_vector<float>() == all.select(0, 0).to_vector<float>());
+  for (int k = 1; k < pg->size(); ++k)
+    CHECK(all.select(0, k).to_vector<float>() == all.select(0, 0).to_vector<float>());
 }
 
 TEST_CASE("DataParallel + checkpoints: rank 0 saves, every rank resumes, the run continues as if uninterrupted") {
