@@ -28,7 +28,7 @@ SNUG_BENCH(gpt_dump, "run a charlm GPT checkpoint on a seeded batch and dump log
   };
   nn::models::GPTConfig cfg{md("gpt.vocab"), md("gpt.block"), md("gpt.layers"), md("gpt.heads"), md("gpt.embd"), 0.0};
   nn::models::GPT model(cfg);
-  nn::load_checkpoint(ck, nn::CheckpointParts{&model, nullptr, nullptr, {}});
+  nn::load_training_state(ck, nn::TrainingStateParts{&model, nullptr, nullptr, {}});
   const int64_t B = args.get_int("batch");
   Generator gen(static_cast<uint64_t>(args.get_int("seed")));
   Tensor x = randint(0, cfg.vocab, {B, cfg.block}, DType::i64, &gen);

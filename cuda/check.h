@@ -22,3 +22,8 @@ namespace snug::cuda::detail {
 }
 
 }  // namespace snug::cuda::detail
+
+namespace snug::cuda {
+// Throws DeviceError naming `what` unless a GPU `device` is present (cuda/device.cu).
+void require_device(const char* what, int device);
+}  // namespace snug::cuda

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Device queries and raw device memory: the runtime half of cuda/cuda_api.h.
+// Device queries and raw device memory: the runtime half of cuda/cuda_api.h
+// (streams and events: cuda/stream.cu).
 #include <cuda_runtime.h>
 
 #include <snug/cuda/check.h>
@@ -20,13 +21,14 @@ int query_device_count() {
   return n;
 }
 
+}  // namespace
+
 void require_device(const char* what, int device) {
   const int n = device_count();
   SNUG_CHECK(n > 0, DeviceError, "cuda::", what, ": no CUDA GPU is present (device_count() == 0)");
   SNUG_CHECK(device >= 0 && device < n, DeviceError, "cuda::", what, ": device ", device, " is out of range (", n,
              " device", n == 1 ? "" : "s", " present)");
 }
-}  // namespace
 
 int device_count() {
   static const int n = query_device_count();  // the set of GPUs does not change under a process
@@ -86,53 +88,5 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes) {
 }
 
 void synchronize() { SNUG_CUDA_CHECK(cudaDeviceSynchronize()); }
-
-namespace {
-cudaStream_t st(StreamHandle s) { return reinterpret_cast<cudaStream_t>(s); }
-cudaEvent_t ev(EventHandle e) { return reinterpret_cast<cudaEvent_t>(e); }
-}  // namespace
-
-StreamHandle create_stream() {
-  require_device("create_stream", 0);
-  cudaStream_t s = nullptr;
-  SNUG_CUDA_CHECK(cudaStreamCreate(&s));
-  return reinterpret_cast<StreamHandle>(s);
-}
-void destroy_stream(StreamHandle s) {
-  if (s) SNUG_CUDA_CHECK(cudaStreamDestroy(st(s)));
-}
-void synchronize_stream(StreamHandle s) { SNUG_CUDA_CHECK(cudaStreamSynchronize(st(s))); }
-void stream_wait(StreamHandle waiter, StreamHandle s) {
-  cudaEvent_t e = nullptr;
-  SNUG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  SNUG_CUDA_CHECK(cudaEventRecord(e, st(s)));
-  SNUG_CUDA_CHECK(cudaStreamWaitEvent(st(waiter), e, 0));
-  SNUG_CUDA_CHECK(cudaEventDestroy(e));  // released once the wait is satisfied
-}
-EventHandle record_event(StreamHandle s) {
-  require_device("record_event", 0);
-  cudaEvent_t e = nullptr;
-  SNUG_CUDA_CHECK(cudaEventCreate(&e));
-  SNUG_CUDA_CHECK(cudaEventRecord(e, st(s)));
-  return reinterpret_cast<EventHandle>(e);
-}
-bool event_done(EventHandle e) {
-  const cudaError_t err = cudaEventQuery(ev(e));
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  SNUG_CUDA_CHECK(err);
-  return true;
-}
-void synchronize_event(EventHandle e) { SNUG_CUDA_CHECK(cudaEventSynchronize(ev(e))); }
-double elapsed_ms(EventHandle start, EventHandle end) {
-  float ms = 0;
-  SNUG_CUDA_CHECK(cudaEventElapsedTime(&ms, ev(start), ev(end)));
-  return ms;
-}
-void destroy_event(EventHandle e) {
-  if (e) SNUG_CUDA_CHECK(cudaEventDestroy(ev(e)));
-}
 
 }  // namespace snug::cuda

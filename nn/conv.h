@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Convolution, pooling and batch-norm layers (LibTorch names and defaults).
-// The math is in nn/functional_conv.cpp, functional_pool.cpp, functional_norm.cpp.
+// The convolution layer, Conv2d (LibTorch's name and defaults); its math is in
+// nn/functional_conv.cpp. Pooling layers: nn/pool.h; batch norm: nn/batch_norm.h.
 #pragma once
 #include <array>
 
@@ -31,47 +31,6 @@ class Conv2d : public Module {
   // For layers that stand in for a Conv2d (NOTE [ Replacing a child ] in
   // nn/module.h): like's geometry, and no tensors; the subclass registers what it holds.
   Conv2d(std::string name, const Conv2d& like);
-};
-
-// Per-channel normalization of (N, C, H, W) (or (N, C)). weight = 1, bias = 0;
-// buffers running_mean = 0, running_var = 1, num_batches_tracked (i64 scalar).
-// Training uses batch statistics and updates the running ones; eval uses them.
-class BatchNorm2d : public Module {
- public:
-  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1, bool affine = true,
-                       TensorOptions opt = {});
-  Tensor forward(const Tensor& x) override;
-  std::string repr() const override;
-  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
-  int64_t num_features;
-  double eps, momentum;
-};
-
-// stride 0 (the default) means stride = kernel.
-class MaxPool2d : public Module {
- public:
-  explicit MaxPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0);
-  Tensor forward(const Tensor& x) override;
-  std::string repr() const override;
-  std::array<int64_t, 2> kernel_size, stride, padding;
-};
-
-// count_include_pad, as PyTorch's default.
-class AvgPool2d : public Module {
- public:
-  explicit AvgPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0);
-  Tensor forward(const Tensor& x) override;
-  std::string repr() const override;
-  std::array<int64_t, 2> kernel_size, stride, padding;
-};
-
-class AdaptiveAvgPool2d : public Module {
- public:
-  explicit AdaptiveAvgPool2d(std::array<int64_t, 2> output_size);
-  explicit AdaptiveAvgPool2d(int64_t output_size) : AdaptiveAvgPool2d({output_size, output_size}) {}
-  Tensor forward(const Tensor& x) override;
-  std::string repr() const override;
-  std::array<int64_t, 2> output_size;
 };
 
 }  // namespace snug::nn

@@ -12,19 +12,19 @@ const char* kFormat = "snug.checkpoint.v1";
 
 uint64_t parse_u64(const std::map<std::string, std::string>& md, const std::string& key, const std::string& path) {
   auto it = md.find(key);
-  SNUG_CHECK(it != md.end(), IOError, "load_checkpoint: ", path, ": metadata has no \"", key, "\"");
+  SNUG_CHECK(it != md.end(), IOError, "load_training_state: ", path, ": metadata has no \"", key, "\"");
   const std::string& s = it->second;
   bool ok = !s.empty() && s.size() <= 20;
   for (char c : s) ok = ok && c >= '0' && c <= '9';
-  SNUG_CHECK(ok, IOError, "load_checkpoint: ", path, ": metadata \"", key, "\" is not an unsigned integer: \"", s,
+  SNUG_CHECK(ok, IOError, "load_training_state: ", path, ": metadata \"", key, "\" is not an unsigned integer: \"", s,
              "\"");
   return std::stoull(s);
 }
 }  // namespace
 
-void save_checkpoint(const std::string& path, const CheckpointParts& parts, int64_t step,
-                     const std::map<std::string, std::string>& extra) {
-  SNUG_CHECK(parts.model != nullptr, ValueError, "save_checkpoint: no model given");
+void save_training_state(const std::string& path, const TrainingStateParts& parts, int64_t step,
+                         const std::map<std::string, std::string>& extra) {
+  SNUG_CHECK(parts.model != nullptr, ValueError, "save_training_state: no model given");
   TensorMap tensors;
   for (auto& [n, t] : parts.model->state_dict()) tensors.emplace_back("model." + n, t);
   if (parts.optimizer)
@@ -53,16 +53,16 @@ void check_format(const SafetensorsFile& f, const std::string& path, const char*
 }
 }  // namespace
 
-std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path) {
+std::map<std::string, std::string> read_training_state_metadata(const std::string& path) {
   SafetensorsFile f = load_safetensors(path);
-  check_format(f, path, "read_checkpoint_metadata");
+  check_format(f, path, "read_training_state_metadata");
   return std::move(f.metadata);
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts& parts) {
-  SNUG_CHECK(parts.model != nullptr, ValueError, "load_checkpoint: no model given");
+LoadedTrainingState load_training_state(const std::string& path, const TrainingStateParts& parts) {
+  SNUG_CHECK(parts.model != nullptr, ValueError, "load_training_state: no model given");
   SafetensorsFile f = load_safetensors(path);
-  check_format(f, path, "load_checkpoint");
+  check_format(f, path, "load_training_state");
   NamedTensors model_sd, optim_sd, scaler_sd;
   for (auto& [n, t] : f.tensors) {
     if (n.rfind("model.", 0) == 0)
@@ -72,10 +72,10 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts&
     else if (n.rfind("scaler.", 0) == 0)
       scaler_sd.emplace_back(n.substr(7), t);
     else
-      throw IOError(
-          str("load_checkpoint: ", path, ": unexpected tensor \"", n, "\" (expected model.*, optim.* or scaler.*)"));
+      throw IOError(str("load_training_state: ", path, ": unexpected tensor \"", n,
+                        "\" (expected model.*, optim.* or scaler.*)"));
   }
-  LoadedCheckpoint out;
+  LoadedTrainingState out;
   out.metadata = f.metadata;
   out.step = static_cast<int64_t>(parse_u64(f.metadata, "step", path));
   // Check everything before modifying anything.
@@ -84,7 +84,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts&
   for (auto& [name, g] : parts.generators)
     rng.push_back(
         {parse_u64(f.metadata, "rng." + name + ".seed", path), parse_u64(f.metadata, "rng." + name + ".offset", path)});
-  SNUG_CHECK(!parts.scaler || !scaler_sd.empty(), IOError, "load_checkpoint: ", path,
+  SNUG_CHECK(!parts.scaler || !scaler_sd.empty(), IOError, "load_training_state: ", path,
              " holds no GradScaler state but a scaler was given");
   std::optional<amp::GradScaler> scaler_new;
   if (parts.scaler) {
@@ -92,10 +92,10 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts&
     try {
       scaler_new->load_state_dict(scaler_sd);
     } catch (const Error& e) {
-      throw IOError(str("load_checkpoint: ", path, ": bad GradScaler state: ", e.what()));
+      throw IOError(str("load_training_state: ", path, ": bad GradScaler state: ", e.what()));
     }
   }
-  SNUG_CHECK(!parts.optimizer || !optim_sd.empty(), IOError, "load_checkpoint: ", path,
+  SNUG_CHECK(!parts.optimizer || !optim_sd.empty(), IOError, "load_training_state: ", path,
              " holds no optimizer state but an optimizer was given");
   // Fix: a checkpoint whose optimizer state did not fit the optimizer threw
   // only after the model had been overwritten, leaving a half-loaded run.

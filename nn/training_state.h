@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Training checkpoints: model, optimizer, scheduler, step and RNG states in
+// Training state files (what PyTorch users save with torch.save as a
+// "checkpoint"; in snug, "checkpoint" means recomputation, autograd/checkpoint.h):
+// model, optimizer, scheduler, step and RNG states in
 // one safetensors file, with the rest as string metadata in its header.
 //
 // Keys: "model.<name>" (Module::state_dict), "optim.<key>"
@@ -9,7 +11,7 @@
 // u64), and the caller's extra entries, among them the model's configuration
 // when the caller records it (GPTConfig::to_metadata: "gpt.layers", ...), so
 // a program can build the model from the file before loading it
-// (read_checkpoint_metadata). Written atomically (temporary file,
+// (read_training_state_metadata). Written atomically (temporary file,
 // fsync, rename): a crash or error mid-save leaves the previous file intact.
 // Resuming restores everything a step depends on, so a resumed run equals an
 // uninterrupted one bit for bit on the CPU.
@@ -26,7 +28,7 @@
 
 namespace snug::nn {
 
-struct CheckpointParts {
+struct TrainingStateParts {
   Module* model = nullptr;                                     // required
   optim::Optimizer* optimizer = nullptr;                       // optional
   optim::LRScheduler* scheduler = nullptr;                     // optional
@@ -34,22 +36,22 @@ struct CheckpointParts {
   amp::GradScaler* scaler = nullptr;                           // optional (mixed precision)
 };
 
-void save_checkpoint(const std::string& path, const CheckpointParts& parts, int64_t step,
-                     const std::map<std::string, std::string>& extra = {});
+void save_training_state(const std::string& path, const TrainingStateParts& parts, int64_t step,
+                         const std::map<std::string, std::string>& extra = {});
 
-struct LoadedCheckpoint {
+struct LoadedTrainingState {
   int64_t step = 0;
   std::map<std::string, std::string> metadata;  // everything in the header
 };
 // Restores every part given (strictly: a missing, unexpected or mis-shaped
 // tensor is an error listing the keys). Throws IOError for a file that is not
 // a snug checkpoint or is corrupt, naming the file.
-LoadedCheckpoint load_checkpoint(const std::string& path, const CheckpointParts& parts);
+LoadedTrainingState load_training_state(const std::string& path, const TrainingStateParts& parts);
 
 // The metadata of a checkpoint, restoring nothing: what a program reads to
 // build the model (and optimizer) the file was saved from before calling
-// load_checkpoint. Reads and validates the whole file; the same IOErrors as
-// load_checkpoint for a file that is not a snug checkpoint or is corrupt.
-std::map<std::string, std::string> read_checkpoint_metadata(const std::string& path);
+// load_training_state. Reads and validates the whole file; the same IOErrors as
+// load_training_state for a file that is not a snug checkpoint or is corrupt.
+std::map<std::string, std::string> read_training_state_metadata(const std::string& path);
 
 }  // namespace snug::nn

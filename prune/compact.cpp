@@ -7,8 +7,10 @@
 #include <snug/autograd/grad_mode.h>
 #include <snug/core/raw_ops.h>
 #include <snug/nn/attention.h>
+#include <snug/nn/batch_norm.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/layers.h>
+#include <snug/nn/pool.h>
 #include <snug/prune/prune.h>
 
 namespace snug::prune {

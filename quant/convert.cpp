@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include <snug/core/safetensors.h>
+#include <snug/nn/batch_norm.h>
 #include <snug/quant/modules.h>
 
 namespace snug::quant {

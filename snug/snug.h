@@ -49,6 +49,7 @@
 #include <snug/nn/accumulate.h>
 #include <snug/nn/amp/grad_scaler.h>
 #include <snug/nn/attention.h>
+#include <snug/nn/batch_norm.h>
 #include <snug/nn/checkpoint_sequential.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/functional.h>
@@ -60,6 +61,7 @@
 #include <snug/nn/module.h>
 #include <snug/nn/optim/optimizer.h>
 #include <snug/nn/planner.h>
+#include <snug/nn/pool.h>
 #include <snug/nn/training_state.h>
 
 // parallel: layer placement across devices and pipelined micro-batches

@@ -147,7 +147,7 @@ TEST_CASE("8-bit state round-trips through checkpoints: a resumed run equals an 
   auto first = make();
   AdamW8bit of(first->parameters(), {.lr = 1e-3});
   for (int s = 0; s < 3; ++s) pr.step(*first, of);
-  nn::save_checkpoint(path, {first.get(), &of, nullptr, {}}, 3);
+  nn::save_training_state(path, {first.get(), &of, nullptr, {}}, 3);
   bool has_u8 = false;
   for (auto& [k, v] : of.state_dict())
     has_u8 = has_u8 || (v.dtype() == DType::u8 && k.find("exp_avg_q") != std::string::npos);
@@ -155,7 +155,7 @@ TEST_CASE("8-bit state round-trips through checkpoints: a resumed run equals an 
 
   auto resumed = make();
   AdamW8bit orr(resumed->parameters(), {.lr = 1e-3});
-  auto ck = nn::load_checkpoint(path, {resumed.get(), &orr, nullptr, {}});
+  auto ck = nn::load_training_state(path, {resumed.get(), &orr, nullptr, {}});
   CHECK(ck.step == 3);
   CHECK(orr.state_bytes() == of.state_bytes());
   for (int s = 0; s < 3; ++s) pr.step(*resumed, orr);

@@ -11,7 +11,7 @@
 #include <snug/autograd/ops.h>
 #include <snug/core/backend.h>
 #include <snug/core/generator.h>
-#include <snug/nn/conv.h>
+#include <snug/nn/batch_norm.h>
 #include <snug/nn/functional.h>
 #include "test_util.h"
 

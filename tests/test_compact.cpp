@@ -11,10 +11,12 @@
 #include <snug/autograd/grad_mode.h>
 #include <snug/autograd/ops.h>
 #include <snug/nn/attention.h>
+#include <snug/nn/batch_norm.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/optim/optimizer.h>
+#include <snug/nn/pool.h>
 #include <snug/prune/compact.h>
 #include <snug/prune/prune.h>
 #include "test_util.h"

@@ -18,6 +18,7 @@
 #include <snug/nn/fused.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/models/cnn.h>
+#include <snug/nn/pool.h>
 #include "test_util.h"
 
 using namespace snug;

@@ -15,6 +15,7 @@
 #include <snug/autograd/ops.h>
 #include <snug/core/generator.h>
 #include <snug/core/profiler.h>
+#include <snug/nn/batch_norm.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/fuse.h>
 #include <snug/nn/layers.h>

@@ -190,11 +190,11 @@ TEST_CASE("GradScaler: state round-trips through a training checkpoint") {
   REQUIRE(s.get_scale() == 512.0);
   REQUIRE(s.growth_tracker() == 1);
   const std::string path = "test_grad_scaler_ckpt.safetensors";
-  save_checkpoint(path, {.model = &t.net, .optimizer = &t.opt, .scaler = &s}, 5);
+  save_training_state(path, {.model = &t.net, .optimizer = &t.opt, .scaler = &s}, 5);
 
   Setup u;
   amp::GradScaler r;  // defaults: everything must come from the file
-  load_checkpoint(path, {.model = &u.net, .optimizer = &u.opt, .scaler = &r});
+  load_training_state(path, {.model = &u.net, .optimizer = &u.opt, .scaler = &r});
   CHECK(r.get_scale() == 512.0);
   CHECK(r.growth_tracker() == 1);
   CHECK(r.skipped_steps() == 1);
@@ -213,12 +213,12 @@ TEST_CASE("GradScaler: state round-trips through a training checkpoint") {
   CHECK(bytes_of(t.net.named_parameters()) == bytes_of(u.net.named_parameters()));
   // A scaler asked for from a file without scaler state is an error naming the file.
   const std::string plain = "test_grad_scaler_plain.safetensors";
-  save_checkpoint(plain, {.model = &t.net, .optimizer = &t.opt}, 1);
+  save_training_state(plain, {.model = &t.net, .optimizer = &t.opt}, 1);
   CHECK(error_of<IOError>([&] {
-          load_checkpoint(plain, {.model = &u.net, .optimizer = &u.opt, .scaler = &r});
+          load_training_state(plain, {.model = &u.net, .optimizer = &u.opt, .scaler = &r});
         }).find("GradScaler") != std::string::npos);
   // A file with scaler state loads without a scaler too.
-  load_checkpoint(path, {.model = &u.net, .optimizer = &u.opt});
+  load_training_state(path, {.model = &u.net, .optimizer = &u.opt});
   std::remove(path.c_str());
   std::remove(plain.c_str());
 }

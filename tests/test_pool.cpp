@@ -12,8 +12,8 @@
 #include <snug/autograd/gradcheck.h>
 #include <snug/autograd/ops.h>
 #include <snug/core/generator.h>
-#include <snug/nn/conv.h>
 #include <snug/nn/functional.h>
+#include <snug/nn/pool.h>
 
 using namespace snug;
 namespace F = snug::nn::functional;

@@ -16,6 +16,7 @@
 #include <snug/nn/functional.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/optim/optimizer.h>
+#include <snug/nn/pool.h>
 #include <snug/quant/convert.h>
 #include <snug/quant/modules.h>
 #include <snug/quant/observer.h>

@@ -70,7 +70,7 @@ struct Run {
     sched = std::make_unique<optim::WarmupCosine>(*opt, 3, kSteps, 0.1);
     data.manual_seed(data_seed);
   }
-  CheckpointParts parts() {
+  TrainingStateParts parts() {
     return {model.get(), opt.get(), sched.get(), {{"default", &default_generator()}, {"data", &data}}};
   }
   void step() {
@@ -121,14 +121,14 @@ TEST_CASE("resume: save at step k, load into fresh objects, continue == uninterr
 
   Run b(1337, 42);
   for (int s = 0; s < k; ++s) b.step();
-  save_checkpoint(path, b.parts(), k, {{"note", "hello"}});
+  save_training_state(path, b.parts(), k, {{"note", "hello"}});
   const double lr_at_k = b.opt->lr();
 
   // A fresh "process": different seeds everywhere, then load.
   Run c(7, 8);
   manual_seed(999);
   c.model->train();
-  LoadedCheckpoint info = load_checkpoint(path, c.parts());
+  LoadedTrainingState info = load_training_state(path, c.parts());
   CHECK(info.step == k);
   CHECK(info.metadata.at("note") == "hello");
   CHECK(info.metadata.at("format") == "snug.checkpoint.v1");
@@ -156,7 +156,7 @@ TEST_CASE("strict load: a mismatched model is an error listing the keys, and not
   const std::string path = dir.file("ckpt.safetensors");
   Run r(1, 2);
   r.step();
-  save_checkpoint(path, r.parts(), 1);
+  save_training_state(path, r.parts(), 1);
 
   models::GPTConfig cfg = tiny_cfg();
   cfg.layers = 2;
@@ -166,7 +166,7 @@ TEST_CASE("strict load: a mismatched model is an error listing the keys, and not
   auto before = other.state_dict();
   NamedTensors snapshot;
   for (auto& [n, t] : before) snapshot.emplace_back(n, t.clone());
-  std::string m = error_of<ValueError>([&] { load_checkpoint(path, {&other}); });
+  std::string m = error_of<ValueError>([&] { load_training_state(path, {&other}); });
   CHECK(m.find("missing keys") != std::string::npos);
   CHECK(m.find("blocks.1.ln_1.weight") != std::string::npos);
   CHECK(m.find("shape mismatches") != std::string::npos);
@@ -183,7 +183,7 @@ TEST_CASE("strict load: a mismatched model is an error listing the keys, and not
   std::vector<Tensor> half = same.parameters();
   half.resize(half.size() / 2);
   optim::AdamW opt(half, {.lr = 0.5});
-  CHECK_THROWS(load_checkpoint(path, {&same, &opt}));
+  CHECK_THROWS(load_training_state(path, {&same, &opt}));
   auto now = same.state_dict();
   for (size_t i = 0; i < now.size(); ++i) {
     INFO(now[i].first);
@@ -194,12 +194,12 @@ TEST_CASE("strict load: a mismatched model is an error listing the keys, and not
 
   // An optimizer was given but the file has no optimizer state.
   const std::string model_only = dir.file("model_only.safetensors");
-  save_checkpoint(model_only, {r.model.get()}, 1);
+  save_training_state(model_only, {r.model.get()}, 1);
   optim::AdamW opt2(r.model->parameters(), {});
-  std::string m2 = error_of<IOError>([&] { load_checkpoint(model_only, {r.model.get(), &opt2}); });
+  std::string m2 = error_of<IOError>([&] { load_training_state(model_only, {r.model.get(), &opt2}); });
   CHECK(m2.find(model_only) != std::string::npos);
   // Model only loads fine.
-  CHECK(load_checkpoint(model_only, {r.model.get()}).step == 1);
+  CHECK(load_training_state(model_only, {r.model.get()}).step == 1);
 }
 
 TEST_CASE("truncated, corrupted and foreign files are rejected with an IOError naming the file") {
@@ -207,7 +207,7 @@ TEST_CASE("truncated, corrupted and foreign files are rejected with an IOError n
   const std::string good = dir.file("good.safetensors");
   Run r(3, 4);
   r.step();
-  save_checkpoint(good, r.parts(), 1);
+  save_training_state(good, r.parts(), 1);
   const std::string bytes = read_bytes(good);
   REQUIRE(bytes.size() > 200);
 
@@ -215,7 +215,7 @@ TEST_CASE("truncated, corrupted and foreign files are rejected with an IOError n
     INFO("truncated to ", cut);
     const std::string p = dir.file("trunc.safetensors");
     write_bytes(p, bytes.substr(0, cut));
-    std::string m = error_of<IOError>([&] { load_checkpoint(p, r.parts()); });
+    std::string m = error_of<IOError>([&] { load_training_state(p, r.parts()); });
     CHECK(m.find(p) != std::string::npos);
   }
   // Corrupt the JSON header: replace its opening brace, then a byte in the middle of it.
@@ -228,7 +228,7 @@ TEST_CASE("truncated, corrupted and foreign files are rejected with an IOError n
     bad[pos] = '\x01';
     const std::string p = dir.file("corrupt.safetensors");
     write_bytes(p, bad);
-    std::string m = error_of<IOError>([&] { load_checkpoint(p, r.parts()); });
+    std::string m = error_of<IOError>([&] { load_training_state(p, r.parts()); });
     CHECK(m.find(p) != std::string::npos);
   }
   // A header length pointing past the end.
@@ -238,20 +238,20 @@ TEST_CASE("truncated, corrupted and foreign files are rejected with an IOError n
     std::memcpy(bad.data(), &huge, 8);
     const std::string p = dir.file("len.safetensors");
     write_bytes(p, bad);
-    std::string m = error_of<IOError>([&] { load_checkpoint(p, r.parts()); });
+    std::string m = error_of<IOError>([&] { load_training_state(p, r.parts()); });
     CHECK(m.find(p) != std::string::npos);
   }
   // A valid safetensors file that is not a snug checkpoint.
   const std::string plain = dir.file("plain.safetensors");
   save_safetensors(plain, {{"model.wte.weight", zeros({11, 16})}});
-  std::string m = error_of<IOError>([&] { load_checkpoint(plain, r.parts()); });
+  std::string m = error_of<IOError>([&] { load_training_state(plain, r.parts()); });
   CHECK(m.find(plain) != std::string::npos);
   CHECK(m.find("not a snug checkpoint") != std::string::npos);
   // A missing file.
-  m = error_of<IOError>([&] { load_checkpoint(dir.file("absent.safetensors"), r.parts()); });
+  m = error_of<IOError>([&] { load_training_state(dir.file("absent.safetensors"), r.parts()); });
   CHECK(m.find("absent.safetensors") != std::string::npos);
   // The good file still loads.
-  CHECK(load_checkpoint(good, r.parts()).step == 1);
+  CHECK(load_training_state(good, r.parts()).step == 1);
 }
 
 TEST_CASE("a checkpoint carries the model's configuration: the model is rebuilt from the file alone") {
@@ -261,10 +261,10 @@ TEST_CASE("a checkpoint carries the model's configuration: the model is rebuilt 
   manual_seed(5);
   models::GPT model(cfg);
   optim::AdamW opt(model.parameters(), {.lr = 1e-2});
-  save_checkpoint(path, {&model, &opt}, 2, cfg.to_metadata());
+  save_training_state(path, {&model, &opt}, 2, cfg.to_metadata());
 
   // What a program does on resume: read the metadata, build, load.
-  const auto md = read_checkpoint_metadata(path);
+  const auto md = read_training_state_metadata(path);
   CHECK(md.at("step") == "2");
   const std::optional<models::GPTConfig> back = models::GPTConfig::from_metadata(md, path);
   REQUIRE(back.has_value());
@@ -276,21 +276,21 @@ TEST_CASE("a checkpoint carries the model's configuration: the model is rebuilt 
   CHECK(back->dropout == 0.25);
   models::GPT rebuilt(*back);
   optim::AdamW opt2(rebuilt.parameters(), {.lr = 1e-2});
-  CHECK(load_checkpoint(path, {&rebuilt, &opt2}).step == 2);
+  CHECK(load_training_state(path, {&rebuilt, &opt2}).step == 2);
   check_same_params(model, rebuilt);
 
   // A file saved without a configuration reads as none.
   const std::string bare = dir.file("bare.safetensors");
-  save_checkpoint(bare, {&model}, 1);
-  CHECK_FALSE(models::GPTConfig::from_metadata(read_checkpoint_metadata(bare), bare).has_value());
+  save_training_state(bare, {&model}, 1);
+  CHECK_FALSE(models::GPTConfig::from_metadata(read_training_state_metadata(bare), bare).has_value());
   // Truncated, and not a checkpoint: IOErrors naming the file.
   const std::string bytes = read_bytes(path);
   const std::string cut = dir.file("cut.safetensors");
   write_bytes(cut, bytes.substr(0, bytes.size() / 2));
-  CHECK(error_of<IOError>([&] { read_checkpoint_metadata(cut); }).find(cut) != std::string::npos);
+  CHECK(error_of<IOError>([&] { read_training_state_metadata(cut); }).find(cut) != std::string::npos);
   const std::string plain = dir.file("plain.safetensors");
   save_safetensors(plain, {{"w", zeros({2})}});
-  std::string m = error_of<IOError>([&] { read_checkpoint_metadata(plain); });
+  std::string m = error_of<IOError>([&] { read_training_state_metadata(plain); });
   CHECK(m.find(plain) != std::string::npos);
   CHECK(m.find("not a snug checkpoint") != std::string::npos);
 }
@@ -300,13 +300,13 @@ TEST_CASE("a failed save leaves the previous checkpoint intact and loadable") {
   const std::string path = dir.file("ckpt.safetensors");
   Run r(11, 12);
   r.step();
-  save_checkpoint(path, r.parts(), 1);
+  save_training_state(path, r.parts(), 1);
   const std::string old_bytes = read_bytes(path);
   r.step();  // the state moves on
 
   // Into a directory that does not exist.
   std::string missing = dir.file("no/such/dir/ckpt.safetensors");
-  std::string m = error_of<IOError>([&] { save_checkpoint(missing, r.parts(), 2); });
+  std::string m = error_of<IOError>([&] { save_training_state(missing, r.parts(), 2); });
   CHECK(m.find("no/such/dir") != std::string::npos);
   CHECK_FALSE(fs::exists(missing));
 
@@ -319,7 +319,7 @@ TEST_CASE("a failed save leaves the previous checkpoint intact and loadable") {
   REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
   std::string err;
   try {
-    save_checkpoint(path, r.parts(), 2);
+    save_training_state(path, r.parts(), 2);
   } catch (const IOError& e) {
     err = e.what();
   }
@@ -333,10 +333,10 @@ TEST_CASE("a failed save leaves the previous checkpoint intact and loadable") {
   CHECK(files == 1);
   // It loads, as step 1.
   Run fresh(99, 98);
-  CHECK(load_checkpoint(path, fresh.parts()).step == 1);
+  CHECK(load_training_state(path, fresh.parts()).step == 1);
   CHECK(fresh.opt->step_count() == 1);
   // A later successful save replaces it.
-  save_checkpoint(path, r.parts(), 2);
-  CHECK(load_checkpoint(path, fresh.parts()).step == 2);
-  CHECK_THROWS_AS(save_checkpoint(path, CheckpointParts{}, 0), ValueError);
+  save_training_state(path, r.parts(), 2);
+  CHECK(load_training_state(path, fresh.parts()).step == 2);
+  CHECK_THROWS_AS(save_training_state(path, TrainingStateParts{}, 0), ValueError);
 }

@@ -96,7 +96,7 @@ def main():
         p.wait()
         kills += 1
         torn = set(glob.glob(ck + ".tmp-*")) - seen_torn
-        if torn:  # killed inside save_checkpoint: its temporary file is left, the checkpoint is untouched
+        if torn:  # killed inside save_training_state: its temporary file is left, the checkpoint is untouched
             during_save += 1
             seen_torn |= torn  # left in place: the next successful save must remove it
         if os.path.exists(ck):

@@ -101,7 +101,7 @@ int run(int argc, char** argv) {
   SNUG_FLAG_CHECK(!fl.has("save") || !fl.save.empty(), "--save needs a file name");
   // NOTE [ charlm resume ]: the file's metadata first, for the model's shape and the optimizer.
   const std::map<std::string, std::string> resume_md =
-      fl.has("resume") ? nn::read_checkpoint_metadata(fl.resume) : std::map<std::string, std::string>{};
+      fl.has("resume") ? nn::read_training_state_metadata(fl.resume) : std::map<std::string, std::string>{};
   const nn::models::GPTConfig cfg = model_config(fl, corpus, resume_md);
   const Setup st = check_setup(fl, cfg.block, pg->size(), pg->rank());
   const int64_t B = st.B, T = st.T, steps = fl.steps, world = st.world;
@@ -141,12 +141,12 @@ int run(int argc, char** argv) {
                                B * world, data::ShardOptions{.num_shards = world, .rank = st.rank, .shuffle = false})});
 
   // --save and --resume: the whole training state (nn/training_state.h).
-  nn::CheckpointParts parts{&model, &opt, &sched, {{"default", &default_generator()}}};
+  nn::TrainingStateParts parts{&model, &opt, &sched, {{"default", &default_generator()}}};
   if (scaler.is_enabled()) parts.scaler = &scaler;
   scaler.name_parameters(model.named_parameters());
   int64_t start = 0;
   if (fl.has("resume")) {
-    start = nn::load_checkpoint(fl.resume, parts).step;
+    start = nn::load_training_state(fl.resume, parts).step;
     if (lead) std::fprintf(stderr, "resumed from %s at step %lld\n", fl.resume.c_str(), (long long)start);
   }
   // Several ranks: average gradients across them during backward (rank 0's
@@ -253,7 +253,7 @@ int run(int argc, char** argv) {
       std::map<std::string, std::string> md = cfg.to_metadata();
       md["model"] = model.repr();
       md["charlm.optim"] = optim.name;
-      nn::save_checkpoint(fl.save, parts, i.step, md);
+      nn::save_training_state(fl.save, parts, i.step, md);
     });
   const nn::TrainSummary sum = loop.run();
   x = y = Tensor();

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include <snug/nn/models/cnn.h>
 
+#include <snug/nn/batch_norm.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/layers.h>
+#include <snug/nn/pool.h>
 
 namespace snug::nn::models {
 

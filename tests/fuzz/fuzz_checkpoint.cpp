@@ -23,7 +23,7 @@ struct Parts {
   nn::optim::AdamW opt{model->parameters(), {.lr = 1e-3}};
   nn::optim::WarmupCosine sched{opt, 2, 10, 0.1};
   Generator gen{7};
-  nn::CheckpointParts parts() { return {model.get(), &opt, &sched, {{"default", &gen}}}; }
+  nn::TrainingStateParts parts() { return {model.get(), &opt, &sched, {{"default", &gen}}}; }
 };
 }  // namespace
 
@@ -34,10 +34,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   p.opt.step();
   p.sched.step();
   const std::string path = fuzz::scratch_file(nullptr, 0, ".seed");
-  nn::save_checkpoint(path, p.parts(), 1, {{"note", "seed"}});
+  nn::save_training_state(path, p.parts(), 1, {{"note", "seed"}});
   fuzz::write_seed("adamw_step1.ckpt", fuzz::read_all(path));
   Parts q;
-  nn::save_checkpoint(path, {q.model.get(), nullptr, nullptr, {}}, 0);
+  nn::save_training_state(path, {q.model.get(), nullptr, nullptr, {}}, 0);
   fuzz::write_seed("model_only.ckpt", fuzz::read_all(path));
   return 0;
 }
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Parts p;  // built once: loading into it is what is fuzzed
   const std::string& path = fuzz::scratch_file(data, size, ".ckpt");
   try {
-    nn::load_checkpoint(path, p.parts());
+    nn::load_training_state(path, p.parts());
   } catch (const Error&) {
   }
   return 0;

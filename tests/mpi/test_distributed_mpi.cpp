@@ -257,13 +257,13 @@ TEST_CASE("DataParallel + checkpoints: rank 0 saves, every rank resumes, the run
   dist::DataParallel dp_first(first, pg);
   nn::optim::AdamW opt_first(first.parameters(), {.lr = 1e-2});
   train(first, opt_first, dp_first, 0, 3);
-  if (pg->rank() == 0) nn::save_checkpoint(path, {&first, &opt_first}, 3);
+  if (pg->rank() == 0) nn::save_training_state(path, {&first, &opt_first}, 3);
   pg->barrier();  // the file is complete before anyone reads it
 
   manual_seed(12345);  // a different start: everything must come from the file
   Mlp resumed(DType::f32);
   nn::optim::AdamW opt_resumed(resumed.parameters(), {.lr = 1e-2});
-  auto ck = nn::load_checkpoint(path, {&resumed, &opt_resumed});
+  auto ck = nn::load_training_state(path, {&resumed, &opt_resumed});
   CHECK(ck.step == 3);
   dist::DataParallel dp_resumed(resumed, pg);
   train(resumed, opt_resumed, dp_resumed, 3, 6);
