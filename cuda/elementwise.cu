@@ -249,18 +249,7 @@ void where(DType t, const Geometry<4>& g, void* out, const bool* cond, const voi
     launch_elementwise<4>(
         "where", g, WhereBody<E>{static_cast<E*>(out), cond, static_cast<const E*>(a), static_cast<const E*>(b)}, s);
   };
-  switch (dtype_size(t)) {
-    case 1:
-      return go.template operator()<uint8_t>();
-    case 2:
-      return go.template operator()<uint16_t>();
-    case 4:
-      return go.template operator()<uint32_t>();
-    case 8:
-      return go.template operator()<uint64_t>();
-    default:
-      throw DTypeError(str("where: unsupported dtype ", dtype_name(t)));
-  }
+  dispatch_element_size(dtype_size(t), "where", go);
 }
 
 }  // namespace kernels

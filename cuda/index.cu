@@ -50,18 +50,7 @@ void gather(std::size_t elem_size, const Geometry<3>& g, int64_t jump, void* out
   auto go = [&]<class E>() {
     launch_elementwise<3>("gather", g, GatherBody<E>{static_cast<E*>(out), index, static_cast<const E*>(x), jump}, s);
   };
-  switch (elem_size) {
-    case 1:
-      return go.template operator()<uint8_t>();
-    case 2:
-      return go.template operator()<uint16_t>();
-    case 4:
-      return go.template operator()<uint32_t>();
-    case 8:
-      return go.template operator()<uint64_t>();
-    default:
-      throw DTypeError(str("gather: unsupported element size ", elem_size));
-  }
+  dispatch_element_size(elem_size, "gather", go);
 }
 
 void scatter_add(DType t, const Geometry<3>& outer, int64_t len, int64_t ostep, int64_t istep, int64_t sstep, void* out,

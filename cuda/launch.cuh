@@ -78,4 +78,23 @@ void dispatch_floating_dev(DType d, const char* op, F&& f) {
   dispatch_floating(d, op, std::forward<F>(f));
 }
 
+// Kernels that only move bytes (where, gather) need one instantiation per
+// element size, not per dtype: calls f.template operator()<E>() with the
+// unsigned integer E of `bytes` bytes; throws DTypeError naming `op` otherwise.
+template <class F>
+decltype(auto) dispatch_element_size(std::size_t bytes, const char* op, F&& f) {
+  switch (bytes) {
+    case 1:
+      return f.template operator()<uint8_t>();
+    case 2:
+      return f.template operator()<uint16_t>();
+    case 4:
+      return f.template operator()<uint32_t>();
+    case 8:
+      return f.template operator()<uint64_t>();
+    default:
+      throw DTypeError(str(op, ": unsupported element size ", bytes));
+  }
+}
+
 }  // namespace snug::cuda::kernels

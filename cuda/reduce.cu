@@ -20,19 +20,6 @@ namespace snug::cuda::kernels {
 
 namespace {
 
-template <class T>
-struct Acc {
-  using type = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
-};
-template <>
-struct Acc<Half> {
-  using type = float;
-};
-template <>
-struct Acc<BFloat16> {
-  using type = float;
-};
-
 // Thread per output: kept is (x, out), red is (x).
 template <class T, class O, class A, class R>
 __global__ void reduce_thread_kernel(R r, Geometry<2> kept, Geometry<1> red, const T* x, O* out) {
@@ -76,7 +63,7 @@ __global__ void reduce_block_kernel(R r, Geometry<2> kept, Geometry<1> red, cons
 
 template <class T, class O>
 void run_reduce(ReduceOp op, const Geometry<2>& kept, const Geometry<1>& red, const T* x, O* out, StreamHandle s) {
-  using A = typename Acc<T>::type;
+  using A = ReduceAcc<T>;
   if (kept.numel == 0) return;
   visit_supported<A>(op, [&](auto r) {
     using R = decltype(r);

@@ -24,26 +24,6 @@ namespace {
 using cpu::kMaxDims;
 using cpu::kParallelGrain;
 
-// NOTE [ Reduction accumulators ]
-// f32 accumulates in double. A plain f32 running sum loses about log2(n) bits
-// (a row of 512 values is off in the 5th digit); pairwise summation would fix
-// that too, but double is simpler to read, gives ~1 ulp of f32 for any
-// realistic n, and vectorizes just as well (these loops are memory bound).
-// f16/bf16 accumulate in f32, their compute type; integers and bool in i64
-// (so a sum of i8 cannot wrap), f64 in f64.
-template <class T>
-struct Acc {
-  using type = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
-};
-template <>
-struct Acc<Half> {
-  using type = float;
-};
-template <>
-struct Acc<BFloat16> {
-  using type = float;
-};
-
 // MaxR/MinR start from -inf/+inf, which an integer accumulator cannot hold.
 template <class A, class R>
 A init_of(const R& r) {
@@ -266,7 +246,7 @@ void run_reduce(const R& r, const Plan& P, const T* x, O* out) {
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, const Tensor& out) {
   const Plan P = make_plan(x, dims, out);
   dispatch_all(x.dtype(), reduce_op_name(op), [&]<class T>() {
-    using A = typename Acc<T>::type;
+    using A = ReduceAcc<T>;
     auto go = [&]<class O>() {
       visit_supported<A>(op, [&](auto r) {
         run_reduce<T, O, A>(r, P, x.data<T>(), out.data<O>());  // NOTE [ Integer sums wrap ] (core/functors.h)
