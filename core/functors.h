@@ -5,8 +5,9 @@
 // these same functors; only the launch differs. Functors take and return the
 // compute type C (float for f16/bf16 storage, else the storage type).
 // Row and window ops follow the same rule in their own leaf headers:
-// core/softmax_math.h, core/layer_norm_math.h, core/pool_window.h,
-// core/update_math.h (fused optimizer updates), core/philox.h (random draws).
+// core/softmax_math.h, core/attention_math.h (the fused attention's rows),
+// core/layer_norm_math.h, core/pool_window.h, core/update_math.h (fused
+// optimizer updates), core/philox.h (random draws).
 //
 // The op lists are enums guarded by static_asserts on their counts, and
 // visit_*() maps an enum value to its functor with a switch that names every

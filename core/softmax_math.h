@@ -9,6 +9,7 @@
 //   s = sum_j exp(v_j - m)                      (in sum_t: f64 for f32/f64 rows)
 //   softmax:      y_i = exp(v_i - m) * (1 / s)
 //   log_softmax:  y_i = (v_i - m) - log(s)
+//   logsumexp:    lse = m + log(s)              (the causal softmax's optional output)
 //   backward:     softmax      dx_i = y_i (g_i - c),  c = sum_j g_j y_j
 //                 log_softmax  dx_i = g_i - exp(y_i) c,  c = sum_j g_j
 //
@@ -65,6 +66,14 @@ SNUG_HOST_DEVICE SNUG_INLINE C inverse_sum(S s) {
 template <class C, class S>
 SNUG_HOST_DEVICE SNUG_INLINE C log_sum(S s) {
   return static_cast<C>(fmath::log(s));
+}
+
+// The row's logsumexp, m + log(s), in the type of its arguments (the caller
+// picks it: the causal softmax's lse output adds in its sum type, then rounds
+// once to f32). Kept by the attention for backward (core/attention_math.h).
+template <class C>
+SNUG_HOST_DEVICE SNUG_INLINE C logsumexp(C m, C s) {
+  return m + fmath::log(s);
 }
 
 // y_i from e = shifted_exp(v_i, m) (stored first where the row is written twice).

@@ -16,12 +16,15 @@
 // Every output row is written by exactly one warp, in a fixed order, so the
 // results are deterministic (no atomics), and dqkv needs no zero-fill. This is
 // the simple form (each pair's dot products are warp reductions); it keeps
-// the memory of the fused CPU op, not a tiled kernel's speed.
+// the memory of the fused CPU op, not a tiled kernel's speed. The row math
+// (the softmax step, lse, dS) is core/attention_math.h's, shared with the CPU
+// op (NOTE [ Attention row math ]); exp is expf here (ExactExp).
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <type_traits>
 
+#include <snug/core/attention_math.h>
 #include <snug/cuda/launch.cuh>
 
 namespace snug::cuda::kernels {
@@ -29,6 +32,8 @@ namespace snug::cuda::kernels {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
+
+using softmax_row::ExactExp;
 
 __device__ SNUG_INLINE float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -89,10 +94,12 @@ __global__ void attention_forward_kernel(const float* __restrict__ qkv, float* _
   for (int k = 0; k < S; ++k) o[k] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   for (int64_t j = 0; j <= x.t; ++j) {
+    // The online softmax: the running max grows to m_new, and what l and o
+    // summed so far is rescaled by exp(m - m_new) (0 on the first key, m = -inf).
     const float sc = s.scale * dot_slice(q, base + j * C3 + C, s.D, lane);
-    const float m_new = fmaxf(m, sc);
-    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
-    const float p = expf(sc - m_new);
+    const float m_new = softmax_row::max_nan(m, sc);
+    const float corr = softmax_row::shifted_exp(m, m_new, ExactExp{});
+    const float p = softmax_row::shifted_exp(sc, m_new, ExactExp{});
     l = l * corr + p;
     const float* v = base + j * C3 + 2 * C;
 #pragma unroll
@@ -102,14 +109,14 @@ __global__ void attention_forward_kernel(const float* __restrict__ qkv, float* _
     }
     m = m_new;
   }
-  const float inv = 1.0f / l;
+  const float inv = softmax_row::inverse_sum<float>(l);
   float* yr = y + (x.b * s.T + x.t) * C + x.h * s.D;
 #pragma unroll
   for (int k = 0; k < S; ++k) {
     const int64_t d = lane + 32 * k;
-    if (d < s.D) yr[d] = o[k] * inv;
+    if (d < s.D) yr[d] = softmax_row::normalize(o[k], inv);
   }
-  if (lane == 0) lse[r] = m + logf(l);
+  if (lane == 0) lse[r] = softmax_row::logsumexp(m, l);
 }
 
 // Backward A: one warp per query row: Dsum_i and dQ_i.
@@ -127,14 +134,14 @@ __global__ void attention_backward_q_kernel(const float* __restrict__ qkv, const
   float q[S], g[S], dq[S];
   load_slice(base + x.t * C3, s.D, lane, q);
   load_slice(gy + yoff, s.D, lane, g);
-  const float Di = dot_slice(g, y + yoff, s.D, lane);
+  const float Di = dot_slice(g, y + yoff, s.D, lane);  // c = dO_i . O_i
   const float li = lse[r];
 #pragma unroll
   for (int k = 0; k < S; ++k) dq[k] = 0.0f;
   for (int64_t j = 0; j <= x.t; ++j) {
     const float* kj = base + j * C3 + C;
-    const float p = expf(s.scale * dot_slice(q, kj, s.D, lane) - li);
-    const float ds = p * (dot_slice(g, kj + C, s.D, lane) - Di);
+    const float p = attention_row::prob(s.scale * dot_slice(q, kj, s.D, lane), li, ExactExp{});
+    const float ds = attention_row::score_grad(p, dot_slice(g, kj + C, s.D, lane), Di);
 #pragma unroll
     for (int k = 0; k < S; ++k) {
       const int64_t d = lane + 32 * k;
@@ -170,8 +177,8 @@ __global__ void attention_backward_kv_kernel(const float* __restrict__ qkv, cons
   for (int64_t i = x.t; i < s.T; ++i) {
     const float* qi = base + i * C3;
     const float* gi = gy + (x.b * s.T + i) * C + x.h * s.D;
-    const float p = expf(s.scale * dot_slice(kj, qi, s.D, lane) - lse[row0 + i]);
-    const float ds = p * (dot_slice(vj, gi, s.D, lane) - dsum[row0 + i]);
+    const float p = attention_row::prob(s.scale * dot_slice(kj, qi, s.D, lane), lse[row0 + i], ExactExp{});
+    const float ds = attention_row::score_grad(p, dot_slice(vj, gi, s.D, lane), dsum[row0 + i]);
 #pragma unroll
     for (int k = 0; k < S; ++k) {
       const int64_t d = lane + 32 * k;

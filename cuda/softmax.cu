@@ -17,6 +17,7 @@
 
 #include <type_traits>
 
+#include <snug/core/attention_math.h>
 #include <snug/core/softmax_math.h>
 #include <snug/cuda/launch.cuh>
 
@@ -24,6 +25,7 @@ namespace snug::cuda::kernels {
 
 namespace {
 
+using softmax_row::ExactExp;
 using softmax_row::FastExp;
 
 template <class A>
@@ -111,14 +113,15 @@ __global__ void causal_softmax_kernel(int64_t rows, int64_t Tq, int64_t Tk, comp
     const A inv = softmax_row::inverse_sum<A>(s);  // unused when no column is visible (s = 0)
     for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x)
       yr[j] = j < visible ? T(softmax_row::softmax_at(scale * A(xr[j]), m, inv, FastExp{})) : T(0);
-    if (lse && threadIdx.x == 0) lse[r] = float(double(m) + ::log(double(s)));
+    if (lse && threadIdx.x == 0) lse[r] = float(softmax_row::logsumexp(double(m), double(s)));
   }
 }
 
 // The backward of causal_softmax for square f32 rows (Tq = Tk = T) from its
 // lse, for the attention's cuBLAS path (NOTE [ Attention through cuBLAS ] in
 // cuda/attention.cu): s holds the raw scores and becomes P; dp = dO V^T becomes
-// dS = scale P (dp - D_r), D_r = sum_j P_rj dp_rj (= dO_r . O_r).
+// dS = scale P (dp - D_r), D_r = sum_j P_rj dp_rj (= dO_r . O_r): the
+// backward row of NOTE [ Attention row math ] (core/attention_math.h).
 __global__ void causal_softmax_lse_backward_kernel(float* __restrict__ s, float* __restrict__ dp,
                                                    const float* __restrict__ lse, int64_t T, float scale) {
   extern __shared__ float buf[];  // blockDim.x floats
@@ -127,13 +130,14 @@ __global__ void causal_softmax_lse_backward_kernel(float* __restrict__ s, float*
   float* drow = dp + r * T;
   const float L = lse[r];
   float d = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) d += expf(scale * srow[j] - L) * drow[j];
+  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
+    d += attention_row::correction_term(attention_row::prob(scale * srow[j], L, ExactExp{}), drow[j]);
   d = block_reduce(d, SumOp<float>{}, buf);
   for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
     if (j <= i) {
-      const float p = expf(scale * srow[j] - L);
+      const float p = attention_row::prob(scale * srow[j], L, ExactExp{});
       srow[j] = p;
-      drow[j] = scale * p * (drow[j] - d);
+      drow[j] = attention_row::score_grad(scale * p, drow[j], d);  // scale folded into p
     } else {
       srow[j] = 0.0f;
       drow[j] = 0.0f;

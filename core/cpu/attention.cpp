@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: MIT
 // Fused causal self-attention kernels: NOTE [ Fused causal attention ] in
-// core/cpu/attention.h.
+// core/cpu/attention.h. The row math is core/attention_math.h's (NOTE [
+// Attention row math ]), shared with the CUDA kernels; this file has the loops.
 #include <snug/core/cpu/attention.h>
 
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include <snug/base/error.h>
+#include <snug/core/attention_math.h>
 #include <snug/core/cpu/cpu_backend.h>
 #include <snug/core/cpu/loop.h>
 #include <snug/core/cpu/tile_gemm.h>
@@ -39,29 +40,24 @@ void mm(int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t a_row, int
     kernels::tile_gemm_f64(M, N, K, alpha, A, a_row, a_col, B, ldb, accumulate, C, ldc);
 }
 
-template <class T>
-SNUG_INLINE T exp_of(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return fmath::exp_approx(x);
-  else
-    return std::exp(x);
-}
+using softmax_row::FastExp;
 
-// sum over d < D of a[d] b[d]: one vector accumulator and a tree fold for float.
+// Backward's c = sum_j p[j] dp[j] over a row of n keys (attention_row::correction_term;
+// for float one vector accumulator of p dp fmadds and a tree fold).
 template <class T>
-SNUG_INLINE T dot_row(const T* a, const T* b, int64_t D) {
+SNUG_INLINE T correction(const T* p, const T* dp, int64_t n) {
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float>) {
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t d = 0; d < D; d += 16) {
-      const __mmask16 m = kernels::detail::head_mask(D - d);
-      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + d), _mm512_maskz_loadu_ps(m, b + d), acc);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 m = kernels::detail::head_mask(n - j);
+      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p + j), _mm512_maskz_loadu_ps(m, dp + j), acc);
     }
     return _mm512_reduce_add_ps(acc);
   }
 #endif
   T acc = 0;
-  for (int64_t d = 0; d < D; ++d) acc += a[d] * b[d];
+  for (int64_t j = 0; j < n; ++j) acc += attention_row::correction_term(p[j], dp[j]);
   return acc;
 }
 
@@ -84,19 +80,31 @@ SNUG_INLINE T dot_row(const T* a, const T* b, int64_t D) {
 //   - forward does not normalize P: O = P V is computed from the unnormalized
 //     rows and its (m, D) rows are scaled by 1/sum afterwards, m x D floats
 //     instead of m x kv.
+// So the float specializations below spell core/attention_math.h's
+// per-element formulas in intrinsics instead of calling them (the compiled
+// loop over those calls is the slower one described above): exp16 is
+// FastExp's exp_approx, exp_row's lanes are shifted_exp, row_max is the
+// running max (vmaxps can drop a NaN that max_nan keeps, but a NaN score
+// makes the row's sum, and so its output, NaN either way), and the
+// correction's fmadds are correction_term. The generic versions (f64, and
+// float without AVX-512) call the shared functions, and so does everything
+// per row or outside these loops: the row statistics (logsumexp,
+// inverse_sum), the output scaling (normalize) and backward's dS (score_grad,
+// in an `omp simd` loop that the compiler still vectorizes).
 template <class T>
 T row_max(const T* row, int64_t vis) {
   T m = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < vis; ++j) m = std::max(m, row[j]);
+  for (int64_t j = 0; j < vis; ++j) m = softmax_row::max_nan(m, row[j]);
   return m;
 }
 
 // row[j] = exp(row[j] - sub) for j < vis, 0 for vis <= j < n; returns the sum
-// of the exps.
+// of the exps. sub is the row's max (forward's terms of l) or its lse
+// (backward's P, attention_row::prob).
 template <class T>
 T exp_row(T* row, int64_t vis, int64_t n, T sub) {
   T s = 0;
-  for (int64_t j = 0; j < vis; ++j) s += (row[j] = exp_of(row[j] - sub));
+  for (int64_t j = 0; j < vis; ++j) s += (row[j] = softmax_row::shifted_exp(row[j], sub, FastExp{}));
   for (int64_t j = vis; j < n; ++j) row[j] = T(0);
   return s;
 }
@@ -171,8 +179,8 @@ void block_softmax(T* S, int64_t m, int64_t n, int64_t r0, T* lse, T* inv) {
     const int64_t vis = r0 + i + 1;
     const T mx = row_max<T>(row, vis);
     const T s = exp_row<T>(row, vis, n, mx);
-    lse[i] = mx + std::log(s);
-    inv[i] = T(1) / s;
+    lse[i] = softmax_row::logsumexp(mx, s);
+    inv[i] = softmax_row::inverse_sum<T>(s);
   }
 }
 
@@ -236,7 +244,7 @@ void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const Tensor& y,
       for (int64_t i = 0; i < m; ++i) {                                       // rows times 1 / sum
         T* o = Y + (r0 + i) * C;
 #pragma omp simd
-        for (int64_t d = 0; d < D; ++d) o[d] *= inv[i];
+        for (int64_t d = 0; d < D; ++d) o[d] = softmax_row::normalize(o[d], inv[i]);
       }
     }
   }
@@ -291,9 +299,9 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
         // a block holds every visible key of its rows, so it is taken here, from
         // rows in L1, instead of from O and dO, which backward would read from
         // memory (the row dots over O waited on it: 20% of this loop's samples).
-        const T c = dot_row<T>(pr, dr, kv);
+        const T c = correction<T>(pr, dr, kv);
 #pragma omp simd
-        for (int64_t j = 0; j < kv; ++j) dr[j] = pr[j] * (dr[j] - c);  // dS; 0 where P is 0
+        for (int64_t j = 0; j < kv; ++j) dr[j] = attention_row::score_grad(pr[j], dr[j], c);  // dS
       }
       mm<T>(kv, D, m, T(1), P, 1, kv, Gd + r0 * D, D, true, dVd, D);      // dV += P^T dO (kv, D)
       mm<T>(m, D, kv, scale, dP, kv, 1, Kd, D, false, dQ + r0 * C3, C3);  // dQ = scale dS K (m, D)
