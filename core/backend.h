@@ -165,7 +165,7 @@ struct Backend {
   // to the default (Backend::X), so callers (nn/) never test a device, dtype
   // or layout. CPU: the updates and the unscale (core/cpu/update.cpp); its
   // batch norm is the default. CUDA: all of them (cuda/batch_norm.cpp with
-  // cuDNN, cuda/fused_ops.cpp with the kernels of cuda/fused.cu).
+  // cuDNN, cuda/update.cpp with the kernels of cuda/update.cu).
 
   // Batch norm of x (N, C, *), contiguous, per channel over its M = N prod(*)
   // values (the formulas: nn/functional_norm.cpp). weight, bias, running_mean,

@@ -2,7 +2,7 @@
 // The per-element math of the fused optimizer updates and of the loss
 // scaler's unscale, written once for the host and the GPU (NOTE [ One
 // definition of each op's math ] in core/functors.h). The CPU loops
-// (core/cpu/update.cpp) and the CUDA kernels (cuda/fused.cu) both call these,
+// (core/cpu/update.cpp) and the CUDA kernels (cuda/update.cu) both call these,
 // with constants prepared once on the host by the make_* functions, so both
 // devices start from the same f32 constants. The step's hyperparameters
 // (AdamArgs, SgdArgs) are what Backend::adam_update / sgd_update take

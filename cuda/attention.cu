@@ -202,7 +202,7 @@ __global__ void attention_backward_kv_kernel(const float* __restrict__ qkv, cons
 // NOTE [ Attention through cuBLAS ]
 // From T = kAttentionGemmMinT on (cuda/fused_api.h), the per-pair warp sums
 // above cost far more than the GEMMs they stand for (at T = 1024 the warp
-// kernels took most of a 12-layer GPT step on an H200). cuda/fused_ops.cpp
+// kernels took most of a 12-layer GPT step on an H200). cuda/attention.cpp
 // then copies q, k, v to (B H, T, D) and, for a chunk of heads at a time (the
 // chunk's (T, T) scores kept under 128 MiB), runs
 //   forward:  S = Q K^T (cuBLAS); causal_softmax (cuda/softmax.cu), in place,

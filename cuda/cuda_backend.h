@@ -4,7 +4,8 @@
 // Methods are spread by family: cuda_backend.cpp (elementwise, reductions,
 // softmax, norms, index, random, copies), matmul.cpp (matmul via cuBLAS),
 // conv.cpp (convolution via cuDNN), pool.cu and pool_cudnn.cpp (pooling),
-// batch_norm.cpp (cuDNN), fused_ops.cpp (optimizer updates, unscale).
+// batch_norm.cpp (cuDNN), update.cpp (optimizer updates, unscale), attention.cpp
+// (the fused attention).
 // Every kernel is queued on the device's current stream (memory/stream.h; the
 // default stream unless a memory::StreamGuard says otherwise); copies to the
 // host wait for that stream.
@@ -47,12 +48,12 @@ struct CudaBackend final : Backend {
   void pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
                        const Tensor& grad_x) override;  // pool.cu
   // Fused ops (NOTE [ Fused ops are backend entries ] in core/fused_defaults.cpp): attention runs
-  // the kernels of cuda/attention.cu (fused_ops.cpp); linear_act and conv2d_relu use Backend's
+  // the kernels of cuda/attention.cu (attention.cpp); linear_act and conv2d_relu use Backend's
   // composed defaults (cuBLAS, cuDNN and the elementwise kernels).
   void causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y,
-                        const Tensor& lse) override;  // fused_ops.cpp
+                        const Tensor& lse) override;  // attention.cpp
   void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
-                                 int64_t heads, double scale, const Tensor& grad_qkv) override;  // fused_ops.cpp
+                                 int64_t heads, double scale, const Tensor& grad_qkv) override;  // attention.cpp
   void copy_across(const Tensor& src, const Tensor& dst) override;
   void synchronize(Device d) override;
 
@@ -68,7 +69,7 @@ struct CudaBackend final : Backend {
   void batch_norm_backward(const Tensor& gy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                            const Tensor& invstd, bool training, double eps, const Tensor& gx, const Tensor& gweight,
                            const Tensor& gbias) override;
-  // fused_ops.cpp (the kernels of fused.cu):
+  // update.cpp (the kernels of update.cu):
   void adam_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                    const update::AdamArgs& a) override;
   void sgd_update(const Tensor& p, const Tensor& g, const Tensor& buf, const update::SgdArgs& a) override;

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
-// Fused attention on CUDA, as plain C++ (no CUDA header):
-// nn/functional.cpp calls these for tensors on a cuda:N device.
-// cuda/fused_ops.cpp implements them with the kernels of cuda/attention.cu,
-// inside the CUDA plugin; without it (cuda/plugin_loader.cpp) they throw
-// DeviceError. Each call queues its kernels on the device's current stream
+// Fused attention on CUDA, as plain C++ (no CUDA header): the entry points
+// behind CudaBackend::causal_attention (+backward), which nn/ reaches through
+// backend_for(device); tests call them directly. cuda/attention.cpp
+// implements them with the kernels of cuda/attention.cu, inside the CUDA
+// plugin; without it (cuda/plugin_loader.cpp) they throw DeviceError. Each call queues its kernels on the device's current stream
 // (memory/stream.h) and does not wait for them. (Batch norm, the optimizer
 // updates and the loss scaler's unscale are backend entries: core/backend.h.)
 #pragma once

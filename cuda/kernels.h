@@ -5,10 +5,9 @@
 // an integer; 0 is the default stream) and throws DeviceError naming the
 // kernel if the launch fails. The math is in core/functors.h (NOTE [ One
 // definition of each op's math ]), core/softmax_math.h, core/layer_norm_math.h,
-// core/pool_window.h and core/update_math.h, shared with the CPU loops.
-// cuda/X.cu holds the kernels of core/cpu/X.cpp (softmax, layer_norm, pool,
-// index, random, reduce, elementwise, attention); fused.cu those of
-// nn/optim/fused.cpp.
+// core/attention_math.h, core/pool_window.h and core/update_math.h, shared
+// with the CPU loops. cuda/X.cu holds the kernels of core/cpu/X.cpp (softmax,
+// layer_norm, pool, index, random, reduce, elementwise, attention, update).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -97,7 +96,7 @@ void pool2d(DType t, const PoolGeometry& g, const void* x, void* out, int64_t* i
 void pool2d_backward(DType t, const PoolGeometry& g, const void* grad_out, const int64_t* indices, void* grad_x,
                      StreamHandle s);
 
-// ---- fused.cu: optimizer updates and the loss scaler (core/update_math.h) ------
+// ---- update.cu: optimizer updates and the loss scaler (core/update_math.h) -----
 // p, m, v f32 (n) contiguous; g (n) contiguous of dtype gt (f32, f16 or bf16).
 void fused_adam(DType gt, int64_t n, float* p, const void* g, float* m, float* v, const update::AdamConsts& k,
                 StreamHandle s);

@@ -367,7 +367,7 @@ bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
 
 // NOTE [ 16-bit attention ]
 // 16-bit qkv (an autocast region's) takes the fused kernels too, on both
-// devices (this file and cuda/fused_ops.cpp): they compute in f32 (qkv is
+// devices (this file and cuda/attention.cpp): they compute in f32 (qkv is
 // widened on the way in, y rounded on the way out; on a GPU the large
 // products may run in TF32, cuda/fused_api.h), and what backward keeps is the
 // 16-bit qkv and y (y is the output, which the next Linear keeps anyway) plus

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The CPU's fused optimizer updates and loss-scaler unscale (core/backend.h;
-// the CUDA twins are in cuda/fused.cu): one allocation-free pass over a
+// the CUDA twins are in cuda/update.cpp and cuda/update.cu): one allocation-free pass over a
 // parameter, its gradient and its state, per element the math of
 // core/update_math.h, which the CUDA kernels share. Tensors the loops do not
 // take go to the composed default (core/update.cpp; NOTE [ Composed

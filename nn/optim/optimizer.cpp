@@ -131,7 +131,7 @@ Tensor Optimizer::grad_as(const Tensor& param, const Tensor& target) const {
 // them only once all exist: running out of memory there leaves the optimizer
 // exactly as it was. The update then runs the backend's fused kernels
 // (Backend::adam_update / sgd_update in core/backend.h: core/cpu/update.cpp,
-// cuda/fused.cu), which allocate nothing, so it cannot stop halfway through
+// cuda/update.cu), which allocate nothing, so it cannot stop halfway through
 // the parameters. tests/test_alloc_failure.cpp fails every allocation of a
 // training step in turn and checks that the next step equals one that never
 // failed. Tensors the fused kernels do not take (f64, strided, spread over

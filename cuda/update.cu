@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
-// Fused optimizer updates and the loss scaler's unscale-and-check. The math
-// is core/update_math.h, the functions the CPU loops of core/cpu/update.cpp
-// call, so only the launch is CUDA's (NOTE [ One definition of each op's math ]).
+// The kernels of the fused optimizer updates and of the loss scaler's
+// unscale-and-check; their host side, CudaBackend's entries, is
+// cuda/update.cpp. The math is core/update_math.h, the functions the CPU
+// loops of core/cpu/update.cpp call, so only the launch is CUDA's (NOTE [ One
+// definition of each op's math ]).
 // Every kernel is a grid-stride loop over contiguous arrays of n elements:
 // element i is touched by exactly one thread, whatever the grid.
 #include <cuda_runtime.h>
