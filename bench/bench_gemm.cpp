@@ -65,7 +65,7 @@ int bench_int8(const snug::bench::Args& args, int64_t M, int64_t N, int64_t K, i
   for (size_t i = 0; i < A.size(); ++i) Af[i] = float(A[i] = uint8_t(rng() & 0xFF));
   for (size_t i = 0; i < B.size(); ++i) Bf[i] = float(B[i] = int8_t(int(rng() & 0xFF) - 128));
   const double ops = 2.0 * double(M) * double(N) * double(K);
-  snug::kernels::PackedInt8B packed = snug::kernels::pack_int8_b(N, K, B.data(), K);
+  snug::PackedInt8B packed = snug::kernels::pack_int8_b(N, K, B.data(), K);
   auto int8 = [&] { snug::kernels::gemm_u8s8s32(M, N, K, A.data(), K, B.data(), K, C.data(), N); };
   auto int8_packed = [&] { snug::kernels::gemm_u8s8s32_packed(M, A.data(), K, packed, C2.data(), N); };
   auto f32 = [&] {

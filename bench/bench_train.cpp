@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include <snug/core/cpu_isa.h>
 #include <snug/core/generator.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
@@ -85,9 +86,10 @@ void report(const Args& a, const char* name, const Common& c, const StepResult& 
     std::printf(
         "{\"bench\": \"%s\", \"ms_per_step\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, \"%s\": %.1f, "
         "\"loss_first\": %.5f, \"loss_last\": %.5f, \"params\": %lld, \"peak_allocated_bytes\": %zu, "
-        "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld}\n",
+        "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld, \"cpu_isa\": \"%s\"}\n",
         name, ms, lo, hi, rate_name, items_per_step / (ms / 1e3), r.loss_first, r.loss_last, (long long)r.params,
-        r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup, (long long)c.threads);
+        r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup, (long long)c.threads,
+        cpu_isa().c_str());
   } else {
     std::printf(
         "%s: median %.2f ms/step (min %.2f, max %.2f) over %lld steps, %.0f %s, loss %.4f -> %.4f, "

@@ -11,9 +11,19 @@ the lowest and highest.
 
   python3 bench/ratios.py [--bench build/release/bench/snug-bench] [--repeats 5]
                           [--workloads gpt,cnn,mlp] [--python python3] [--json]
+                          [--isa avx512|avx2|baseline] [--peer-bench PATH]
 
 --python picks the interpreter for the peer, e.g. one whose torch is Debian's
 1.13 (OpenBLAS; set OPENBLAS_CORETYPE=SkylakeX on this CPU) instead of PyPI's.
+
+--isa runs both sides at one CPU level: snug with SNUG_CPU_ISA (NOTE [ CPU
+levels ] in core/cpu/level.h), PyTorch with ATEN_CPU_CAPABILITY and oneMKL's
+MKL_ENABLE_INSTRUCTIONS (AVX2 or AVX512). The peer's "isa" field shows what
+it ran.
+
+--peer-bench PATH makes the peer another snug-bench instead of PyTorch, e.g.
+a -DSNUG_NATIVE=ON build's (build/native/bench/snug-bench): the ratio is then
+that build's ms/step over this one's.
 """
 import argparse
 import json
@@ -43,16 +53,32 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--isa", choices=["avx512", "avx2", "baseline"])
+    ap.add_argument("--peer-bench")
     a = ap.parse_args()
+    snug_env, torch_env = dict(os.environ), dict(os.environ)
+    if a.isa:
+        snug_env["SNUG_CPU_ISA"] = a.isa
+        torch_env["ATEN_CPU_CAPABILITY"] = {"baseline": "default"}.get(a.isa, a.isa)
+        if a.isa != "baseline":
+            torch_env["MKL_ENABLE_INSTRUCTIONS"] = a.isa.upper()
+    if a.peer_bench:
+        torch_env = snug_env
     common = ["--steps", str(a.steps), "--warmup", str(a.warmup), "--threads", str(a.threads), "--json"]
     results = {}
     torch_desc = None
     for w in a.workloads.split(","):
         runs = []
         for r in range(a.repeats):
-            s = last_json([a.bench, w] + common)
-            t = last_json([a.python, os.path.join(HERE, "peers", "train_torch.py"), w] + common)
-            torch_desc = f"torch {t['torch']} ({t['blas']}, {t['isa']})"
+            s = last_json([a.bench, w] + common, env=snug_env)
+            if a.peer_bench:
+                t = last_json([a.peer_bench, w] + common, env=torch_env)
+                torch_desc = f"snug {a.peer_bench} ({t.get('cpu_isa', '?')})"
+                t["peak_rss_growth_bytes"] = t["peak_allocated_bytes"]
+            else:
+                t = last_json([a.python, os.path.join(HERE, "peers", "train_torch.py"), w] + common, env=torch_env)
+                torch_desc = f"torch {t['torch']} ({t['blas']}, {t['isa']})"
+            snug_isa = s.get("cpu_isa", "?")
             runs.append({"snug_ms": s["ms_per_step"], "torch_ms": t["ms_per_step"],
                          "ratio": t["ms_per_step"] / s["ms_per_step"],
                          "snug_peak_allocated_bytes": s["peak_allocated_bytes"],
@@ -68,9 +94,10 @@ def main():
             "torch_peak_rss_growth_bytes": statistics.median(x["torch_peak_rss_growth_bytes"] for x in runs),
             "repeats": a.repeats}
     if a.json:
-        print(json.dumps({"peer": torch_desc, "threads": a.threads, "results": results}))
+        print(json.dumps({"peer": torch_desc, "snug_cpu_isa": snug_isa, "threads": a.threads,
+                          "results": results}))
         return
-    print(f"snug vs {torch_desc}, {a.threads} threads, {a.repeats} interleaved repeats "
+    print(f"snug ({snug_isa}) vs {torch_desc}, {a.threads} threads, {a.repeats} interleaved repeats "
           f"({a.steps} timed steps after {a.warmup} warmup each)")
     print(f"{'workload':8} {'snug ms':>9} {'torch ms':>9} {'ratio':>7} {'min':>7} {'max':>7} "
           f"{'snug peak alloc':>16} {'torch RSS growth':>17}")

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include <snug/core/backend.h>
 
-#include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/kernel_table.h>
 
 namespace snug {
 
@@ -33,8 +33,8 @@ bool has_backend(DeviceType t) {
 
 Backend& backend_for(DeviceType t) {
   if (t == DeviceType::CPU) {
-    static CpuBackend cpu;  // always present
-    return cpu;
+    // Always present: the CPU level in use (NOTE [ CPU levels ] in core/cpu/level.h).
+    return *cpu_dispatch::active().backend;
   }
   load_lazy(t);  // the CUDA backend registers itself here, on first use, when a GPU is present
   Backend* b = slot(t);

@@ -20,7 +20,7 @@
 //                   bits kept) and is made quiet.
 //   bf16 -> float   exact: the 16 bits become the top half of the float.
 //
-// The bulk versions in core/half.cpp use SIMD where the CPU has it and give
+// The bulk versions in core/cpu/half_convert.cpp use SIMD where the CPU level has it and give
 // bit-identical results (tests/test_half.cpp checks every f16 pattern).
 #pragma once
 #include <cstdint>
@@ -203,11 +203,7 @@ SNUG_HOST_DEVICE SNUG_INLINE BFloat16 operator-(BFloat16 a) { return BFloat16::f
 // Comparisons go through operator float (built-in float comparisons), so NaN
 // compares unequal to everything and +0 == -0.
 
-// ---- whole arrays (core/half.cpp; SIMD where available, bit-identical to the
-// scalar functions above). `n` is an element count; src and dst must not overlap.
-void half_to_float_array(const uint16_t* src, float* dst, int64_t n);
-void float_to_half_array(const float* src, uint16_t* dst, int64_t n);
-void bf16_to_float_array(const uint16_t* src, float* dst, int64_t n);
-void float_to_bf16_array(const float* src, uint16_t* dst, int64_t n);
+// Whole arrays: core/cpu/half_convert.h (SIMD per CPU level, bit-identical to
+// the scalar functions above).
 
 }  // namespace snug

@@ -31,7 +31,7 @@ PackedInt8Weight pack_int8_weight(const Tensor& w) {
   const Tensor wc = raw::contiguous(w);
   const int64_t N = wc.size(0), K = wc.size(1);
   PackedInt8Weight p;
-  p.packed_ = std::make_shared<const kernels::PackedInt8B>(kernels::pack_int8_b(N, K, wc.data<int8_t>(), K));
+  p.packed_ = std::make_shared<const PackedInt8B>(kernels::pack_int8_b(N, K, wc.data<int8_t>(), K));
   return p;
 }
 

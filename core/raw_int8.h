@@ -14,8 +14,8 @@
 
 #include <snug/core/tensor.h>
 
-namespace snug::kernels {
-struct PackedInt8B;
+namespace snug {
+struct PackedInt8B;  // core/cpu/gemm_int8.h
 }
 
 namespace snug::raw {
@@ -31,7 +31,7 @@ class PackedInt8Weight {
   std::size_t nbytes() const;  // bytes of the packed weight
 
  private:
-  std::shared_ptr<const kernels::PackedInt8B> packed_;
+  std::shared_ptr<const PackedInt8B> packed_;
   friend PackedInt8Weight pack_int8_weight(const Tensor& w);
   friend Tensor gemm_u8s8s32(const Tensor& a, const PackedInt8Weight& w);
 };

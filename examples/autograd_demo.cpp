@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
   if (args.json)
     std::printf(
         "{\"example\":\"autograd_demo\",\"steps\":%d,\"hidden\":%d,\"lr\":%g,\"seed\":%llu,"
-        "\"initial_loss\":%.6g,\"final_loss\":%.6g,\"seconds\":%.3f,\"cuda_devices\":%d}\n",
-        args.steps, h, args.lr, (unsigned long long)args.seed, first, last, seconds, cuda::device_count());
+        "\"initial_loss\":%.6g,\"final_loss\":%.6g,\"seconds\":%.3f,\"cuda_devices\":%d,\"cpu_isa\":\"%s\"}\n",
+        args.steps, h, args.lr, (unsigned long long)args.seed, first, last, seconds, cuda::device_count(),
+        cpu_isa().c_str());
   return learned ? 0 : 1;
 }

@@ -14,6 +14,7 @@
 // core: tensors and what they are made of
 #include <snug/base/device.h>
 #include <snug/base/error.h>
+#include <snug/core/cpu_isa.h>
 #include <snug/core/dtype.h>
 #include <snug/core/generator.h>
 #include <snug/core/shape.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// core/half.h and core/half.cpp: every f16 pattern, every tie between adjacent
+// core/half.h and core/cpu/half_convert.cpp (at the CPU level in use): every f16 pattern, every tie between adjacent
 // f16 and bf16 values, the overflow and subnormal edges, millions of random
 // floats, each against two references written independently of the code under
 // test (exact math in double, and the F16C instructions where the CPU has them).
@@ -11,8 +11,11 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include <snug/core/cpu/half_convert.h>
+#include <snug/core/cpu_isa.h>
 #include <snug/core/half.h>
 
 #if defined(__F16C__) || defined(__AVX512BF16__)
@@ -315,7 +318,8 @@ TEST_CASE("float -> bf16: ties, neighbours, edges and random floats") {
   CHECK(float_to_bf16(float_of(0xffc00000u)) == 0xffc0);
 }
 
-TEST_CASE("array conversions equal the scalar ones") {
+namespace {
+void check_array_conversions() {
   std::vector<float> floats = half_stress_floats(200'000);
   const std::vector<float> bfloats = bf16_stress_floats(0);
   floats.insert(floats.end(), bfloats.begin(), bfloats.end());
@@ -342,7 +346,7 @@ TEST_CASE("array conversions equal the scalar ones") {
   for (uint32_t i = 0; i < 65536; ++i) bad += bits_of(out[i]) != bits_of(bf16_to_float(uint16_t(i)));
   CHECK(bad == 0);
 
-  SUBCASE("every short length and misalignment (SIMD body + scalar tail)") {
+  {  // every short length and misalignment (SIMD body + scalar tail)
     int64_t bad_short = 0;
     for (int start = 0; start < 17; ++start) {
       for (int len = 0; len < 50; ++len) {
@@ -365,6 +369,19 @@ TEST_CASE("array conversions equal the scalar ones") {
     }
     CHECK(bad_short == 0);
   }
+}
+}  // namespace
+
+// At every CPU level this machine runs (NOTE [ CPU levels ]): AVX-512, F16C
+// and AVX2, and the scalar baseline each have their own bodies.
+TEST_CASE("array conversions equal the scalar ones, at every CPU level") {
+  const std::string saved = cpu_isa();
+  for (const std::string& level : cpu_isas_supported()) {
+    CAPTURE(level);
+    set_cpu_isa(level);
+    check_array_conversions();
+  }
+  set_cpu_isa(saved);
 }
 
 #if defined(__AVX512BF16__)

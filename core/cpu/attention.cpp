@@ -24,7 +24,7 @@
 #include <snug/core/cpu/simd_avx512.h>
 #endif
 
-namespace snug::cpu {
+namespace snug::inline SNUG_CPU_LEVEL::cpu {
 
 namespace {
 
@@ -356,10 +356,10 @@ double causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D) {
   return 2.0 * 2.0 * visible * double(D) * double(B * heads);  // two GEMMs, 2 flops per multiply-add
 }
 
-}  // namespace snug::cpu
+}  // namespace snug::SNUG_CPU_LEVEL::cpu
 
 // ---- CpuBackend's attention entries (core/backend.h) ------------------------------------
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
@@ -416,4 +416,4 @@ void CpuBackend::causal_attention_backward(const Tensor& qkv, const Tensor& y, c
   copy(d32, grad_qkv);
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

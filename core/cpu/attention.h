@@ -29,11 +29,12 @@
 // deschedules one thread, the other takes its remaining heads instead of
 // waiting for it (NOTE [ Panels on demand ] in core/cpu/gemm_avx512.cpp).
 #pragma once
+#include <snug/core/cpu/level.h>
 #include <cstdint>
 
 #include <snug/core/tensor.h>
 
-namespace snug::cpu {
+namespace snug::inline SNUG_CPU_LEVEL::cpu {
 
 inline constexpr int64_t kAttentionBlockRows = 32;
 
@@ -49,4 +50,4 @@ void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor&
 // profiler; backward runs five GEMMs of the same sizes (2.5 times as many).
 double causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D);
 
-}  // namespace snug::cpu
+}  // namespace snug::SNUG_CPU_LEVEL::cpu

@@ -34,7 +34,7 @@
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 
@@ -363,9 +363,9 @@ void CpuBackend::conv2d_backward(const Tensor& grad_out, const Tensor& x, const 
   conv2d_backward_run(grad_out, Tensor(), x, weight, p, grad_x, grad_weight, grad_bias);
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 // f32/f64, contiguous: the ReLU applied to each image's output, and in
 // backward its mask, inside the convolution (core/cpu/conv.h). 16-bit: the
@@ -390,4 +390,4 @@ void CpuBackend::conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, c
   cpu::conv2d_relu_backward(grad_out, y, x, weight, p, grad_x, grad_weight, grad_bias);
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

@@ -5,11 +5,12 @@
 // convolution's backward reads it, instead of two more passes over the whole
 // activation. Same values and gradients as conv2d then relu, bit for bit.
 #pragma once
+#include <snug/core/cpu/level.h>
 
 #include <snug/core/backend.h>
 #include <snug/core/tensor.h>
 
-namespace snug::cpu {
+namespace snug::inline SNUG_CPU_LEVEL::cpu {
 
 // x (N, C, H, W), weight (Cout, C/groups, kH, kW), bias (Cout) or undefined,
 // out (N, Cout, Ho, Wo): contiguous, f32 or f64, on the CPU.
@@ -21,4 +22,4 @@ void conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor&
                           const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
                           const Tensor& grad_bias);
 
-}  // namespace snug::cpu
+}  // namespace snug::SNUG_CPU_LEVEL::cpu

@@ -5,9 +5,10 @@
 // softmax, index, matmul, random, layer_norm, conv, pool; linear (the Linear
 // layer's fused entries) and attention.
 #pragma once
+#include <snug/core/cpu/level.h>
 #include <snug/core/backend.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 struct CpuBackend final : Backend {
   const char* name() const override { return "cpu"; }
@@ -73,4 +74,4 @@ struct CpuBackend final : Backend {
   void unscale_and_check(const Tensor& g, const Tensor& out, double inv, const Tensor& flags, int64_t slot) override;
 };
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

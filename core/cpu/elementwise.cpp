@@ -9,7 +9,7 @@
 #include <snug/core/cpu/cpu_backend.h>
 #include <snug/core/cpu/loop.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 // NOTE [ Rounding wide values to 16 bits ]
@@ -40,7 +40,7 @@ inline constexpr bool needs_round_odd_v =
     std::is_same_v<T, double> || std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>;
 }  // namespace
 
-// Contiguous f32 <-> f16/bf16: the bulk converters of core/half.cpp (AVX-512
+// Contiguous f32 <-> f16/bf16: the bulk converters of core/cpu/half_convert.cpp (AVX-512
 // or F16C, bit-identical to the scalar ones), in chunks across threads.
 // Mixed precision converts every matmul operand and result this way.
 static bool convert_half_fast(const Tensor& src, const Tensor& dst) {
@@ -150,4 +150,4 @@ void CpuBackend::copy_across(const Tensor& src, const Tensor& dst) {
   copy(src, dst);
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

@@ -1,22 +1,20 @@
 // SPDX-License-Identifier: MIT
 // Entry points of core/cpu/gemm.h: argument handling, threading policy, the
-// reference loop and the Eigen paths. The fast float32 kernel itself is in
+// reference loop; Eigen (core/cpu/gemm_eigen.cpp) for float64 and where the
+// level has no packed float32 kernel. The fast float32 kernel itself is in
 // core/cpu/gemm_avx512.cpp (see NOTE [ GEMM blocking ] there).
 #include <snug/core/cpu/gemm.h>
 
-#include <atomic>
 
 #include <omp.h>
-#include <Eigen/Core>
 
 #include <snug/base/error.h>
 #include <snug/core/cpu/gemm_detail.h>
+#include <snug/core/cpu/gemm_eigen.h>
 
-namespace snug::kernels {
+namespace snug::inline SNUG_CPU_LEVEL::kernels {
 
 namespace {
-
-std::atomic<int> g_num_threads{0};  // 0: not set, follow omp_get_max_threads()
 
 // Below this many multiply-adds a GEMM runs on one thread: waking the team
 // costs a few microseconds, about what 2^18 MACs take on one core.
@@ -44,38 +42,6 @@ void scale_c(int64_t M, int64_t N, T beta, T* C, int64_t ldc) {
     else if (beta != T(1))
       for (int64_t j = 0; j < N; ++j) c[j] *= beta;
   }
-}
-
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ConstMap = Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-template <class T>
-using MutMap = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-
-// Eigen GEMM on maps of the caller's memory. Preconditions as gemm_f32_packed.
-template <class T>
-void eigen_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-                int64_t ldb, T beta, T* C, int64_t ldc) {
-  MutMap<T> c(C, M, N, Eigen::OuterStride<>(ldc));
-  ConstMap<T> a(A, ta ? K : M, ta ? M : K, Eigen::OuterStride<>(lda));
-  ConstMap<T> b(B, tb ? N : K, tb ? K : N, Eigen::OuterStride<>(ldb));
-  auto run = [&](const auto& oa, const auto& ob) {
-    if (beta == T(0)) {
-      c.noalias() = alpha * (oa * ob);
-    } else {
-      if (beta != T(1)) c *= beta;
-      c.noalias() += alpha * (oa * ob);
-    }
-  };
-  if (!ta && !tb)
-    run(a, b);
-  else if (ta && !tb)
-    run(a.transpose(), b);
-  else if (!ta && tb)
-    run(a, b.transpose());
-  else
-    run(a.transpose(), b.transpose());
 }
 
 template <class T>
@@ -109,24 +75,20 @@ void gemm_f32_nt(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   if (detail::gemm_f32_packed_available())
     detail::gemm_f32_packed(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nt);
   else
-    eigen_gemm<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    eigen_gemm::gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace
 
-void set_num_threads(int n) {
-  SNUG_CHECK(n >= 1, ValueError, "set_num_threads: expected n >= 1, got ", n);
-  g_num_threads.store(n);
-  omp_set_num_threads(n);
-  Eigen::setNbThreads(n);
+const char* gemm_f32_backend() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+  return "avx2";
+#else
+  return "eigen";
+#endif
 }
-
-int get_num_threads() {
-  int n = g_num_threads.load();
-  return n > 0 ? n : std::max(1, omp_get_max_threads());
-}
-
-const char* gemm_f32_backend() { return detail::gemm_f32_packed_available() ? "avx512" : "eigen"; }
 
 void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -199,7 +161,7 @@ void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, doubl
   check_args("gemm_f64", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0) return scale_c(M, N, beta, C, ldc);
-  eigen_gemm<double>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  eigen_gemm::gemm_f64(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_f32_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -245,4 +207,4 @@ void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   reference<double>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-}  // namespace snug::kernels
+}  // namespace snug::SNUG_CPU_LEVEL::kernels

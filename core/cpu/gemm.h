@@ -16,7 +16,19 @@
 #pragma once
 #include <cstdint>
 
-namespace snug::kernels {
+#include <snug/core/cpu/level.h>
+#include <snug/core/cpu/threads.h>
+
+namespace snug {
+// What gemm_f32_bias_act applies to each element of C as it stores it. The
+// _grad values are the activations' derivatives for backward (gemm_f32_act_grad).
+// One type for every level (NOTE [ CPU levels ] in core/cpu/level.h).
+enum class GemmAct : int { none, relu, gelu, gelu_tanh, relu_grad, gelu_grad, gelu_tanh_grad };
+}  // namespace snug
+
+namespace snug::inline SNUG_CPU_LEVEL::kernels {
+
+using snug::GemmAct;
 
 void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -27,10 +39,6 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
 // null (then it is gemm_f32 with beta = 0).
 void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, const float* bias);
-
-// What gemm_f32_bias_act applies to each element of C as it stores it. The
-// _grad values are the activations' derivatives for backward (gemm_f32_act_grad).
-enum class GemmAct : int { none, relu, gelu, gelu_tanh, relu_grad, gelu_grad, gelu_tanh_grad };
 
 // C = act(alpha * op(A) * op(B) + bias): a Linear layer and the activation
 // after it in one pass. The activation runs on each row panel of C right after
@@ -82,14 +90,12 @@ void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
                         int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 
-// snug's CPU thread count (OpenMP). Defaults to omp_get_max_threads() (which
-// honours OMP_NUM_THREADS). set_num_threads(n) also calls omp_set_num_threads(n)
-// so other OpenMP loops in snug agree. n < 1 throws snug::ValueError.
-void set_num_threads(int n);
-int get_num_threads();
+// snug's CPU thread count (OpenMP), the same for every level: core/cpu/threads.h.
+using cpu_threads::get_num_threads;
+using cpu_threads::set_num_threads;
 
-// Which implementation gemm_f32 uses: "avx512" (snug's packed kernel) or
-// "eigen" (the portable fallback when the build has no AVX-512).
+// Which implementation gemm_f32 uses at the CPU level in use: "avx512" or
+// "avx2" (snug's packed kernels), or "eigen" (the portable fallback).
 const char* gemm_f32_backend();
 
-}  // namespace snug::kernels
+}  // namespace snug::SNUG_CPU_LEVEL::kernels

@@ -10,7 +10,7 @@
 #include <snug/core/cpu/gemm_detail.h>
 #include <snug/core/functors.h>
 
-namespace snug::kernels::detail {
+namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
 namespace {
 template <class F>
@@ -65,4 +65,4 @@ void apply_act(GemmAct act, int64_t rows, int64_t n, float* c, float* pre, int64
   }
 }
 
-}  // namespace snug::kernels::detail
+}  // namespace snug::SNUG_CPU_LEVEL::kernels::detail

@@ -36,7 +36,7 @@
 
 #include <omp.h>
 
-namespace snug::kernels::detail {
+namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
 #if defined(__AVX512F__)
 
@@ -619,7 +619,7 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   for (size_t i = 0; i < sums.size(); ++i) a_sums[i] = float(sums[i]);
 }
 
-#else  // no AVX-512: gemm_f32 falls back to Eigen
+#elif !(defined(__AVX2__) && defined(__FMA__))  // no AVX-512 and no AVX2 (gemm_avx2.cpp): Eigen
 
 bool gemm_f32_packed_available() { return false; }
 void gemm_f32_packed(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
@@ -629,4 +629,4 @@ void gemm_f32_packed(bool, bool, int64_t, int64_t, int64_t, float, const float*,
 
 #endif
 
-}  // namespace snug::kernels::detail
+}  // namespace snug::SNUG_CPU_LEVEL::kernels::detail

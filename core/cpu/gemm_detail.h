@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: MIT
-// Internals shared by core/cpu/gemm.cpp and core/cpu/gemm_avx512.cpp. Not public API.
+// Internals shared by core/cpu/gemm.cpp and the packed GEMMs (gemm_avx512.cpp,
+// gemm_avx2.cpp). Not public API.
 #pragma once
+#include <snug/core/cpu/level.h>
 #include <cstdint>
 
 #include <snug/core/cpu/gemm.h>
 
-namespace snug::kernels::detail {
+namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
-// True when core/cpu/gemm_avx512.cpp was compiled with AVX-512 (the build used
-// -march=native on an AVX-512 machine).
+// True when this level has a packed GEMM: core/cpu/gemm_avx512.cpp (AVX-512)
+// or core/cpu/gemm_avx2.cpp (AVX2 + FMA); the baseline falls back to Eigen.
 bool gemm_f32_packed_available();
 
-// The packed, cache-blocked AVX-512 GEMM. Preconditions (checked by gemm_f32):
+// The packed, cache-blocked GEMM of this level. Preconditions (checked by gemm_f32):
 // M, N, K > 0 and alpha != 0. Runs on up to `nthreads` OpenMP threads; with
 // nthreads == 1 it opens no parallel region (safe inside one). A non-null
 // bias (N floats) is added to every row of C with the first K block. A
@@ -29,4 +31,4 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 // _grad values, c[j] = c[j] * act'(pre[j]) instead (pre read, not written).
 void apply_act(GemmAct act, int64_t rows, int64_t n, float* c, float* pre, int64_t ld);
 
-}  // namespace snug::kernels::detail
+}  // namespace snug::SNUG_CPU_LEVEL::kernels::detail

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include <snug/core/cpu/gemm_int8.h>
 
+#if defined(__AVX512F__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -9,7 +11,7 @@
 
 #include <snug/base/error.h>
 
-namespace snug::kernels {
+namespace snug::inline SNUG_CPU_LEVEL::kernels {
 
 // ---- portable -----------------------------------------------------------------------------
 
@@ -26,9 +28,15 @@ void gemm_u8s8s32_portable(int64_t M, int64_t N, int64_t K, const uint8_t* A, in
     }
 }
 
+// The VNNI kernel exists in the avx512 level only (NOTE [ CPU levels ]): VNNI
+// is an AVX-512 extension, and a level below AVX-512 runs none of it.
 bool cpu_has_vnni() {
+#if defined(__AVX512F__)
   static const bool has = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
   return has;
+#else
+  return false;
+#endif
 }
 const char* gemm_int8_backend() { return cpu_has_vnni() ? "avx512_vnni" : "portable"; }
 
@@ -69,6 +77,7 @@ void pack_panels(int64_t N, int64_t K, const int8_t* B, int64_t ldb, int8_t* out
     }
 }
 
+#if defined(__AVX512F__)
 template <int MR, int NV>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void micro(int64_t groups, const uint8_t* A, int64_t lda,
                                                                   const int8_t* Bp, int64_t panel_stride, int32_t* C,
@@ -149,6 +158,7 @@ void vnni_packed(int64_t M, const uint8_t* A, int64_t lda, int64_t N, int64_t Kp
     }
   }
 }
+#endif  // __AVX512F__
 
 // Runs fn(A', lda') with A' = A when K is a multiple of 4, else a zero-padded copy.
 template <class Fn>
@@ -169,7 +179,8 @@ void check_args(const char* fn, int64_t M, int64_t N, int64_t K) {
 void gemm_u8s8s32_vnni(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
                        int32_t* C, int64_t ldc) {
   check_args("gemm_u8s8s32_vnni", M, N, K);
-  SNUG_CHECK(cpu_has_vnni(), DeviceError, "gemm_u8s8s32_vnni: this CPU has no AVX-512 VNNI");
+  SNUG_CHECK(cpu_has_vnni(), DeviceError, "gemm_u8s8s32_vnni: this CPU, or the CPU level in use ('",
+             SNUG_CPU_LEVEL_NAME, "'), has no AVX-512 VNNI");
   if (M == 0 || N == 0) return;
   PackedInt8B p = pack_int8_b(N, K, B, ldb);
   gemm_u8s8s32_packed(M, A, lda, p, C, ldc);
@@ -207,8 +218,15 @@ void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedI
     return;
   }
   if (!B.vnni) return gemm_u8s8s32_portable(M, B.N, B.K, A, lda, B.data.data<int8_t>(), B.K, C, ldc);
+  // Packed as VNNI panels by a level that has VNNI; the level in use now
+  // (snug::set_cpu_isa switched since) cannot read them.
+  SNUG_CHECK(cpu_has_vnni(), DeviceError,
+             "gemm_u8s8s32_packed: the weight was packed for AVX-512 VNNI, which the CPU level in use ('",
+             SNUG_CPU_LEVEL_NAME, "') lacks; pack it again");
+#if defined(__AVX512F__)
   with_padded_a(M, B.K, A, lda,
                 [&](const uint8_t* a, int64_t la) { vnni_packed(M, a, la, B.N, B.Kp, B.data.data<int8_t>(), C, ldc); });
+#endif
 }
 
-}  // namespace snug::kernels
+}  // namespace snug::SNUG_CPU_LEVEL::kernels

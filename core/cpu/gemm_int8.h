@@ -10,11 +10,31 @@
 // K * 255 * 128 < 2^31, i.e. K < 65,793), so the VNNI and the portable
 // kernels agree bit for bit (tests/test_gemm_int8.cpp).
 #pragma once
+#include <snug/core/cpu/level.h>
 #include <cstdint>
 
 #include <snug/core/tensor.h>
 
-namespace snug::kernels {
+namespace snug {
+
+// B packed once for many products (a quantized layer's weight). With VNNI:
+// panels of 16 columns, each k-group of 4 stored as 16 lanes x 4 bytes, K
+// padded to a multiple of 4 with zeros; without: B as given (N x K). The
+// bytes are an i8 tensor, so they come from snug's allocator.
+// One type for every level (NOTE [ CPU levels ] in core/cpu/level.h); the
+// layout is the packing level's, so the GEMM checks `vnni` against its own.
+struct PackedInt8B {
+  int64_t N = 0, K = 0, Kp = 0;
+  bool vnni = false;
+  Tensor data;  // i8
+  std::size_t nbytes() const { return data.defined() ? data.nbytes() : 0; }
+};
+
+}  // namespace snug
+
+namespace snug::inline SNUG_CPU_LEVEL::kernels {
+
+using snug::PackedInt8B;
 
 // Picks VNNI when the CPU has it, else the portable loop.
 void gemm_u8s8s32(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
@@ -28,17 +48,7 @@ void gemm_u8s8s32_vnni(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_
 bool cpu_has_vnni();
 const char* gemm_int8_backend();  // "avx512_vnni" or "portable"
 
-// B packed once for many products (a quantized layer's weight). With VNNI:
-// panels of 16 columns, each k-group of 4 stored as 16 lanes x 4 bytes, K
-// padded to a multiple of 4 with zeros; without: B as given (N x K). The
-// bytes are an i8 tensor, so they come from snug's allocator.
-struct PackedInt8B {
-  int64_t N = 0, K = 0, Kp = 0;
-  bool vnni = false;
-  Tensor data;  // i8
-  std::size_t nbytes() const { return data.defined() ? data.nbytes() : 0; }
-};
 PackedInt8B pack_int8_b(int64_t N, int64_t K, const int8_t* B, int64_t ldb);
 void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedInt8B& B, int32_t* C, int64_t ldc);
 
-}  // namespace snug::kernels
+}  // namespace snug::SNUG_CPU_LEVEL::kernels

@@ -21,7 +21,7 @@
 #include <snug/core/cpu/loop.h>
 #include <snug/core/raw_ops.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 
@@ -144,4 +144,4 @@ void CpuBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index
   scatter_add_impl(out, dim, index, src);
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

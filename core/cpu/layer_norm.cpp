@@ -21,7 +21,7 @@
 #include <snug/core/cpu/loop.h>
 #include <snug/core/layer_norm_math.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 // NOTE [ Half-precision layer norm ]: f16/bf16 rows are widened into f32
@@ -280,4 +280,4 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
   });
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

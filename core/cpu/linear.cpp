@@ -11,7 +11,7 @@
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 
@@ -136,4 +136,4 @@ void CpuBackend::linear_backward_act(const Tensor& grad_out, const Tensor& weigh
                              hid, gemm_act(act), f32(z));
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

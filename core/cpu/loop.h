@@ -4,6 +4,7 @@
 // parallel with OpenMP. Kernels supply a typed inner loop; everything else
 // (broadcasting, coalescing dims, threading) is written once here.
 #pragma once
+#include <snug/core/cpu/level.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -14,9 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include <snug/core/cpu/half_convert.h>
 #include <snug/core/tensor.h>
 
-namespace snug::cpu {
+namespace snug::inline SNUG_CPU_LEVEL::cpu {
 
 inline constexpr int kMaxDims = 16;
 // Below this many elements a loop runs on one thread: the fork/join costs more.
@@ -151,7 +153,7 @@ void run_loop(const StridedLoop<N>& L, Inner&& inner) {
 // A scalar Half -> float conversion is a dozen integer operations with
 // branches and keeps a loop from vectorizing. When an operand is f16/bf16 and
 // the compute type is float, the contiguous fast path of map() widens each
-// input a chunk at a time with the bulk converters of core/half.cpp
+// input a chunk at a time with the bulk converters of core/cpu/half_convert.cpp
 // (AVX-512/F16C, bit-identical to the scalar ones), runs f on float buffers,
 // and rounds the chunk back: the same results, several times faster.
 template <class T>
@@ -256,4 +258,4 @@ void map(const Tensor& out, F f, const Ts&... in) {
   });
 }
 
-}  // namespace snug::cpu
+}  // namespace snug::SNUG_CPU_LEVEL::cpu

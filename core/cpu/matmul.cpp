@@ -10,7 +10,7 @@
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 // How a (B, R, C) operand maps onto GEMM arguments.
@@ -39,7 +39,7 @@ GemmOperand as_gemm_operand(const Tensor& x) {
 // scratch, tagged workspace. An operand is widened in its own layout (a
 // transposed view stays transposed and goes to the GEMM as a transpose), so
 // every conversion runs on contiguous rows with the bulk AVX-512 converters
-// (core/half.cpp, through copy()).
+// (core/cpu/half_convert.cpp, through copy()).
 //
 // widen(x): x (B, R, C) half -> f32 copy; trans says the copy holds x^T.
 GemmOperand widen(const Tensor& x) {
@@ -126,4 +126,4 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   }
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

@@ -23,7 +23,7 @@
 #include <snug/core/pool_window.h>
 #include <snug/core/raw_ops.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 // Output cell (oh, ow) of a plane reads input rows [h0, h1) and columns
 // [w0, w1) (already clipped to the input) and, for avg, divides by the
@@ -220,4 +220,4 @@ void CpuBackend::pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, 
   });
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

@@ -7,7 +7,7 @@
 #include <snug/core/cpu/cpu_backend.h>
 #include <snug/core/cpu/loop.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 void CpuBackend::random(RandomKind kind, PhiloxState st, double a, double b, const Tensor& out) {
   SNUG_CHECK(out.is_contiguous(), ValueError, "random: output must be contiguous");
@@ -36,4 +36,4 @@ void CpuBackend::random(RandomKind kind, PhiloxState st, double a, double b, con
   });
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

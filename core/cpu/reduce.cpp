@@ -17,7 +17,7 @@
 #include <snug/core/cpu/loop.h>
 #include <snug/core/reduce_dispatch.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 
@@ -309,4 +309,4 @@ void CpuBackend::arg_reduce(bool is_max, const Tensor& x, int64_t dim, const Ten
   });
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

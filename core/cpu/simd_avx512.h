@@ -4,6 +4,7 @@
 // 16 x 16 float transpose in registers (the GEMM's packers and
 // kernels::transpose_f32 in core/cpu/tile_gemm.cpp).
 #pragma once
+#include <snug/core/cpu/level.h>
 
 #if defined(__AVX512F__)
 #include <cstdint>
@@ -18,7 +19,7 @@
 #endif
 #include <immintrin.h>
 
-namespace snug::kernels::detail {
+namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
 // Lanes [0, n) of a 16-float vector, for n >= 0 (16 and more: all of them).
 inline __mmask16 head_mask(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
@@ -53,6 +54,6 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
-}  // namespace snug::kernels::detail
+}  // namespace snug::SNUG_CPU_LEVEL::kernels::detail
 
 #endif

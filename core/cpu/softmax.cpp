@@ -28,7 +28,7 @@
 #include <snug/core/cpu/simd_avx512.h>
 #endif
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 
@@ -346,4 +346,4 @@ void CpuBackend::causal_softmax(const Tensor& x, double scale, const Tensor& out
   });
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

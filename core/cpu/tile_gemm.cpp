@@ -10,7 +10,7 @@
 #include <snug/core/cpu/simd_avx512.h>
 #endif
 
-namespace snug::kernels {
+namespace snug::inline SNUG_CPU_LEVEL::kernels {
 
 void transpose_f32(int64_t rows, int64_t cols, const float* src, int64_t ld_src, float* dst, int64_t ld_dst) {
 #if defined(__AVX512F__)
@@ -157,4 +157,4 @@ void tile_gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
 
 #endif
 
-}  // namespace snug::kernels
+}  // namespace snug::SNUG_CPU_LEVEL::kernels

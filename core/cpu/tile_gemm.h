@@ -17,10 +17,11 @@
 // transpose a head's K or V once and reuse it for every block). Single-threaded;
 // results are the same on every call (a fixed summation order over k).
 #pragma once
+#include <snug/core/cpu/level.h>
 #include <cstdint>
 #include <type_traits>
 
-namespace snug::kernels {
+namespace snug::inline SNUG_CPU_LEVEL::kernels {
 
 void tile_gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col,
                    const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc);
@@ -60,4 +61,4 @@ void transpose(int64_t rows, int64_t cols, const T* src, int64_t ld_src, T* dst,
     transpose_scalar(rows, cols, src, ld_src, dst, ld_dst);
 }
 
-}  // namespace snug::kernels
+}  // namespace snug::SNUG_CPU_LEVEL::kernels

@@ -18,7 +18,7 @@
 #include <snug/core/profiler.h>
 #include <snug/core/update_math.h>
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 namespace {
 
@@ -151,4 +151,4 @@ void CpuBackend::unscale_and_check(const Tensor& g, const Tensor& out, double in
   out.bump_version();
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL

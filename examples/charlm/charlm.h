@@ -5,7 +5,8 @@
 // model.cpp   the model's shape (NOTE [ charlm resume ]), the optimizer,
 //             evaluation and sampling
 // memory.cpp  the pipeline placement and the --memory-budget check / planner
-// report.cpp  the final JSON line
+// step.cpp    the model as it trains, and one training step
+// report.cpp  the start-up line and the final JSON line
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,11 +19,13 @@
 
 #include <snug/core/generator.h>
 #include <snug/core/profiler.h>
+#include <snug/data/dataloader.h>
 #include <snug/data/dataset.h>
 #include <snug/distributed/data_parallel.h>
 #include <snug/nn/amp/grad_scaler.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
+#include <snug/nn/train_loop.h>
 #include <snug/parallel/layer_stack.h>
 #include <snug/parallel/pipeline.h>
 #include <snug/parallel/placement.h>
@@ -102,6 +105,12 @@ class TrainWindows : public data::Dataset {
   int64_t block_, batch_;
 };
 
+// The training batches: step s is epoch s of this loader (see TrainWindows).
+// With N ranks an epoch holds the N*B windows of the global batch and rank r
+// takes windows r, r+N, ...: sample i is drawn from (seed, epoch, i) alone, so
+// the union is what one process with --batch N*B would train on.
+data::DataLoader train_loader(const Corpus& corpus, const Setup& st);
+
 // B random windows of `data` from gen: x (B, T), y (B, T) (validation batches).
 std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B, int64_t T, Generator& gen);
 
@@ -158,7 +167,53 @@ class StepProfiler {
   std::unique_ptr<profiler::Profile> prof_;
 };
 
+// ---- step.cpp --------------------------------------------------------------
+
+// The model as it trains: on cpu:0, or its layer stack pipelined over
+// --devices (place_model); --checkpoint sqrt's segments are set here.
+// Not movable: the stack and the pipeline point into it.
+struct TrainModel {
+  TrainModel(const nn::models::GPTConfig& cfg, const Flags& fl, const Corpus& corpus, const Setup& st);
+  TrainModel(const TrainModel&) = delete;
+  TrainModel& operator=(const TrainModel&) = delete;
+  std::unique_ptr<nn::models::GPT> gpt;
+  parallel::LayerStack stack;  // gpt's layers, as the pipeline runs them
+  std::optional<parallel::Pipeline> pipe;
+  LogitsFn logits_of;  // wherever the layers live
+};
+
+// One training step (for nn::TrainLoop::step) and what is kept of each
+// (for nn::TrainLoop::after_step).
+class Trainer {
+ public:
+  Trainer(TrainModel& m, nn::optim::Optimizer& opt, nn::optim::LRScheduler& sched, nn::amp::GradScaler& scaler,
+          distributed::DataParallel* dp, distributed::ProcessGroup& pg, const Setup& st, bool tty);
+  // Zeroes the gradients, runs forward and backward of batch (x, y) (B, T),
+  // steps the optimizer through the scaler and the schedule; the batch's loss.
+  double step(const Tensor& x, const Tensor& y, int64_t step);
+  // Records the recomputation time and the devices' peaks; with several
+  // ranks, makes i.loss the job's mean; stops on a non-finite loss.
+  void after_step(nn::StepInfo& i);
+
+  int64_t skipped_steps = 0;             // the loss scaler's (inf/NaN gradients)
+  std::vector<double> recompute_ms;      // per step
+  std::vector<std::size_t> step_peaks;   // per --devices device
+
+ private:
+  TrainModel& m_;
+  nn::optim::Optimizer& opt_;
+  nn::optim::LRScheduler& sched_;
+  nn::amp::GradScaler& scaler_;
+  distributed::DataParallel* dp_;
+  distributed::ProcessGroup& pg_;
+  const Setup& st_;
+  bool tty_;
+};
+
 // ---- report.cpp ------------------------------------------------------------
+
+// The start-up line on stderr: the model, its size, the data and the threads (and ranks).
+void print_banner(nn::models::GPT& model, const Corpus& corpus, const Setup& st, distributed::ProcessGroup& pg);
 
 // Everything the final JSON line reports beyond the model and the setup.
 struct Results {

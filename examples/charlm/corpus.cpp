@@ -55,4 +55,11 @@ std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B,
   return {from_vector(xs, {B, T}), from_vector(ys, {B, T})};
 }
 
+data::DataLoader train_loader(const Corpus& corpus, const Setup& st) {
+  auto windows = std::make_shared<TrainWindows>(corpus.train, st.T, st.B * st.world);
+  auto shard = std::make_shared<data::ShardedSampler>(
+      st.B * st.world, data::ShardOptions{.num_shards = st.world, .rank = st.rank, .shuffle = false});
+  return data::DataLoader(windows, {.batch_size = st.B, .seed = st.seed + 1000, .sampler = shard});
+}
+
 }  // namespace charlm

@@ -61,16 +61,14 @@
 //
 // This file is the program, top to bottom: flags, data, model, optimizer, the
 // training loop (nn::TrainLoop, nn/train_loop.h), the report. charlm.h lists
-// the pieces beside it (flags.cpp, corpus.cpp, model.cpp, memory.cpp, report.cpp).
+// the pieces beside it (flags.cpp, corpus.cpp, model.cpp, memory.cpp, step.cpp,
+// report.cpp).
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 
-#include <snug/autograd/autocast.h>
-#include <snug/autograd/checkpoint.h>
 #include <snug/data/dataloader.h>
-#include <snug/data/sampler.h>
 #include <snug/memory/allocator.h>
 #include <snug/nn/train_loop.h>
 #include <snug/nn/training_state.h>
@@ -110,35 +108,16 @@ int run(int argc, char** argv) {
   // f16 needs loss scaling; bf16 has f32's range (the scaler stays disabled).
   nn::amp::GradScaler scaler({.enabled = st.amp == DType::f16});
 
-  // The model, on cpu:0 or pipelined over --devices (memory.cpp).
+  // The model, on cpu:0 or pipelined over --devices (step.cpp, memory.cpp).
   manual_seed(seed);
-  std::optional<nn::models::GPT> model_holder;
-  {
-    memory::TagScope tag(memory::Tag::parameter);
-    model_holder.emplace(cfg);
-  }
-  nn::models::GPT& model = *model_holder;
-  if (fl.checkpoint == "sqrt") model.checkpointing = nn::sqrt_plan(cfg.layers);
-  parallel::LayerStack stack = parallel::gpt_stack(model);
-  std::optional<parallel::Pipeline> pipe;
-  if (st.placed) place_model(stack, corpus, st, fl.checkpoint == "stage", pipe);
-  const LogitsFn logits_of = st.placed ? LogitsFn([&](const Tensor& t) { return parallel::run_stack(stack, t); })
-                                       : LogitsFn([&](const Tensor& t) { return model.forward(t); });
+  TrainModel m(cfg, fl, corpus, st);
+  nn::models::GPT& model = *m.gpt;
 
   // The optimizer and its schedule: 100 warmup steps, then cosine to lr/10.
   const Optimizer optim = make_optimizer(model, fl, resume_md);
   nn::optim::Optimizer& opt = *optim.opt;
   nn::optim::WarmupCosine sched(opt, std::min<int64_t>(100, steps), steps, 0.1);
-  // Training batches: step s is epoch s of this loader (see TrainWindows).
-  // With N ranks an epoch holds the N*B windows of the global batch and rank
-  // r takes windows r, r+N, ...: sample i is drawn from (seed, epoch, i)
-  // alone, so the union is what one process with --batch N*B would train on.
-  auto windows = std::make_shared<TrainWindows>(corpus.train, T, B * world);
-  data::DataLoader loader(windows,
-                          {.batch_size = B,
-                           .seed = seed + 1000,
-                           .sampler = std::make_shared<data::ShardedSampler>(
-                               B * world, data::ShardOptions{.num_shards = world, .rank = st.rank, .shuffle = false})});
+  data::DataLoader loader = train_loader(corpus, st);  // corpus.cpp
 
   // --save and --resume: the whole training state (nn/training_state.h).
   nn::TrainingStateParts parts{&model, &opt, &sched, {{"default", &default_generator()}}};
@@ -155,89 +134,41 @@ int run(int argc, char** argv) {
   if (world > 1)
     dp.emplace(model, pg,
                distributed::DataParallelOptions{.bucket_bytes = static_cast<int64_t>(fl.bucket_mb * 1048576.0)});
-  if (lead)
-    std::fprintf(stderr, "charlm: %s, %lld params, vocab %lld, train %zu / val %zu chars, %d threads%s\n",
-                 model.repr().c_str(), (long long)model.num_parameters(), (long long)cfg.vocab, corpus.train.size(),
-                 corpus.val.size(), get_num_threads(),
-                 world > 1 ? str(", ", world, " ranks (", pg->backend(), "), batch ", B, " per rank").c_str() : "");
+  if (lead) print_banner(model, corpus, st, *pg);
   // Will a step fit --memory-budget? With --checkpoint auto, the plan that does.
   const MemoryPlan plan = plan_memory(model, corpus, opt, st, fl.checkpoint);
 
-  // The training loop (nn/train_loop.h): fetch the batch, take a step, then
-  // report, evaluate and save on their cadences.
+  // The training loop (nn/train_loop.h): fetch the batch, take a step
+  // (Trainer, step.cpp), then report, evaluate and save on their cadences.
   SNUG_FLAG_CHECK(!fl.has("profile") || !fl.profile.empty(), "--profile needs a file name");
   const int64_t prof_from = std::min(start + 2, steps - 1);  // after two warm-up steps
   StepProfiler profiler(fl.profile, prof_from, prof_from + fl.profile_steps, steps, tty);
-  std::vector<double> recompute_ms;
-  int64_t skipped_steps = 0;
+  Trainer trainer(m, opt, sched, scaler, dp ? &*dp : nullptr, *pg, st, tty);
   memory::reset_peak(kCPU);
   for (const Device& d : st.devices) memory::reset_peak(d);
-  // Training-step peaks of the placement's devices (evaluation, which runs
-  // the whole batch without a pipeline, is left out: the plan is for steps).
-  std::vector<std::size_t> step_peaks(st.devices.size(), 0);
   auto val_loss_now = [&] {
-    return evaluate(model, logits_of, corpus.val, B * world, T, fl.eval_batches, seed + 2000, st.amp);
+    return evaluate(model, m.logits_of, corpus.val, B * world, T, fl.eval_batches, seed + 2000, st.amp);
   };
   Tensor x, y;  // (B, T) each
   nn::TrainLoop loop({.steps = steps, .start = start});
   loop.before_step([&](int64_t step) {
     x = y = Tensor();  // the last step's batch is freed before this one is made
     loader.set_epoch(step);
-    auto batch_it = loader.begin();
-    x = (*batch_it)[0];
-    y = (*batch_it)[1];
+    auto batch = loader.begin();
+    x = (*batch)[0];
+    y = (*batch)[1];
     profiler.before_step(step);
   });
-  loop.step([&](int64_t step) {
-    autograd::reset_recompute_stats();
-    opt.zero_grad();
-    const double loss_scale = scaler.get_scale();
-    double loss;
-    if (pipe) {
-      loss = pipe->step(x, y);  // forward + backward of every micro-batch, over the devices
-    } else {
-      // One autocast scope per step: the weights are cast once, even with --accum.
-      AutocastGuard ac(st.amp.value_or(DType::bf16), st.amp.has_value());
-      std::optional<distributed::DataParallel::NoSync> no_sync;
-      auto micro_loss = [&](const nn::MicroBatch& mb) {
-        // Micro-steps but the last only accumulate; the last one's backward
-        // averages the sum across ranks (DataParallel::no_sync).
-        no_sync.reset();
-        if (dp && !mb.last) no_sync.emplace(dp->no_sync());
-        memory::TagScope tag(memory::Tag::activation);
-        return model.loss(mb.x, mb.y);
-      };
-      auto scale = [&](const Tensor& l) { return scaler.scale(l); };  // f16: dynamic loss scaling
-      loss = nn::accumulate_gradients(x, y, st.accum, micro_loss, scale) / loss_scale;
-    }
-    if (!scaler.step(opt)) {
-      ++skipped_steps;
-      if (lead)
-        std::fprintf(stderr, "%sstep %lld skipped: %s\n", tty ? "\n" : "", (long long)(step + 1),
-                     scaler.overflow_report().c_str());
-    }
-    scaler.update();
-    sched.step();
-    return loss;
-  });
+  loop.step([&](int64_t step) { return trainer.step(x, y, step); });
   loop.after_step([&](nn::StepInfo& i) {
-    recompute_ms.push_back(autograd::recompute_stats().ms);
-    if (dp) {  // the job's loss: the mean of the ranks' batch losses
-      Tensor l = from_vector(std::vector<double>{i.loss});
-      pg->all_reduce(l, distributed::ReduceOp::avg);
-      i.loss = l.item();
-    }
-    for (size_t k = 0; k < st.devices.size(); ++k)
-      step_peaks[k] = std::max(step_peaks[k], memory::peak_allocated(st.devices[k]));
+    trainer.after_step(i);
     profiler.after_step(i.step);
-    SNUG_CHECK(std::isfinite(i.loss), ValueError, "charlm: training loss became ", i.loss, " at step ", i.step - 1);
   });
   if (lead) {
     loop.every(tty ? 1 : 50, [&](const nn::StepInfo& i) {
-      nn::print_progress(stderr,
-                         nn::progress_line(i.step, steps, i.loss, double(B * T * world) / (i.ms / 1000.0), "tok/s",
-                                           st.placed ? st.devices : std::vector<Device>{kCPU}),
-                         tty);
+      const std::vector<Device> where = st.placed ? st.devices : std::vector<Device>{kCPU};
+      const double tok_s = double(B * T * world) / (i.ms / 1000.0);
+      nn::print_progress(stderr, nn::progress_line(i.step, steps, i.loss, tok_s, "tok/s", where), tty);
     });
     loop.evaluate(fl.eval_every, [&](const nn::StepInfo& i) {
       const double v = val_loss_now();
@@ -264,18 +195,18 @@ int run(int argc, char** argv) {
   // The sample is text: on stdout, or on stderr when stdout is for JSON alone.
   if (fl.generate > 0)
     std::fprintf(fl.json ? stderr : stdout, "---- sample ----\n%s\n----------------\n",
-                 generate(model, logits_of, corpus, fl.generate, seed + 3000).c_str());
+                 generate(model, m.logits_of, corpus, fl.generate, seed + 3000).c_str());
   const Results r{.val_loss = val_loss,
                   .train_loss = sum.loss,
                   .median_ms = sum.median_ms(),
-                  .median_recompute_ms = nn::TrainSummary{.step_ms = recompute_ms}.median_ms(),
+                  .median_recompute_ms = nn::TrainSummary{.step_ms = trainer.recompute_ms}.median_ms(),
                   .steps = steps,
-                  .skipped_steps = skipped_steps,
+                  .skipped_steps = trainer.skipped_steps,
                   .checkpoint = fl.checkpoint,
                   .optim = optim.name,
                   .plan = plan,
-                  .step_peaks = step_peaks};
-  print_json(r, st, model, opt, pipe ? &*pipe : nullptr, scaler, dp ? &*dp : nullptr);
+                  .step_peaks = trainer.step_peaks};
+  print_json(r, st, model, opt, m.pipe ? &*m.pipe : nullptr, scaler, dp ? &*dp : nullptr);
   return 0;
 }
 

@@ -1,14 +1,24 @@
 // SPDX-License-Identifier: MIT
-// charlm's final JSON line (one object; docs/programs.md lists its fields).
+// charlm's start-up line and its final JSON line (one object; docs/programs.md
+// lists its fields).
 #include <algorithm>
 #include <cstdio>
 
+#include <snug/core/cpu_isa.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
 
 #include "charlm/charlm.h"
 
 namespace charlm {
+
+void print_banner(nn::models::GPT& model, const Corpus& corpus, const Setup& st, distributed::ProcessGroup& pg) {
+  const std::string ranks =
+      st.world > 1 ? str(", ", st.world, " ranks (", pg.backend(), "), batch ", st.B, " per rank") : "";
+  std::fprintf(stderr, "charlm: %s, %lld params, vocab %lld, train %zu / val %zu chars, %d threads%s\n",
+               model.repr().c_str(), (long long)model.num_parameters(), (long long)corpus.itos.size(),
+               corpus.train.size(), corpus.val.size(), get_num_threads(), ranks.c_str());
+}
 
 void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const nn::optim::Optimizer& opt,
                 const parallel::Pipeline* pipe, const nn::amp::GradScaler& scaler,
@@ -42,7 +52,7 @@ void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const
       "\"checkpointed_layers\": %lld, \"devices\": %lld, \"micro_batches\": %lld, \"schedule\": \"%s\", "
       "\"peak_allocated_bytes_per_device\": %s, \"predicted_peak_bytes_per_device\": %s, \"optim\": \"%s\", "
       "\"optimizer_state_bytes\": %zu, \"amp\": \"%s\", \"loss_scale\": %.1f, \"skipped_steps\": %lld, "
-      "\"world_size\": %d, \"dp_wait_ms_per_step\": %.3f}\n",
+      "\"world_size\": %d, \"dp_wait_ms_per_step\": %.3f, \"cpu_isa\": \"%s\"}\n",
       r.val_loss, r.train_loss, med, med > 0 ? double(B * T * world) / (med / 1000.0) : 0.0,
       (long long)model.num_parameters(), memory::peak_allocated(kCPU), static_cast<size_t>(ds.reserved_bytes.peak),
       (long long)r.steps, get_num_threads(), r.checkpoint.c_str(), (long long)st.accum, (long long)st.budget,
@@ -53,7 +63,7 @@ void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const
       placed ? parallel::schedule_name(st.schedule) : "none", per_device(false).c_str(), per_device(true).c_str(),
       r.optim.c_str(), opt.state_bytes(), st.amp ? dtype_name(*st.amp) : "none", scaler.get_scale(),
       (long long)r.skipped_steps, st.world,
-      dp ? dp->stats().wait_ms / double(std::max<int64_t>(dp->stats().syncs, 1)) : 0.0);
+      dp ? dp->stats().wait_ms / double(std::max<int64_t>(dp->stats().syncs, 1)) : 0.0, cpu_isa().c_str());
 }
 
 }  // namespace charlm

@@ -53,6 +53,7 @@
 #include <snug/distributed/data_parallel.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/train_loop.h>
+#include <snug/core/cpu_isa.h>
 #include <snug/prune/prune.h>
 
 #include "mnist/mnist.h"
@@ -278,13 +279,13 @@ int run(int argc, char** argv) {
         "\"test_accuracy\": %.4f, \"train_loss\": %.4f, \"loss_first\": %.4f, \"ms_per_step\": %.3f, "
         "\"samples_per_s\": %.1f, \"params\": %lld, \"peak_allocated_bytes\": %zu, \"seconds\": %.1f, "
         "\"test_accuracy_before\": %.4f, \"model_bytes\": %zu, \"model_bytes_before\": %zu, \"amp\": \"%s\", "
-        "\"half_params\": %s, \"loss_scale\": %.1f, \"skipped_steps\": %lld, \"world_size\": %d%s}\n",
+        "\"half_params\": %s, \"loss_scale\": %.1f, \"skipped_steps\": %lld, \"world_size\": %d, \"cpu_isa\": \"%s\"%s}\n",
         args.model.c_str(), args.epochs, (long long)main_phase.steps, (long long)args.batch, args.threads, acc,
         main_phase.last_epoch_loss, main_phase.loss_first, median_ms,
         median_ms > 0 ? 1e3 * double(args.batch * world) / median_ms : 0, (long long)params, trainer.train_peak,
         total_s, main_phase.accuracy, c.done ? c.model_bytes : model_bytes_before, model_bytes_before,
         args.amp.empty() ? "none" : args.amp.c_str(), args.half_params ? "true" : "false", scaler.get_scale(),
-        (long long)trainer.skipped, world, c.json.c_str());
+        (long long)trainer.skipped, world, cpu_isa().c_str(), c.json.c_str());
   }
   return 0;
 }

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
-// Bulk 16-bit <-> 32-bit float conversion. Each function has a SIMD body for
-// CPUs that have one and a scalar tail that calls the SNUG_HOST_DEVICE scalar
-// conversions in core/half.h; both must agree bit for bit (tests/test_half.cpp).
-#include <snug/core/half.h>
+// Bulk 16-bit <-> 32-bit float conversion, compiled per CPU level (NOTE [ CPU
+// levels ]): AVX-512 bodies, F16C and AVX2 bodies at the avx2 level, and a
+// scalar tail (the whole loop at the baseline) that calls the SNUG_HOST_DEVICE
+// scalar conversions in core/half.h. All must agree bit for bit
+// (tests/test_half.cpp at every level; tests/test_cpu_isa.cpp across them).
+#include <snug/core/cpu/half_convert.h>
 
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -14,7 +16,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-namespace snug {
+namespace snug::inline SNUG_CPU_LEVEL {
 
 void half_to_float_array(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
@@ -62,6 +64,12 @@ void bf16_to_float_array(const uint16_t* src, float* dst, int64_t n) {
     const __m512i widened = _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16);
     _mm512_storeu_si512(dst + i, widened);
   }
+#elif defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m256i widened = _mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), widened);
+  }
 #endif
   for (; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
@@ -86,8 +94,29 @@ void float_to_bf16_array(const float* src, uint16_t* dst, int64_t n) {
     const __m512i out = _mm512_mask_blend_epi32(is_nan, rounded, nan_bits);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(out));
   }
+#elif defined(__AVX2__)
+  // The same integer rounding in 8 lanes; a NaN's mask is the signed compare
+  // of |x| (never negative) against the infinity's bits.
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf_bits = _mm256_set1_epi32(0x7f800000);
+  const __m256i bias = _mm256_set1_epi32(0x7fff);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
+    const __m256i nan_bits = _mm256_or_si256(_mm256_srli_epi32(x, 16), quiet);
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf_bits);
+    const __m256i out = _mm256_blendv_epi8(rounded, nan_bits, is_nan);  // each lane < 0x10000
+    // Pack the 32-bit lanes to 16 bits: packus works within 128-bit halves,
+    // so the two halves' results are brought together afterwards.
+    const __m256i packed = _mm256_packus_epi32(out, out);
+    const __m256i ordered = _mm256_permute4x64_epi64(packed, 0x08);  // qwords 0 and 2
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(ordered));
+  }
 #endif
   for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 
-}  // namespace snug
+}  // namespace snug::SNUG_CPU_LEVEL
