@@ -38,7 +38,9 @@ struct Args {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   Args args;
   CLI::App app{"Fits y = sin(x) with a two-layer MLP using snug's autograd and hand-written gradient descent.", "demo"};
   cli::init(app);
@@ -104,4 +106,14 @@ int main(int argc, char** argv) {
         args.steps, h, args.lr, (unsigned long long)args.seed, first, last, seconds, cuda::device_count(),
         cpu_isa().c_str());
   return learned ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    return snug::cli::exit_status("demo", e);  // NOTE [ Program exit status ]: 2 for a bad command line, 1 otherwise
+  }
 }

@@ -9,7 +9,7 @@
 # /usr/local/cuda when present, and snug builds without it otherwise.
 set -euo pipefail
 
-#   scripts/install_deps.sh [--mpi] [--fuzz|--tsan]
+#   scripts/install_deps.sh [--mpi] [--fuzz|--tsan] [--qemu] [--aarch64]
 required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev pkgconf python3)
 for arg in "$@"; do
   case "$arg" in
@@ -21,7 +21,13 @@ for arg in "$@"; do
     # preset needs the same: clang with LLVM's OpenMP and its Archer tool
     # (libarcher.so), which makes OpenMP's barriers visible to TSan.
     --fuzz | --tsan) required+=(clang libclang-rt-14-dev libomp-14-dev) ;;
-    *) echo "install_deps: unknown option $arg (known: --mpi --fuzz --tsan)" >&2; exit 2 ;;
+    # qemu-user: runs programs on an AVX2-only CPU model (qemu-x86_64 -cpu
+    # Haswell) and aarch64 programs (qemu-aarch64); NOTE [ CPU levels ].
+    --qemu) required+=(qemu-user) ;;
+    # The aarch64 cross build (preset aarch64): the cross g++ and the target's
+    # zlib (the arm64 architecture is added to dpkg for it).
+    --aarch64) required+=(qemu-user g++-aarch64-linux-gnu zlib1g-dev:arm64) ;;
+    *) echo "install_deps: unknown option $arg (known: --mpi --fuzz --tsan --qemu --aarch64)" >&2; exit 2 ;;
   esac
 done
 optional=(ninja-build)  # faster builds; the scripts use it when present
@@ -47,6 +53,9 @@ else
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+case " ${missing[*]} " in
+  *":arm64 "*) dpkg --print-foreign-architectures | grep -qx arm64 || "${sudo[@]}" dpkg --add-architecture arm64 ;;
+esac
 "${sudo[@]}" apt-get update -qq
 # Required packages must install; an optional one failing is only a warning.
 req_missing=()
