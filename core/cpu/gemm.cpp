@@ -85,6 +85,8 @@ const char* gemm_f32_backend() {
   return "avx512";
 #elif defined(__AVX2__) && defined(__FMA__)
   return "avx2";
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  return "neon";
 #else
   return "eigen";
 #endif

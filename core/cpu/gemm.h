@@ -94,8 +94,8 @@ void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 using cpu_threads::get_num_threads;
 using cpu_threads::set_num_threads;
 
-// Which implementation gemm_f32 uses at the CPU level in use: "avx512" or
-// "avx2" (snug's packed kernels), or "eigen" (the portable fallback).
+// Which implementation gemm_f32 uses at the CPU level in use: "avx512",
+// "avx2" or "neon" (snug's packed kernels), or "eigen" (the portable fallback).
 const char* gemm_f32_backend();
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels

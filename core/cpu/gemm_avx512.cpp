@@ -619,7 +619,8 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
   for (size_t i = 0; i < sums.size(); ++i) a_sums[i] = float(sums[i]);
 }
 
-#elif !(defined(__AVX2__) && defined(__FMA__))  // no AVX-512 and no AVX2 (gemm_avx2.cpp): Eigen
+#elif !(defined(__AVX2__) && defined(__FMA__)) && !(defined(__aarch64__) && defined(__ARM_NEON))
+// Neither AVX-512, AVX2 (core/cpu/gemm_avx2.cpp) nor NEON (core/cpu/gemm_neon.cpp): Eigen.
 
 bool gemm_f32_packed_available() { return false; }
 void gemm_f32_packed(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,

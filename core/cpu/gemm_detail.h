@@ -10,7 +10,8 @@
 namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
 // True when this level has a packed GEMM: core/cpu/gemm_avx512.cpp (AVX-512)
-// or core/cpu/gemm_avx2.cpp (AVX2 + FMA); the baseline falls back to Eigen.
+// core/cpu/gemm_avx2.cpp (AVX2 + FMA) or core/cpu/gemm_neon.cpp (aarch64);
+// the x86 baseline falls back to Eigen.
 bool gemm_f32_packed_available();
 
 // The packed, cache-blocked GEMM of this level. Preconditions (checked by gemm_f32):

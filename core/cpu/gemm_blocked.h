@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: MIT
+// The blocked GEMM driver of the levels without AVX-512 (NOTE [ CPU levels ]):
+// packing, blocking and threads around a register tile the level supplies
+// (core/cpu/gemm_avx2.cpp: 6 x 16 in AVX2 + FMA; core/cpu/gemm_neon.cpp:
+// 8 x 12 in NEON). Internal to core/cpu/; included by those files only.
+//
+// NOTE [ Blocked GEMM ]
+// The Goto/BLIS loops, in row-major terms, simpler than core/cpu/gemm_avx512.cpp's:
+//
+//   for jc over N in NC columns        (the B block: KC x NC, packed by this thread)
+//     for pc over K in KC              (one K block)
+//       for ic over M in MC rows       (the A block: MC x KC, in L2)
+//         for each NR-column panel     (NR columns x KC: stays in L1)
+//           for each MR-row panel      (streamed from L2)
+//             the MR x NR register tile (Tile::run)
+//
+// Both operands are packed and zero-padded to whole tiles, so a tile's k loop
+// never branches; an edge tile stores through a small buffer. Tile::run does
+// C = alpha * acc + beta * C (+ bias) for one K block: the first block gets
+// the caller's beta and the bias, later ones beta 1.
+//
+// Threads: each takes a rectangle of C (its own column panels when N has at
+// least one per thread, else its own row panels) and runs the loops above on
+// it alone, packing what it reads. No barrier: a first version shared the
+// packing between threads with an omp for per block, and its ~70 barriers
+// per 1024^3 product (each a futex wake-up under OMP_WAIT_POLICY=passive) cost
+// 15-20% of the product's time on 2 threads. A split by columns packs A once
+// per thread, a small price (M x K against M x N x K FMAs). Every C element
+// sums its K blocks in the same order whatever the grid, so results do not
+// depend on the thread count (test_gemm checks bit for bit).
+#pragma once
+#include <snug/core/cpu/gemm_detail.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
+
+// Grow-only, 64-byte aligned scratch, one per thread (packing scratch is not
+// tensor memory, so it does not go through the caching allocator). The
+// calling thread's scratch holds the blocks its team shares.
+struct BlockedScratch {
+  float* p = nullptr;
+  size_t n = 0;
+  float* get(size_t floats) {
+    if (floats > n) {
+      std::free(p);
+      p = static_cast<float*>(std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64));
+      if (!p) throw std::bad_alloc();
+      n = floats;
+    }
+    return p;
+  }
+  ~BlockedScratch() { std::free(p); }
+};
+inline thread_local BlockedScratch tl_blocked_a, tl_blocked_b;
+
+// dst[k * NR + j] = op(B)(p0 + k, j0 + j) for k < kc, j < NR (0 past N).
+// op(B) is K x N: B[k * ldb + j], or B[j * ldb + k] when transposed.
+template <int NR>
+void pack_b_panel(bool tb, const float* B, int64_t ldb, int64_t N, int64_t p0, int64_t kc, int64_t j0, float* dst) {
+  const int n = int(std::min<int64_t>(NR, N - j0));
+  if (!tb && n == NR) {  // whole rows of the panel: copies the compiler turns into vector moves
+    for (int64_t k = 0; k < kc; ++k) std::copy_n(B + (p0 + k) * ldb + j0, NR, dst + k * NR);
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k)
+    for (int j = n; j < NR; ++j) dst[k * NR + j] = 0.0f;
+  if (!tb) {
+    for (int64_t k = 0; k < kc; ++k)
+      for (int j = 0; j < n; ++j) dst[k * NR + j] = B[(p0 + k) * ldb + j0 + j];
+  } else {
+    for (int j = 0; j < n; ++j) {  // each column of op(B) is a contiguous row of B
+      const float* src = B + (j0 + j) * ldb + p0;
+      for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = src[k];
+    }
+  }
+}
+
+// dst[k * MR + i] = op(A)(i0 + i, p0 + k) for k < kc, i < MR (0 past M); op(A)
+// is M x K: A[i * lda + k], or A[k * lda + i] when transposed. With sums,
+// sums[i0 + i] += the row's values, k upward (gemm_f32_a_sums).
+template <int MR>
+void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, int64_t kc, int64_t i0, float* dst,
+                  double* sums) {
+  const int m = int(std::min<int64_t>(MR, M - i0));
+  if (!ta && m == MR && !sums) {  // the common case: MR rows read side by side, the panel written in order
+    const float* r[MR];
+    for (int i = 0; i < MR; ++i) r[i] = A + (i0 + i) * lda + p0;
+    for (int64_t k = 0; k < kc; ++k)
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) dst[k * MR + i] = r[i][k];
+    return;
+  }
+  for (int i = 0; i < MR; ++i) {
+    if (i >= m) {
+      for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
+      continue;
+    }
+    double s = 0;
+    if (!ta) {
+      const float* src = A + (i0 + i) * lda + p0;
+      for (int64_t k = 0; k < kc; ++k) {
+        dst[k * MR + i] = src[k];
+        s += src[k];
+      }
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        const float v = A[(p0 + k) * lda + i0 + i];
+        dst[k * MR + i] = v;
+        s += v;
+      }
+    }
+    if (sums) sums[i0 + i] += s;
+  }
+}
+
+// The packed GEMM (gemm_detail.h's gemm_f32_packed contract) over Tile:
+// Tile::MR, NR (the register tile), KC, MC, NC (the blocks) and
+// Tile::run(kc, a_panel, b_panel, m, n, c, ldc, alpha, beta, bias).
+template <class Tile>
+void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads, const float* bias,
+                  float* a_sums, GemmAct act, float* pre) {
+  constexpr int MR = Tile::MR, NR = Tile::NR;
+  constexpr int64_t KC = Tile::KC, MC = Tile::MC, NC = Tile::NC;
+  static_assert(NC % NR == 0 && MC % MR == 0, "blocks are whole panels");
+  // The grid of threads: split the column panels when there are enough, else
+  // the row panels (NOTE [ Blocked GEMM ]).
+  const int64_t col_panels = (N + NR - 1) / NR, row_panels = (M + MR - 1) / MR;
+  const int nt = int(std::max<int64_t>(1, std::min<int64_t>(nthreads, col_panels * row_panels)));
+  const int tn = int(std::min<int64_t>(nt, col_panels)), tm = nt / tn;
+  std::vector<double> sums(a_sums ? size_t(M) : 0, 0.0);
+  const bool with_act = act != GemmAct::none || pre != nullptr;
+
+  // One thread's rectangle of C: rows [i_lo, i_hi), columns [j_lo, j_hi).
+  auto rectangle = [&](int t) {
+    const int tr = t / tn, tc = t % tn;
+    if (tr >= tm) return;  // nt not a multiple of tn: the spare thread idles
+    const int64_t i_lo = std::min(M, row_panels * tr / tm * MR), i_hi = std::min(M, row_panels * (tr + 1) / tm * MR);
+    const int64_t j_lo = std::min(N, col_panels * tc / tn * NR), j_hi = std::min(N, col_panels * (tc + 1) / tn * NR);
+    if (i_lo >= i_hi || j_lo >= j_hi) return;
+    const int64_t kc_max = std::min<int64_t>(KC, K);
+    float* bblock = tl_blocked_b.get(size_t(kc_max * std::min<int64_t>(NC, (j_hi - j_lo + NR - 1) / NR * NR)));
+    float* ablock = tl_blocked_a.get(size_t(kc_max * std::min<int64_t>(MC, (i_hi - i_lo + MR - 1) / MR * MR)));
+    for (int64_t jc = j_lo; jc < j_hi; jc += NC) {
+      const int64_t nc = std::min(NC, j_hi - jc), npanels = (nc + NR - 1) / NR;
+      for (int64_t pc = 0; pc < K; pc += KC) {
+        const int64_t kc = std::min(KC, K - pc);
+        const bool first = pc == 0, last = pc + kc == K;
+        for (int64_t jp = 0; jp < npanels; ++jp) pack_b_panel<NR>(tb, B, ldb, j_hi, pc, kc, jc + jp * NR, bblock + jp * kc * NR);
+        for (int64_t ic = i_lo; ic < i_hi; ic += MC) {
+          const int64_t mc = std::min(MC, i_hi - ic), mpanels = (mc + MR - 1) / MR;
+          // The row sums once: by the first column of threads, in the first column block.
+          double* row_sums = a_sums && tc == 0 && jc == j_lo ? sums.data() : nullptr;
+          for (int64_t ip = 0; ip < mpanels; ++ip)
+            pack_a_panel<MR>(ta, A, lda, i_hi, pc, kc, ic + ip * MR, ablock + ip * kc * MR, row_sums);
+          for (int64_t jp = 0; jp < npanels; ++jp)
+            for (int64_t ip = 0; ip < mpanels; ++ip) {
+              const int64_t i0 = ic + ip * MR, j0 = jc + jp * NR;
+              const int m = int(std::min<int64_t>(MR, i_hi - i0)), n = int(std::min<int64_t>(NR, j_hi - j0));
+              float* c = C + i0 * ldc + j0;
+              Tile::run(kc, ablock + ip * kc * MR, bblock + jp * kc * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
+                   first && bias ? bias + j0 : nullptr);
+              // The activation right after the tile's last K block, while it is in L1
+              // (NOTE [ The activation in the GEMM's store ] in core/cpu/gemm_avx512.cpp).
+              if (last && with_act) apply_act(act, m, n, c, pre ? pre + i0 * ldc + j0 : nullptr, ldc);
+            }
+        }
+      }
+    }
+  };
+  if (nt == 1) {
+    rectangle(0);
+  } else {
+#pragma omp parallel num_threads(nt)
+    {
+      // The runtime may give fewer threads than asked: each takes every
+      // team-size-th rectangle.
+      for (int t = omp_get_thread_num(); t < nt; t += omp_get_num_threads()) rectangle(t);
+    }
+  }
+  for (size_t i = 0; i < sums.size(); ++i) a_sums[i] = float(sums[i]);
+}
+
+}  // namespace snug::SNUG_CPU_LEVEL::kernels::detail
