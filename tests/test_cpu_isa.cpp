@@ -55,10 +55,16 @@ Results pass() {
   Tensor img = rnd({2, 3, 17, 17}, 7, kFloat32).requires_grad_();
   Tensor cw = rnd({8, 3, 3, 3}, 8, kFloat32).requires_grad_();
   Tensor c = F::max_pool2d(relu(F::conv2d(img, cw)), {2, 2});           // (2, 8, 7, 7)
-  Tensor total = add(loss, mean(exp(c * 0.1)));
+  // Rows whose width is no multiple of any vector (the masked tails).
+  Tensor odd = rnd({7, 37}, 10, kFloat32).requires_grad_();
+  Tensor odd_w = rnd({37}, 11, kFloat32).requires_grad_(), odd_b = rnd({37}, 12, kFloat32).requires_grad_();
+  Tensor odd_y = F::layer_norm(odd, odd_w, odd_b);
+  Tensor odd_p = matmul(odd_y, rnd({37, 19}, 13, kFloat32));  // (7, 19)
+  Tensor total = add(add(loss, mean(exp(c * 0.1))), mean(square(odd_p)));
   total.backward();
   r.values = {h.detach(), a.detach(), logits.detach(), c.detach(), total.detach(), x.grad(), w1.grad(),
-              b1.grad(), ln_w.grad(), img.grad(), cw.grad(), softmax(logits.detach(), -1)};
+              b1.grad(), ln_w.grad(), img.grad(), cw.grad(), softmax(logits.detach(), -1), odd_y.detach(),
+              odd.grad(), odd_w.grad(), odd_b.grad()};
   // 16-bit conversions round to nearest even: the same bits at every level.
   Tensor wide = rnd({1000}, 9, kFloat32) * 300.0;
   r.exact = {wide.to(DType::f16), wide.to(DType::bf16), wide.to(DType::f16).to(kFloat32),

@@ -22,6 +22,8 @@
 
 #if defined(__AVX512F__)
 #include <snug/core/cpu/simd_avx512.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
 #endif
 
 namespace snug::inline SNUG_CPU_LEVEL::cpu {
@@ -54,6 +56,19 @@ SNUG_INLINE T correction(const T* p, const T* dp, int64_t n) {
       acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p + j), _mm512_maskz_loadu_ps(m, dp + j), acc);
     }
     return _mm512_reduce_add_ps(acc);
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<T, float>) {  // the AVX2 twin: one accumulator, a masked tail
+    __m256 acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(dp + j), acc);
+    if (j < n) {
+      const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      acc = _mm256_fmadd_ps(_mm256_maskload_ps(p + j, m), _mm256_maskload_ps(dp + j, m), acc);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
   }
 #endif
   T acc = 0;
@@ -166,6 +181,76 @@ float exp_row<float>(float* row, int64_t vis, int64_t n, float sub) {
   }
   for (; j < n; j += 16) _mm512_mask_storeu_ps(row + j, head_mask(n - j), _mm512_setzero_ps());
   return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+// The AVX2 twins of the rows above (NOTE [ Attention rows in AVX-512 ]): the
+// same exp formula over 8 lanes, with 2^n built in the exponent bits (n is in
+// [-126, 127] for x in [kExpMin, 88]) instead of vscalefps.
+inline __m256i head_mask8(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n < 8 ? n : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline float reduce8(__m256 v, bool max) {
+  __m128 s = max ? _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
+                 : _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = max ? _mm_max_ps(s, _mm_movehl_ps(s, s)) : _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(max ? _mm_max_ss(s, _mm_movehdup_ps(s)) : _mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+SNUG_INLINE __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(fmath::kExpMin);
+  const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_NLT_UQ);  // x >= lo, or NaN
+  x = _mm256_max_ps(lo, x);                              // the second operand comes back for NaN
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(fmath::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(fmath::kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(fmath::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), keep);  // NaN lanes: p is NaN
+}
+
+template <>
+float row_max<float>(const float* row, int64_t vis) {
+  __m256 m0 = _mm256_set1_ps(-std::numeric_limits<float>::infinity()), m1 = m0;
+  int64_t j = 0;
+  for (; j + 16 <= vis; j += 16) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(row + j));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(row + j + 8));
+  }
+  for (; j < vis; j += 8) {  // masked lanes read as -inf
+    const __m256i k = head_mask8(vis - j);
+    m0 = _mm256_max_ps(m0, _mm256_blendv_ps(m1, _mm256_maskload_ps(row + j, k), _mm256_castsi256_ps(k)));
+  }
+  return reduce8(_mm256_max_ps(m0, m1), true);
+}
+
+template <>
+float exp_row<float>(float* row, int64_t vis, int64_t n, float sub) {
+  const __m256 sv = _mm256_set1_ps(sub);
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+  int64_t j = 0;
+  for (; j + 16 <= vis; j += 16) {
+    const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j), sv));
+    const __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + j + 8), sv));
+    _mm256_storeu_ps(row + j, e0);
+    _mm256_storeu_ps(row + j + 8, e1);
+    s0 = _mm256_add_ps(s0, e0);
+    s1 = _mm256_add_ps(s1, e1);
+  }
+  for (; j < vis; j += 8) {  // the last visible vector: masked lanes become 0
+    const __m256i k = head_mask8(vis - j);
+    const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(row + j, k), sv)), _mm256_castsi256_ps(k));
+    _mm256_maskstore_ps(row + j, head_mask8(n - j), e);
+    s0 = _mm256_add_ps(s0, e);
+  }
+  for (; j < n; j += 8) _mm256_maskstore_ps(row + j, head_mask8(n - j), _mm256_setzero_ps());
+  return reduce8(_mm256_add_ps(s0, s1), false);
 }
 #endif
 

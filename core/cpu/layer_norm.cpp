@@ -15,6 +15,8 @@
 
 #if defined(__AVX512F__)
 #include <snug/core/cpu/simd_avx512.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
 #endif
 
 #include <snug/core/cpu/cpu_backend.h>
@@ -135,6 +137,99 @@ void ln_backward_row_f32(const float* g, const float* x, const float* w, float m
     }
   }
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+// The AVX2 twins of NOTE [ Layer norm rows in AVX-512 ]: the same four
+// partial sums and fixed fold over 8-float vectors, the row's last vector
+// masked with vmaskmovps (a lane is on when its sign bit is set).
+#define SNUG_LN_ROWS 1
+
+// Lanes [0, n) of an 8-float vector (8 and more: all of them).
+inline __m256i head_mask8(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n < 8 ? n : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline __m256 maskz_load(__m256i m, const float* p) { return _mm256_maskload_ps(p, m); }
+inline float reduce_add8(__m256 v) {  // a fixed tree: the same order every call
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// sum over c < C of f(c, mask), f giving 8 lanes (masked lanes must be zero).
+template <class F>
+inline float row_sum8(int64_t C, F f) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const __m256i all = _mm256_set1_epi32(-1);
+  int64_t c = 0;
+  for (; c + 32 <= C; c += 32) {
+    a0 = _mm256_add_ps(a0, f(c, all));
+    a1 = _mm256_add_ps(a1, f(c + 8, all));
+    a2 = _mm256_add_ps(a2, f(c + 16, all));
+    a3 = _mm256_add_ps(a3, f(c + 24, all));
+  }
+  if (c < C) a0 = _mm256_add_ps(a0, f(c, head_mask8(C - c)));
+  if (c + 8 < C) a1 = _mm256_add_ps(a1, f(c + 8, head_mask8(C - c - 8)));
+  if (c + 16 < C) a2 = _mm256_add_ps(a2, f(c + 16, head_mask8(C - c - 16)));
+  if (c + 24 < C) a3 = _mm256_add_ps(a3, f(c + 24, head_mask8(C - c - 24)));
+  return reduce_add8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+void ln_forward_row_f32(const float* x, const float* w, const float* b, float* y, int64_t C, float eps, float* mean,
+                        float* rstd) {
+  const float mu = layer_norm_row::mean(row_sum8(C, [&](int64_t c, __m256i m) { return maskz_load(m, x + c); }), C);
+  const __m256 vmu = _mm256_set1_ps(mu);
+  const float sq = row_sum8(C, [&](int64_t c, __m256i m) {
+    const __m256 d = _mm256_and_ps(_mm256_sub_ps(maskz_load(m, x + c), vmu), _mm256_castsi256_ps(m));
+    return _mm256_mul_ps(d, d);
+  });
+  const float rs = layer_norm_row::rstd(sq, C, eps);
+  *mean = mu;
+  *rstd = rs;
+  const __m256 vrs = _mm256_set1_ps(rs);
+  for (int64_t c = 0; c < C; c += 8) {
+    const __m256i m = head_mask8(C - c);
+    // layer_norm_row::normalize_at, 8 columns at a time.
+    __m256 h = _mm256_mul_ps(_mm256_sub_ps(maskz_load(m, x + c), vmu), vrs);
+    if (w) h = _mm256_mul_ps(h, maskz_load(m, w + c));
+    if (b) h = _mm256_add_ps(h, maskz_load(m, b + c));
+    _mm256_maskstore_ps(y + c, m, h);
+  }
+}
+
+void ln_backward_row_f32(const float* g, const float* x, const float* w, float mu, float rs, int64_t C, float* gx,
+                         float* pw, float* pb) {
+  const __m256 vmu = _mm256_set1_ps(mu), vrs = _mm256_set1_ps(rs);
+  auto xhat = [&](int64_t c, __m256i m) {
+    return _mm256_and_ps(_mm256_mul_ps(_mm256_sub_ps(maskz_load(m, x + c), vmu), vrs), _mm256_castsi256_ps(m));
+  };
+  auto ghat = [&](int64_t c, __m256i m) {  // g * w
+    const __m256 gv = maskz_load(m, g + c);
+    return w ? _mm256_mul_ps(gv, maskz_load(m, w + c)) : gv;
+  };
+  const float m1 = layer_norm_row::mean(row_sum8(C, ghat), C);
+  const float m2 = layer_norm_row::mean(
+      row_sum8(C, [&](int64_t c, __m256i m) { return _mm256_mul_ps(ghat(c, m), xhat(c, m)); }), C);
+  const __m256 vm1 = _mm256_set1_ps(m1), vm2 = _mm256_set1_ps(m2);
+  for (int64_t c = 0; c < C; c += 8) {
+    const bool whole = c + 8 <= C;
+    const __m256i m = head_mask8(C - c);
+    const __m256 xh = xhat(c, m);
+    if (pw) {  // whole vectors with plain loads and stores (they forward to the next row's loads)
+      const __m256 gv = maskz_load(m, g + c);
+      if (whole) {
+        _mm256_storeu_ps(pw + c, _mm256_fmadd_ps(gv, xh, _mm256_loadu_ps(pw + c)));
+        _mm256_storeu_ps(pb + c, _mm256_add_ps(gv, _mm256_loadu_ps(pb + c)));
+      } else {
+        _mm256_maskstore_ps(pw + c, m, _mm256_fmadd_ps(gv, xh, maskz_load(m, pw + c)));
+        _mm256_maskstore_ps(pb + c, m, _mm256_add_ps(gv, maskz_load(m, pb + c)));
+      }
+    }
+    if (gx) {
+      // layer_norm_row::grad_x_at: rs * (gh - m1 - xh * m2), the last two fused
+      const __m256 t = _mm256_fnmadd_ps(xh, vm2, _mm256_sub_ps(ghat(c, m), vm1));
+      _mm256_maskstore_ps(gx + c, m, _mm256_mul_ps(vrs, t));
+    }
+  }
+}
 #endif
 
 }  // namespace
@@ -152,8 +247,8 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
     T* yp = static_cast<T*>(out.data_ptr());
     float* mp = static_cast<float*>(mean.data_ptr());
     float* rp = static_cast<float*>(rstd.data_ptr());
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {  // NOTE [ Layer norm rows in AVX-512 ]
+#if defined(__AVX512F__) || defined(SNUG_LN_ROWS)
+    if constexpr (std::is_same_v<T, float>) {  // NOTE [ Layer norm rows in AVX-512 ] (and their AVX2 twins)
       const float e = float(eps);
 #pragma omp parallel for if (R * C > cpu::kParallelGrain) schedule(static)
       for (int64_t r = 0; r < R; ++r) ln_forward_row_f32(xp + r * C, wp, bp, yp + r * C, C, e, mp + r, rp + r);
@@ -224,8 +319,8 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
       A* pw = want_wb ? part_w.data() + size_t(t) * C : nullptr;
       A* pb = want_wb ? part_b.data() + size_t(t) * C : nullptr;
       std::vector<float> gbuf, xbuf, obuf(half ? size_t(C) : 0);
-#if defined(__AVX512F__)
-      if constexpr (std::is_same_v<T, float>) {  // NOTE [ Layer norm rows in AVX-512 ]
+#if defined(__AVX512F__) || defined(SNUG_LN_ROWS)
+      if constexpr (std::is_same_v<T, float>) {  // NOTE [ Layer norm rows in AVX-512 ] (and their AVX2 twins)
         for (int64_t r = r0; r < r1; ++r)
           ln_backward_row_f32(gp + r * C, xp + r * C, wp, mp[r], rp[r], C, gxp ? gxp + r * C : nullptr, pw, pb);
         r1 = r0;  // done: skip the generic loop

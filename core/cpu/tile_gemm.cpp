@@ -8,6 +8,8 @@
 
 #if defined(__AVX512F__)
 #include <snug/core/cpu/simd_avx512.h>
+#elif defined(__AVX2__)
+#include <immintrin.h>
 #endif
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels {
@@ -148,7 +150,82 @@ void tile_gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
   }
 }
 
-#else  // no AVX-512: the plain loops (their inner loop over columns vectorizes)
+#elif defined(__AVX2__) && defined(__FMA__)
+
+namespace {
+
+#define SNUG_UNROLL _Pragma("GCC unroll 16")
+
+// The AVX2 twin of the AVX-512 tiles above: one RR x (8 NV) tile of C, whole
+// K, 8-float vectors; the last vector has `tail` (1 to 8) lanes, the rest
+// masked (vmaskmovps), so B and C are never touched past column N.
+template <int RR, int NV>
+void tile(int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col, const float* B, int64_t ldb,
+          bool accumulate, float* C, int64_t ldc, int tail) {
+  const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256 acc[RR][NV];
+  SNUG_UNROLL
+  for (int r = 0; r < RR; ++r) SNUG_UNROLL
+  for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const float* b = B + k * ldb;
+    __m256 bv[NV];
+    SNUG_UNROLL
+    for (int v = 0; v < NV; ++v)
+      bv[v] = v == NV - 1 ? _mm256_maskload_ps(b + 8 * v, last) : _mm256_loadu_ps(b + 8 * v);
+    const float* a = A + k * a_col;
+    SNUG_UNROLL
+    for (int r = 0; r < RR; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r * a_row);
+      SNUG_UNROLL
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  const __m256 al = _mm256_set1_ps(alpha);
+  const __m256i all = _mm256_set1_epi32(-1);
+  SNUG_UNROLL
+  for (int r = 0; r < RR; ++r) SNUG_UNROLL
+  for (int v = 0; v < NV; ++v) {
+    float* c = C + r * ldc + 8 * v;
+    const __m256i m = v == NV - 1 ? last : all;
+    __m256 x = _mm256_mul_ps(al, acc[r][v]);
+    if (accumulate) x = _mm256_add_ps(_mm256_maskload_ps(c, m), x);
+    _mm256_maskstore_ps(c, m, x);
+  }
+}
+
+using TileFn = void (*)(int64_t, float, const float*, int64_t, int64_t, const float*, int64_t, bool, float*, int64_t,
+                        int);
+
+template <int NV, int... R>
+constexpr auto row_table(std::integer_sequence<int, R...>) {
+  return std::array<TileFn, sizeof...(R)>{&tile<R + 1, NV>...};
+}
+
+// kTiles[NV - 1][RR - 1]
+constexpr std::array<std::array<TileFn, 6>, 4> kTiles = {
+    row_table<1>(std::make_integer_sequence<int, 6>{}), row_table<2>(std::make_integer_sequence<int, 6>{}),
+    row_table<3>(std::make_integer_sequence<int, 6>{}), row_table<4>(std::make_integer_sequence<int, 6>{})};
+
+}  // namespace
+
+void tile_gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col,
+                   const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  for (int64_t c0 = 0; c0 < N; c0 += 32) {
+    const int64_t cols = std::min<int64_t>(32, N - c0);
+    const int nv = int((cols + 7) / 8), tail = int(cols % 8);
+    // Up to 12 accumulators of 16 ymm: 6 rows of a 16-wide tile, 3 rows of a
+    // 24- or 32-wide one.
+    const int64_t rows = nv <= 2 ? 6 : 3;
+    for (int64_t r0 = 0; r0 < M; r0 += rows) {
+      const int64_t rr = std::min(rows, M - r0);
+      kTiles[nv - 1][rr - 1](K, alpha, A + r0 * a_row, a_row, a_col, B + c0, ldb, accumulate, C + r0 * ldc + c0, ldc,
+                             tail ? tail : 8);
+    }
+  }
+}
+
+#else  // neither AVX-512 nor AVX2: the plain loops (their inner loop over columns vectorizes)
 
 void tile_gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col,
                    const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
