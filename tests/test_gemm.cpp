@@ -20,6 +20,8 @@
 #include <snug/core/raw_ops.h>
 #include <snug/core/tensor.h>
 
+#include "test_util.h"
+
 namespace k = snug::kernels;
 
 namespace {
@@ -169,6 +171,7 @@ TEST_CASE("gemm_f32: workload shapes (W-GPT linear layers, forward and backward)
 }
 
 TEST_CASE("gemm_f32: thread count does not change the result (bit for bit)") {
+  SNUG_SKIP_IF_ONE_THREAD();
   ThreadGuard g;
   // A property of snug's packed GEMMs; Eigen's (the baseline level's) picks
   // its K blocking from the thread count.
@@ -201,6 +204,7 @@ TEST_CASE("gemm_f32: thread count does not change the result (bit for bit)") {
 }
 
 TEST_CASE("gemm_f32: called from inside an OpenMP parallel region") {
+  SNUG_SKIP_IF_ONE_THREAD();
   const int64_t M = 90, N = 70, K = 110;
   auto A = random_vec<float>(size_t(M * K), 7), B = random_vec<float>(size_t(K * N), 8);
   std::vector<float> want(size_t(M * N));
@@ -253,7 +257,7 @@ TEST_CASE("gemm_f32_bias: the bias lands on every row (edges, K past one block, 
     bool ta, tb;
     int64_t M, N, K;
   };
-  for (int threads : {1, 2})
+  for (int threads : snug::testing::thread_counts())
     for (S c : {S{false, false, 1, 1, 1}, S{false, true, 13, 17, 5}, S{true, false, 33, 65, 300},
                 S{false, true, 2048, 384, 128}, S{true, true, 15, 33, 7}, S{false, false, 4, 5, 0},
                 S{true, false, 20, 40, 1100}}) {  // the last: K split in two halves (small C)
@@ -321,7 +325,7 @@ EpiOperands epi_operands(const EpiCase& c, uint32_t seed) {
 
 TEST_CASE("gemm_f32_bias_act: gemm_f32_bias then the activation, bit for bit, on every path") {
   ThreadGuard tg;
-  for (int threads : {1, 2})
+  for (int threads : snug::testing::thread_counts())
     for (const EpiCase& c : kEpiCases)
       for (k::GemmAct act : {k::GemmAct::none, k::GemmAct::relu, k::GemmAct::gelu, k::GemmAct::gelu_tanh})
         for (bool with_pre : {false, true}) {
@@ -367,7 +371,7 @@ TEST_CASE("gemm_f32_bias_act: gemm_f32_bias then the activation, bit for bit, on
 
 TEST_CASE("gemm_f32_act_grad: gemm_f32 then the activation's backward, bit for bit, on every path") {
   ThreadGuard tg;
-  for (int threads : {1, 2})
+  for (int threads : snug::testing::thread_counts())
     for (const EpiCase& c : kEpiCases)
       for (k::GemmAct act : {k::GemmAct::relu, k::GemmAct::gelu, k::GemmAct::gelu_tanh}) {
         k::set_num_threads(threads);

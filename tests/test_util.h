@@ -4,6 +4,7 @@
 // with using-declarations (using snug::testing::make; ...) so a file can keep
 // a private helper of the same name when its logic differs.
 #pragma once
+#include <cstdlib>
 
 #include <doctest/doctest.h>
 
@@ -46,6 +47,25 @@ inline Tensor rnd(const Shape& s, uint64_t seed, DType dt = kFloat64) {
   return randn(s, TensorOptions(dt), &g);
 }
 inline Tensor randn_f64(const Shape& s, uint64_t seed) { return rnd(s, seed, kFloat64); }
+
+// Under qemu-aarch64 libgomp's two-thread parallel regions do not finish (an
+// emulator problem: a plain `omp parallel for num_threads(2)` hangs there too),
+// so cmake/toolchains/aarch64-linux-gnu.cmake runs the tests with one thread
+// and SNUG_TEST_ONE_THREAD=1; the tests that force a second thread skip, and
+// say so.
+inline bool one_thread_only() {
+  const char* e = std::getenv("SNUG_TEST_ONE_THREAD");
+  return e != nullptr && e[0] == '1';
+}
+// The thread counts a test compares: {1, 2}, or {1} under the emulator.
+inline std::vector<int> thread_counts() { return one_thread_only() ? std::vector<int>{1} : std::vector<int>{1, 2}; }
+#define SNUG_SKIP_IF_ONE_THREAD()                                                              \
+  do {                                                                                         \
+    if (snug::testing::one_thread_only()) {                                                    \
+      MESSAGE("skipped: needs two OpenMP threads (SNUG_TEST_ONE_THREAD=1, under an emulator)"); \
+      return;                                                                                  \
+    }                                                                                          \
+  } while (0)
 
 // ---- reading and checking values ------------------------------------------
 
