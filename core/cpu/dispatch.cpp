@@ -4,6 +4,9 @@
 // Compiled once, for the baseline: it runs before anything is known about the
 // CPU.
 #include <atomic>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -42,12 +45,21 @@ struct Candidate {
 };
 
 #if defined(__x86_64__) || defined(__i386__)
+// One CPUID bit (leaf, subleaf, register 0-3 = eax..edx, bit), for the
+// features clang 14's __builtin_cpu_supports does not name.
+bool cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
+  unsigned r[4] = {0, 0, 0, 0};
+  if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3])) return false;
+  return ((r[reg] >> bit) & 1u) != 0;
+}
+bool has_f16c() { return cpuid_bit(1, 0, 2, 29); }
+bool has_lzcnt() { return cpuid_bit(0x80000001u, 0, 2, 5); }
 // The flags of cmake/cpu_levels.cmake, checked one by one (a CPU may have
 // AVX2 without F16C or BMI2, and an OS may not save the AVX-512 registers:
 // __builtin_cpu_supports looks at both).
 bool runs_avx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-         __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("lzcnt") &&
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() &&
+         __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && has_lzcnt() &&
          __builtin_cpu_supports("popcnt");
 }
 bool runs_avx512() {
@@ -146,9 +158,9 @@ std::vector<std::string> cpu_isa_extensions() {
   std::vector<std::string> out;
 #if defined(__x86_64__) || defined(__i386__)
   if (__builtin_cpu_supports("avx512vnni")) out.push_back("avx512_vnni");
-  if (__builtin_cpu_supports("avx512bf16")) out.push_back("avx512_bf16");
-  if (__builtin_cpu_supports("avx512fp16")) out.push_back("avx512_fp16");
-  if (__builtin_cpu_supports("f16c")) out.push_back("f16c");
+  if (__builtin_cpu_supports("avx512f") && cpu_dispatch::cpuid_bit(7, 1, 0, 5)) out.push_back("avx512_bf16");
+  if (__builtin_cpu_supports("avx512f") && cpu_dispatch::cpuid_bit(7, 0, 3, 23)) out.push_back("avx512_fp16");
+  if (cpu_dispatch::has_f16c()) out.push_back("f16c");
 #endif
   return out;
 }
