@@ -23,7 +23,7 @@
 #if defined(__AVX512F__)
 #include <snug/core/cpu/simd_avx512.h>
 #elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include <snug/core/cpu/simd_avx2.h>
 #endif
 
 namespace snug::inline SNUG_CPU_LEVEL::cpu {
@@ -63,12 +63,10 @@ SNUG_INLINE T correction(const T* p, const T* dp, int64_t n) {
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(dp + j), acc);
     if (j < n) {
-      const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+      const __m256i m = kernels::detail::head_mask8(n - j);
       acc = _mm256_fmadd_ps(_mm256_maskload_ps(p + j, m), _mm256_maskload_ps(dp + j, m), acc);
     }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+    return kernels::detail::reduce_add8(acc);
   }
 #endif
   T acc = 0;
@@ -186,15 +184,9 @@ float exp_row<float>(float* row, int64_t vis, int64_t n, float sub) {
 // The AVX2 twins of the rows above (NOTE [ Attention rows in AVX-512 ]): the
 // same exp formula over 8 lanes, with 2^n built in the exponent bits (n is in
 // [-126, 127] for x in [kExpMin, 88]) instead of vscalefps.
-inline __m256i head_mask8(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n < 8 ? n : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-inline float reduce8(__m256 v, bool max) {
-  __m128 s = max ? _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
-                 : _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = max ? _mm_max_ps(s, _mm_movehl_ps(s, s)) : _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(max ? _mm_max_ss(s, _mm_movehdup_ps(s)) : _mm_add_ss(s, _mm_movehdup_ps(s)));
-}
+using kernels::detail::head_mask8;
+using kernels::detail::reduce_add8;
+using kernels::detail::reduce_max8;
 
 SNUG_INLINE __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(fmath::kExpMin);
@@ -227,7 +219,7 @@ float row_max<float>(const float* row, int64_t vis) {
     const __m256i k = head_mask8(vis - j);
     m0 = _mm256_max_ps(m0, _mm256_blendv_ps(m1, _mm256_maskload_ps(row + j, k), _mm256_castsi256_ps(k)));
   }
-  return reduce8(_mm256_max_ps(m0, m1), true);
+  return reduce_max8(_mm256_max_ps(m0, m1));
 }
 
 template <>
@@ -250,7 +242,7 @@ float exp_row<float>(float* row, int64_t vis, int64_t n, float sub) {
     s0 = _mm256_add_ps(s0, e);
   }
   for (; j < n; j += 8) _mm256_maskstore_ps(row + j, head_mask8(n - j), _mm256_setzero_ps());
-  return reduce8(_mm256_add_ps(s0, s1), false);
+  return reduce_add8(_mm256_add_ps(s0, s1));
 }
 #endif
 

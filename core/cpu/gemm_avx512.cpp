@@ -68,24 +68,6 @@ static_assert(NC % NR == 0, "NC must be a multiple of NR");
 // L1 sets.
 constexpr int64_t AS = KC + 16;
 
-// Grow-only, 64-byte aligned scratch, one per thread (OpenMP reuses threads, so
-// these live for the program). Packing scratch is not tensor memory, so it does
-// not go through the caching allocator.
-struct Scratch {
-  float* p = nullptr;
-  size_t n = 0;
-  float* get(size_t floats) {
-    if (floats > n) {
-      std::free(p);
-      size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-      p = static_cast<float*>(std::aligned_alloc(64, bytes));
-      if (!p) throw std::bad_alloc();
-      n = floats;
-    }
-    return p;
-  }
-  ~Scratch() { std::free(p); }
-};
 thread_local Scratch tl_a_panel;
 thread_local Scratch tl_b_block;
 thread_local Scratch tl_a_block;               // packed A panels of one K block (transposed A)

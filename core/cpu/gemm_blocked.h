@@ -34,30 +34,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <new>
 #include <vector>
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
-// Grow-only, 64-byte aligned scratch, one per thread (packing scratch is not
-// tensor memory, so it does not go through the caching allocator). The
-// calling thread's scratch holds the blocks its team shares.
-struct BlockedScratch {
-  float* p = nullptr;
-  size_t n = 0;
-  float* get(size_t floats) {
-    if (floats > n) {
-      std::free(p);
-      p = static_cast<float*>(std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64));
-      if (!p) throw std::bad_alloc();
-      n = floats;
-    }
-    return p;
-  }
-  ~BlockedScratch() { std::free(p); }
-};
-inline thread_local BlockedScratch tl_blocked_a, tl_blocked_b;
+// The blocks' packing scratch (gemm_detail.h); the calling thread's holds its rectangle's blocks.
+inline thread_local Scratch tl_blocked_a, tl_blocked_b;
 
 // dst[k * NR + j] = op(B)(p0 + k, j0 + j) for k < kc, j < NR (0 past N).
 // op(B) is K x N: B[k * ldb + j], or B[j * ldb + k] when transposed.

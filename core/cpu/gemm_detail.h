@@ -3,7 +3,10 @@
 // gemm_avx2.cpp). Not public API.
 #pragma once
 #include <snug/core/cpu/level.h>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 
 #include <snug/core/cpu/gemm.h>
 
@@ -13,6 +16,24 @@ namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 // core/cpu/gemm_avx2.cpp (AVX2 + FMA) or core/cpu/gemm_neon.cpp (aarch64);
 // the x86 baseline falls back to Eigen.
 bool gemm_f32_packed_available();
+
+// Grow-only, 64-byte aligned scratch for the packed GEMMs' panels, one per
+// thread (OpenMP reuses threads, so these live for the program). Packing
+// scratch is not tensor memory, so it does not go through the caching allocator.
+struct Scratch {
+  float* p = nullptr;
+  size_t n = 0;
+  float* get(size_t floats) {
+    if (floats > n) {
+      std::free(p);
+      p = static_cast<float*>(std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64));
+      if (!p) throw std::bad_alloc();
+      n = floats;
+    }
+    return p;
+  }
+  ~Scratch() { std::free(p); }
+};
 
 // The packed, cache-blocked GEMM of this level. Preconditions (checked by gemm_f32):
 // M, N, K > 0 and alpha != 0. Runs on up to `nthreads` OpenMP threads; with

@@ -16,7 +16,7 @@
 #if defined(__AVX512F__)
 #include <snug/core/cpu/simd_avx512.h>
 #elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#include <snug/core/cpu/simd_avx2.h>
 #endif
 
 #include <snug/core/cpu/cpu_backend.h>
@@ -143,16 +143,9 @@ void ln_backward_row_f32(const float* g, const float* x, const float* w, float m
 // masked with vmaskmovps (a lane is on when its sign bit is set).
 #define SNUG_LN_ROWS 1
 
-// Lanes [0, n) of an 8-float vector (8 and more: all of them).
-inline __m256i head_mask8(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n < 8 ? n : 8)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
+using kernels::detail::head_mask8;
+using kernels::detail::reduce_add8;
 inline __m256 maskz_load(__m256i m, const float* p) { return _mm256_maskload_ps(p, m); }
-inline float reduce_add8(__m256 v) {  // a fixed tree: the same order every call
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
 
 // sum over c < C of f(c, mask), f giving 8 lanes (masked lanes must be zero).
 template <class F>

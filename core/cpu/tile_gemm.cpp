@@ -9,7 +9,7 @@
 #if defined(__AVX512F__)
 #include <snug/core/cpu/simd_avx512.h>
 #elif defined(__AVX2__)
-#include <immintrin.h>
+#include <snug/core/cpu/simd_avx2.h>
 #endif
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels {
@@ -162,7 +162,7 @@ namespace {
 template <int RR, int NV>
 void tile(int64_t K, float alpha, const float* A, int64_t a_row, int64_t a_col, const float* B, int64_t ldb,
           bool accumulate, float* C, int64_t ldc, int tail) {
-  const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i last = detail::head_mask8(tail);
   __m256 acc[RR][NV];
   SNUG_UNROLL
   for (int r = 0; r < RR; ++r) SNUG_UNROLL
