@@ -6,6 +6,7 @@
 //   snug-bench gemm --m 2048 --n 384 --k 128 --ta 0 --tb 1 --json   (any shape)
 //   snug-bench gemm --m 128 --n 128 --k 32 --tb 1 --batch 64 --json  (gemm_f32_batched)
 //   snug-bench gemm --dtype int8 --n 1024 --json  (u8 x s8 -> i32 against f32, same shape)
+//   snug-bench gemm --dtype bf16|f16 --n 1024 --json  (16-bit operands, f32 accumulation, against f32)
 //
 // GFLOP/s = 2 M N K / seconds, median over --samples timed samples after
 // warm-up; a sample repeats the call until it lasts ~20 ms so that small
@@ -22,6 +23,7 @@
 
 #include <snug/core/cpu/gemm.h>
 #include <snug/core/cpu/gemm_int8.h>
+#include <snug/core/half.h>
 #include "bench/bench.h"
 
 namespace {
@@ -107,11 +109,65 @@ int bench_int8(const snug::bench::Args& args, int64_t M, int64_t N, int64_t K, i
   return max_diff == 0 ? 0 : 1;
 }
 
+// --dtype bf16|f16: C (M x N, f32) = op(A) op(B) with 16-bit operands
+// (kernels::gemm_half, NOTE [ 16-bit GEMM ] in core/cpu/gemm.h) against
+// gemm_f32 on the same values widened, samples alternating. The ratio is the
+// median of per-round ratios; max_rel_diff_vs_f32 checks the two agree.
+int bench_half(const snug::bench::Args& args, snug::Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+               int threads, int samples) {
+  snug::kernels::set_num_threads(threads);
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  std::vector<uint16_t> A(size_t(M * K)), B(size_t(K * N));
+  std::vector<float> Af(A.size()), Bf(B.size()), C(size_t(M * N)), Cf(C.size());
+  std::mt19937 rng(1337);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  auto round16 = [&](float v, uint16_t& bits) {
+    if (kind == snug::Half16::f16) {
+      bits = snug::Half(v).bits;
+      return float(snug::Half::from_bits(bits));
+    }
+    bits = snug::BFloat16(v).bits;
+    return float(snug::BFloat16::from_bits(bits));
+  };
+  for (size_t i = 0; i < A.size(); ++i) Af[i] = round16(d(rng), A[i]);
+  for (size_t i = 0; i < B.size(); ++i) Bf[i] = round16(d(rng), B[i]);
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  auto half = [&] {
+    snug::kernels::gemm_half(kind, ta, tb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(), N, nullptr);
+  };
+  auto f32 = [&] { snug::kernels::gemm_f32(ta, tb, M, N, K, 1.0f, Af.data(), lda, Bf.data(), ldb, 0.0f, Cf.data(), N); };
+  std::vector<double> rh, r32, ratio;
+  for (int s = 0; s < samples; ++s) {
+    const Rate a = time_gflops(half, flops, 1), b = time_gflops(f32, flops, 1);
+    rh.push_back(a.median);
+    r32.push_back(b.median);
+    ratio.push_back(a.median / b.median);
+  }
+  double max_rel = 0;
+  for (size_t i = 0; i < C.size(); ++i)
+    max_rel = std::max(max_rel, double(std::abs(C[i] - Cf[i])) / (1.0 + std::abs(double(Cf[i]))));
+  const char* name = kind == snug::Half16::f16 ? "f16" : "bf16";
+  const double gh = snug::bench::median(rh), g32 = snug::bench::median(r32), paired = snug::bench::median(ratio);
+  if (args.json())
+    std::printf(
+        "{\"bench\":\"gemm\",\"dtype\":\"%s\",\"n\":%lld,\"m\":%lld,\"k\":%lld,\"ta\":%d,\"tb\":%d,"
+        "\"threads\":%d,\"gflops\":%.1f,\"f32_gflops\":%.1f,\"ratio_to_f32\":%.3f,\"gflops_best\":%.1f,"
+        "\"f32_gflops_best\":%.1f,\"backend\":\"%s\",\"samples\":%d,\"max_rel_diff_vs_f32\":%.3g}\n",
+        name, (long long)N, (long long)M, (long long)K, int(ta), int(tb), threads, gh, g32, paired,
+        *std::max_element(rh.begin(), rh.end()), *std::max_element(r32.begin(), r32.end()),
+        snug::kernels::gemm_half_backend(kind), samples, max_rel);
+  else
+    std::printf("gemm %s %lldx%lldx%lld ta=%d tb=%d threads=%d: %.1f GFLOP/s (%s), f32 %.1f GFLOP/s, %.2fx\n", name,
+                (long long)M, (long long)N, (long long)K, int(ta), int(tb), threads, gh,
+                snug::kernels::gemm_half_backend(kind), g32, paired);
+  return max_rel < 1e-4 ? 0 : 1;
+}
+
 }  // namespace
 
 SNUG_BENCH(gemm,
            "float32 GEMM GFLOP/s, snug vs Eigen (--n N [--m M --k K --ta 0|1 --tb 0|1] --threads T); --dtype int8: u8 "
-           "x s8 vs f32",
+           "x s8 vs f32; --dtype bf16|f16: 16-bit operands vs f32",
            snug::bench::int_flag("n", 1024, "columns of C (and M, K unless given)"),
            snug::bench::int_flag_unset("m", "rows of C [default: --n]"),
            snug::bench::int_flag_unset("k", "inner dimension [default: --n]"),
@@ -121,7 +177,8 @@ SNUG_BENCH(gemm,
            snug::bench::int_flag("samples", 15, "timed samples (the median is reported)"),
            snug::bench::choice_flag("eigen", "1", {"0", "1"}, "1: time Eigen's product on the same shape too"),
            snug::bench::int_flag("batch", 1, "products per call (gemm_f32_batched when > 1)"),
-           snug::bench::choice_flag("dtype", "f32", {"f32", "int8"}, "f32, or int8: u8 x s8 -> i32 against f32"),
+           snug::bench::choice_flag("dtype", "f32", {"f32", "int8", "bf16", "f16"},
+                                    "f32; int8: u8 x s8 -> i32 against f32; bf16, f16: 16-bit operands against f32"),
            snug::bench::choice_flag("peak", "1", {"0", "1"}, "1: measure the FMA peak between samples")) {
   const int64_t N = args.get_int("n");
   const int64_t M = args.has("m") ? args.get_int("m") : N, K = args.has("k") ? args.get_int("k") : N;
@@ -132,6 +189,8 @@ SNUG_BENCH(gemm,
   const int64_t batch = args.get_int("batch");
   const std::string dtype = args.get("dtype");
   if (dtype == "int8") return bench_int8(args, M, N, K, threads, samples);
+  if (dtype == "bf16" || dtype == "f16")
+    return bench_half(args, dtype == "f16" ? snug::Half16::f16 : snug::Half16::bf16, ta, tb, M, N, K, threads, samples);
 
   snug::kernels::set_num_threads(threads);
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;

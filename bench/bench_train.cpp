@@ -5,15 +5,21 @@
 // A timed step = zero the gradients, forward, cross-entropy loss, backward,
 // optimizer step. Batches are random (seeded) and prepared before the timer.
 // Reported: the median over --steps timed steps after --warmup untimed ones.
-//   snug-bench gpt [--steps 20] [--warmup 3] [--threads 2] [--seed 1337] [--json]
+//   snug-bench gpt [--steps 20] [--warmup 3] [--threads 2] [--seed 1337] [--amp none|bf16|f16] [--json]
+//
+// gpt --amp bf16|f16 runs the forward pass and the loss under autocast, as
+// bench/peers/train_torch.py --amp does with torch.autocast("cpu"); the
+// parameters, their gradients and AdamW stay f32, and f16 adds a GradScaler.
 #include <cstdio>
 #include <memory>
 #include <vector>
 
+#include <snug/autograd/autocast.h>
 #include <snug/core/cpu_isa.h>
 #include <snug/core/generator.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
+#include <snug/nn/amp/grad_scaler.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/fuse.h>
 #include <snug/nn/models/cnn.h>
@@ -54,9 +60,11 @@ Common common(const Args& a) {
 
 // Runs warmup + steps training steps, one batch each, and times the last `steps`.
 // `loss_of` is forward + loss for one batch.
+// `amp` is the autocast dtype of forward + loss (f32: none); f16 scales the loss.
 template <class LossFn>
 StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt, const std::vector<Batch>& batches,
-                     LossFn loss_of) {
+                     LossFn loss_of, DType amp = DType::f32) {
+  nn::amp::GradScaler scaler({.enabled = amp == DType::f16});
   StepResult r;
   r.params = net.num_parameters();
   memory::reset_peak(kCPU);
@@ -64,9 +72,14 @@ StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt
     const Batch& b = batches[static_cast<size_t>(s)];
     const double t0 = now_seconds();
     opt.zero_grad();
-    Tensor loss = loss_of(b);
-    loss.backward();
-    opt.step();
+    Tensor loss;
+    {
+      AutocastGuard ac(amp == DType::f32 ? DType::bf16 : amp, amp != DType::f32);
+      loss = loss_of(b);
+    }
+    scaler.scale(loss).backward();  // the identity unless f16
+    scaler.step(opt);
+    scaler.update();
     const double l = loss.item();  // waits for the step on any device
     const double ms = (now_seconds() - t0) * 1e3;
     if (s == 0) r.loss_first = l;
@@ -79,17 +92,18 @@ StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt
 }
 
 void report(const Args& a, const char* name, const Common& c, const StepResult& r, const char* rate_name,
-            double items_per_step) {
+            double items_per_step, const char* amp = "none") {
   const double ms = median(r.ms);
   const double lo = *std::min_element(r.ms.begin(), r.ms.end()), hi = *std::max_element(r.ms.begin(), r.ms.end());
   if (a.json()) {
     std::printf(
         "{\"bench\": \"%s\", \"ms_per_step\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, \"%s\": %.1f, "
         "\"loss_first\": %.5f, \"loss_last\": %.5f, \"params\": %lld, \"peak_allocated_bytes\": %zu, "
-        "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld, \"cpu_isa\": \"%s\"}\n",
+        "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld, \"cpu_isa\": \"%s\", "
+        "\"amp\": \"%s\"}\n",
         name, ms, lo, hi, rate_name, items_per_step / (ms / 1e3), r.loss_first, r.loss_last, (long long)r.params,
         r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup, (long long)c.threads,
-        cpu_isa().c_str());
+        cpu_isa().c_str(), amp);
   } else {
     std::printf(
         "%s: median %.2f ms/step (min %.2f, max %.2f) over %lld steps, %.0f %s, loss %.4f -> %.4f, "
@@ -107,8 +121,12 @@ Tensor random_labels(int64_t n, int64_t classes) { return randint(0, classes, Sh
 
 // W-GPT: vocab 65, block 128, 4 layers, 4 heads, width 128; batch 16;
 // AdamW lr 3e-4, betas (0.9, 0.999), weight decay 0.01 on every parameter.
-SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens/s, peak memory", SNUG_TRAIN_FLAGS) {
+SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens/s, peak memory", SNUG_TRAIN_FLAGS,
+           choice_flag("amp", "none", {"none", "bf16", "f16"},
+                       "autocast the forward pass and loss to bf16 or f16 (f16 with loss scaling)")) {
   const Common c = common(args);
+  const std::string amp = args.get("amp");
+  const DType amp_dt = amp == "bf16" ? DType::bf16 : amp == "f16" ? DType::f16 : DType::f32;
   const int64_t B = 16, T = 128, V = 65;
   nn::models::GPT net(nn::models::GPTConfig{});
   nn::optim::AdamW opt(net.parameters(), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
@@ -117,8 +135,8 @@ SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens
     Tensor seq = randint(0, V, Shape{B, T + 1});  // (B, T+1)
     batches.push_back({seq.narrow(1, 0, T).contiguous(), seq.narrow(1, 1, T).contiguous()});
   }
-  StepResult r = run_steps(c, net, opt, batches, [&](const Batch& b) { return net.loss(b.x, b.y); });
-  report(args, "gpt", c, r, "tokens_per_s", double(B * T));
+  StepResult r = run_steps(c, net, opt, batches, [&](const Batch& b) { return net.loss(b.x, b.y); }, amp_dt);
+  report(args, "gpt", c, r, "tokens_per_s", double(B * T), amp.c_str());
   return 0;
 }
 

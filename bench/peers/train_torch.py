@@ -9,7 +9,11 @@ step; batches are random and made before the timer. `peak_rss_growth_bytes` is
 the process's high-water RSS after the run minus its RSS just before the first
 step (model and batches already built): the memory the steps themselves added.
 
-  python3 bench/peers/train_torch.py gpt --steps 20 --warmup 3 --threads 2 --json
+  python3 bench/peers/train_torch.py gpt --steps 20 --warmup 3 --threads 2 [--amp bf16|f16] --json
+
+--amp runs the forward pass and the loss under torch.autocast("cpu", dtype),
+as snug-bench gpt --amp does; parameters, gradients and AdamW stay f32, and
+f16 adds a torch.amp.GradScaler("cpu").
 """
 import argparse
 import json
@@ -49,8 +53,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--amp", choices=["none", "bf16", "f16"], default="none")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    amp_dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(a.amp)
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     n = a.steps + a.warmup
@@ -80,12 +86,15 @@ def main():
     params = sum(p.numel() for p in net.parameters())
     rss0 = status_kb("VmRSS")
     times, losses = [], []
+    scaler = torch.amp.GradScaler("cpu", enabled=a.amp == "f16")
     for i, (x, y) in enumerate(batches):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_of(x, y)
-        loss.backward()
-        opt.step()
+        with torch.autocast("cpu", dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+            loss = loss_of(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         losses.append(loss.item())
         if i >= a.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
@@ -96,7 +105,7 @@ def main():
     out = {"bench": a.bench, "ms_per_step": med, "ms_min": times[0], "ms_max": times[-1], rate: items / (med / 1e3),
            "loss_first": losses[0], "loss_last": losses[-1], "params": params, "peak_rss_growth_bytes": growth,
            "steps": a.steps, "warmup": a.warmup, "threads": a.threads, "torch": torch.__version__, "blas": blas,
-           "isa": isa}
+           "isa": isa, "amp": a.amp}
     print(json.dumps(out) if a.json else out)
 
 

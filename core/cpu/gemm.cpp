@@ -14,14 +14,14 @@
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels {
 
-namespace {
+namespace detail {
 
 // Below this many multiply-adds a GEMM runs on one thread: waking the team
 // costs a few microseconds, about what 2^18 MACs take on one core.
 constexpr int64_t kParallelMacs = int64_t(1) << 18;
 
-void check_args(const char* op, int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t lda, int64_t ldb,
-                int64_t ldc) {
+void check_gemm_args(const char* op, int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t lda, int64_t ldb,
+                     int64_t ldc) {
   SNUG_CHECK(M >= 0 && N >= 0 && K >= 0, ValueError, op, ": negative size (M=", M, ", N=", N, ", K=", K, ")");
   const int64_t a_cols = ta ? M : K, b_cols = tb ? K : N;
   SNUG_CHECK(lda >= std::max<int64_t>(1, a_cols), ValueError, op, ": lda=", lda, " is smaller than the ", a_cols,
@@ -31,6 +31,20 @@ void check_args(const char* op, int64_t M, int64_t N, int64_t K, bool ta, bool t
   SNUG_CHECK(ldc >= std::max<int64_t>(1, N), ValueError, op, ": ldc=", ldc, " is smaller than the N=", N,
              " columns of C");
 }
+
+int gemm_threads(int64_t M, int64_t N, int64_t K) {
+  if (omp_in_parallel()) return 1;  // already inside someone's team: stay serial
+  if (M * N * K < kParallelMacs) return 1;
+  return get_num_threads();
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::check_gemm_args;
+using detail::gemm_threads;
+using detail::kParallelMacs;
 
 // C = beta * C, without reading C when beta == 0 (BLAS semantics).
 template <class T>
@@ -61,12 +75,6 @@ void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     }
 }
 
-int threads_for(int64_t M, int64_t N, int64_t K) {
-  if (omp_in_parallel()) return 1;  // already inside someone's team: stay serial
-  if (M * N * K < kParallelMacs) return 1;
-  return get_num_threads();
-}
-
 // gemm_f32 with an explicit thread count (1 inside the batched loop).
 void gemm_f32_nt(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nt) {
@@ -94,19 +102,19 @@ const char* gemm_f32_backend() {
 
 void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  check_args("gemm_f32", M, N, K, trans_a, trans_b, lda, ldb, ldc);
-  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads_for(M, N, K));
+  check_gemm_args("gemm_f32", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gemm_threads(M, N, K));
 }
 
 void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, const float* bias) {
-  check_args("gemm_f32_bias", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  check_gemm_args("gemm_f32_bias", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (bias && K > 0 && alpha != 0.0f && detail::gemm_f32_packed_available()) {
-    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, threads_for(M, N, K), bias);
+    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, gemm_threads(M, N, K), bias);
     return;
   }
-  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, threads_for(M, N, K));
+  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, gemm_threads(M, N, K));
   if (bias)  // Eigen fallback, K == 0 or alpha == 0: a second pass
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
@@ -115,10 +123,10 @@ void gemm_f32_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 void gemm_f32_bias_act(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                        int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, const float* bias, GemmAct act,
                        float* pre) {
-  check_args("gemm_f32_bias_act", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  check_gemm_args("gemm_f32_bias_act", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K > 0 && alpha != 0.0f && detail::gemm_f32_packed_available()) {
-    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, threads_for(M, N, K), bias,
+    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, gemm_threads(M, N, K), bias,
                             nullptr, act, pre);
     return;
   }
@@ -141,16 +149,16 @@ void gemm_f32_act_grad(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 
 void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, float* a_sums) {
-  check_args("gemm_f32_a_sums", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  check_gemm_args("gemm_f32_a_sums", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   SNUG_CHECK(a_sums != nullptr || M == 0, ValueError, "gemm_f32_a_sums: a_sums is null");
   if (M == 0) return;
   if (N > 0 && K > 0 && alpha != 0.0f && detail::gemm_f32_packed_available()) {
-    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads_for(M, N, K),
+    detail::gemm_f32_packed(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gemm_threads(M, N, K),
                             nullptr, a_sums);
     return;
   }
   // Eigen fallback or an empty product: the sums in their own pass, k upward.
-  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads_for(M, N, K));
+  gemm_f32_nt(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gemm_threads(M, N, K));
   for (int64_t i = 0; i < M; ++i) {
     double s = 0;
     for (int64_t k = 0; k < K; ++k) s += trans_a ? A[k * lda + i] : A[i * lda + k];
@@ -160,7 +168,7 @@ void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 
 void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
               const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
-  check_args("gemm_f64", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  check_gemm_args("gemm_f64", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0) return scale_c(M, N, beta, C, ldc);
   eigen_gemm::gemm_f64(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -169,7 +177,7 @@ void gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, doubl
 void gemm_f32_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                       int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta,
                       float* C, int64_t ldc, int64_t stride_c, int64_t batch) {
-  check_args("gemm_f32_batched", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  check_gemm_args("gemm_f32_batched", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   SNUG_CHECK(batch >= 0, ValueError, "gemm_f32_batched: negative batch ", batch);
   if (batch == 0 || M == 0 || N == 0) return;
   const int nt = omp_in_parallel() ? 1 : get_num_threads();
@@ -192,7 +200,7 @@ void gemm_f32_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 void gemm_f64_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
                       int64_t lda, int64_t stride_a, const double* B, int64_t ldb, int64_t stride_b, double beta,
                       double* C, int64_t ldc, int64_t stride_c, int64_t batch) {
-  check_args("gemm_f64_batched", M, N, K, trans_a, trans_b, lda, ldb, ldc);
+  check_gemm_args("gemm_f64_batched", M, N, K, trans_a, trans_b, lda, ldb, ldc);
   SNUG_CHECK(batch >= 0, ValueError, "gemm_f64_batched: negative batch ", batch);
   for (int64_t b = 0; b < batch; ++b)
     gemm_f64(trans_a, trans_b, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c,

@@ -24,11 +24,14 @@ namespace snug {
 // _grad values are the activations' derivatives for backward (gemm_f32_act_grad).
 // One type for every level (NOTE [ CPU levels ] in core/cpu/level.h).
 enum class GemmAct : int { none, relu, gelu, gelu_tanh, relu_grad, gelu_grad, gelu_tanh_grad };
+// The storage of gemm_half's operands: IEEE half or bfloat16 bits.
+enum class Half16 : int { f16, bf16 };
 }  // namespace snug
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels {
 
 using snug::GemmAct;
+using snug::Half16;
 
 void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -89,6 +92,32 @@ void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
                         int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+
+// NOTE [ 16-bit GEMM ]
+// C (M x N, f32) = alpha * op(A) op(B) + beta * C (+ bias), A and B 16-bit
+// (both f16 or both bf16, `kind`), accumulated in f32: the products of
+// autocast (matmul, Linear) without f32 copies of their operands. The
+// conversion happens where the operands are packed into the GEMM's panels
+// (core/cpu/gemm_half.cpp):
+//   bf16 on a CPU with AVX512-BF16: the panels stay bf16, in pairs along k,
+//     and vdpbf16ps multiplies a pair per float lane (twice the f32 FMA's
+//     multiply-adds per instruction). It treats denormal inputs as zero and
+//     flushes denormal results (values below ~1e-38), as oneDNN's bf16 does.
+//   otherwise (f16 everywhere, bf16 without AVX512-BF16): each panel is
+//     widened to f32 as it is packed (F16C or shifts) and the level's f32
+//     register tile runs on it. Products of 16-bit values are exact in f32,
+//     so this is the f32 GEMM of the widened operands up to summation order.
+// C is f32 so that a product over several K blocks is rounded to 16 bits
+// once, by the caller. lda/ldb as in gemm_f32, in elements.
+void gemm_half(Half16 kind, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc,
+               const float* bias);
+
+// Which implementation gemm_half uses for `kind` at the CPU level in use:
+// "avx512_bf16", "avx512", "avx2", "neon" (packed, f32 tiles fed by
+// converting packers), or "widen" (the operands widened whole, then gemm_f32:
+// the baseline level, which has no packed GEMM).
+const char* gemm_half_backend(Half16 kind);
 
 // snug's CPU thread count (OpenMP), the same for every level: core/cpu/threads.h.
 using cpu_threads::get_num_threads;

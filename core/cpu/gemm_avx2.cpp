@@ -15,13 +15,14 @@
 #include <immintrin.h>
 
 #include <snug/core/cpu/gemm_blocked.h>
+#include <snug/core/cpu/gemm_half_pack.h>
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
 namespace {
 
 struct Avx2Tile {
-  static constexpr int MR = 6, NR = 16;  // two ymm per row
+  static constexpr int MR = 6, NR = 16, KU = 1;  // two ymm per row; one float per k
   // KC 512 rather than 256: C is loaded and stored once per K block, and at
   // 256 that and the tile's set-up were ~6% of a 1024^3 product (84% of peak
   // on one thread at 512, 78% at 256). The B panel, 512 x 16 floats, is 32 KiB.
@@ -106,6 +107,14 @@ void gemm_f32_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads, const float* bias,
                      float* a_sums, GemmAct act, float* pre) {
   gemm_blocked<Avx2Tile>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias, a_sums, act, pre);
+}
+
+// 16-bit operands: the same tile, panels widened as they are packed (NOTE [ 16-bit GEMM ]).
+bool gemm_half_widened(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                       int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
+                       const float* bias) {
+  gemm_half_blocked<Avx2Tile>(kind, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias);
+  return true;
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels::detail

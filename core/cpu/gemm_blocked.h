@@ -101,16 +101,22 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
   }
 }
 
-// The packed GEMM (gemm_detail.h's gemm_f32_packed contract) over Tile:
-// Tile::MR, NR (the register tile), KC, MC, NC (the blocks) and
-// Tile::run(kc, a_panel, b_panel, m, n, c, ldc, alpha, beta, bias).
-template <class Tile>
-void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads, const float* bias,
-                  float* a_sums, GemmAct act, float* pre) {
-  constexpr int MR = Tile::MR, NR = Tile::NR;
+// The blocked loops over Tile with the caller's packers, for any operand
+// storage (gemm_blocked below: float; core/cpu/gemm_half.cpp: 16-bit):
+//   pack_a(pc, kc, i0, i_end, dst, row_sums): rows [i0, i0 + MR) x depth
+//     [pc, pc + kc) of op(A) as Tile wants its A panel, rows at or past i_end
+//     zero; with row_sums (float operands only), row_sums[i] += each row's sum;
+//   pack_b(pc, kc, j0, j_end, dst): depth [pc, pc + kc) x columns [j0, j0 + NR)
+//     of op(B), columns at or past j_end zero.
+// A panel holds ceil(kc / Tile::KU) packed steps of MR (NR) 4-byte units: a
+// float each for the f32 tiles (KU 1), a pair of 16-bit values along k for
+// the bf16 dot-product tile (KU 2); Tile::run gets the step count.
+template <class Tile, class PackA, class PackB>
+void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta, float* C, int64_t ldc, int nthreads,
+                       const float* bias, float* a_sums, GemmAct act, float* pre, PackA pack_a, PackB pack_b) {
+  constexpr int MR = Tile::MR, NR = Tile::NR, KU = Tile::KU;
   constexpr int64_t KC = Tile::KC, MC = Tile::MC, NC = Tile::NC;
-  static_assert(NC % NR == 0 && MC % MR == 0, "blocks are whole panels");
+  static_assert(NC % NR == 0 && MC % MR == 0 && KC % KU == 0, "blocks are whole panels");
   // The grid of threads: split the column panels when there are enough, else
   // the row panels (NOTE [ Blocked GEMM ]).
   const int64_t col_panels = (N + NR - 1) / NR, row_panels = (M + MR - 1) / MR;
@@ -126,28 +132,29 @@ void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
     const int64_t i_lo = std::min(M, row_panels * tr / tm * MR), i_hi = std::min(M, row_panels * (tr + 1) / tm * MR);
     const int64_t j_lo = std::min(N, col_panels * tc / tn * NR), j_hi = std::min(N, col_panels * (tc + 1) / tn * NR);
     if (i_lo >= i_hi || j_lo >= j_hi) return;
-    const int64_t kc_max = std::min<int64_t>(KC, K);
-    float* bblock = tl_blocked_b.get(size_t(kc_max * std::min<int64_t>(NC, (j_hi - j_lo + NR - 1) / NR * NR)));
-    float* ablock = tl_blocked_a.get(size_t(kc_max * std::min<int64_t>(MC, (i_hi - i_lo + MR - 1) / MR * MR)));
+    // Packed steps of the deepest block; 32 floats of slack past each buffer
+    // for packers that store whole vectors (core/cpu/gemm_half.cpp).
+    const int64_t kp_max = (std::min<int64_t>(KC, K) + KU - 1) / KU;
+    float* bblock = tl_blocked_b.get(size_t(kp_max * std::min<int64_t>(NC, (j_hi - j_lo + NR - 1) / NR * NR)) + 32);
+    float* ablock = tl_blocked_a.get(size_t(kp_max * std::min<int64_t>(MC, (i_hi - i_lo + MR - 1) / MR * MR)) + 32);
     for (int64_t jc = j_lo; jc < j_hi; jc += NC) {
       const int64_t nc = std::min(NC, j_hi - jc), npanels = (nc + NR - 1) / NR;
       for (int64_t pc = 0; pc < K; pc += KC) {
-        const int64_t kc = std::min(KC, K - pc);
+        const int64_t kc = std::min(KC, K - pc), kp = (kc + KU - 1) / KU;
         const bool first = pc == 0, last = pc + kc == K;
-        for (int64_t jp = 0; jp < npanels; ++jp) pack_b_panel<NR>(tb, B, ldb, j_hi, pc, kc, jc + jp * NR, bblock + jp * kc * NR);
+        for (int64_t jp = 0; jp < npanels; ++jp) pack_b(pc, kc, jc + jp * NR, j_hi, bblock + jp * kp * NR);
         for (int64_t ic = i_lo; ic < i_hi; ic += MC) {
           const int64_t mc = std::min(MC, i_hi - ic), mpanels = (mc + MR - 1) / MR;
           // The row sums once: by the first column of threads, in the first column block.
           double* row_sums = a_sums && tc == 0 && jc == j_lo ? sums.data() : nullptr;
-          for (int64_t ip = 0; ip < mpanels; ++ip)
-            pack_a_panel<MR>(ta, A, lda, i_hi, pc, kc, ic + ip * MR, ablock + ip * kc * MR, row_sums);
+          for (int64_t ip = 0; ip < mpanels; ++ip) pack_a(pc, kc, ic + ip * MR, i_hi, ablock + ip * kp * MR, row_sums);
           for (int64_t jp = 0; jp < npanels; ++jp)
             for (int64_t ip = 0; ip < mpanels; ++ip) {
               const int64_t i0 = ic + ip * MR, j0 = jc + jp * NR;
               const int m = int(std::min<int64_t>(MR, i_hi - i0)), n = int(std::min<int64_t>(NR, j_hi - j0));
               float* c = C + i0 * ldc + j0;
-              Tile::run(kc, ablock + ip * kc * MR, bblock + jp * kc * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
-                   first && bias ? bias + j0 : nullptr);
+              Tile::run(kp, ablock + ip * kp * MR, bblock + jp * kp * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
+                        first && bias ? bias + j0 : nullptr);
               // The activation right after the tile's last K block, while it is in L1
               // (NOTE [ The activation in the GEMM's store ] in core/cpu/gemm_avx512.cpp).
               if (last && with_act) apply_act(act, m, n, c, pre ? pre + i0 * ldc + j0 : nullptr, ldc);
@@ -167,6 +174,24 @@ void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
     }
   }
   for (size_t i = 0; i < sums.size(); ++i) a_sums[i] = float(sums[i]);
+}
+
+// The packed float GEMM (gemm_detail.h's gemm_f32_packed contract) over an
+// f32 Tile (KU 1): Tile::MR, NR (the register tile), KC, MC, NC (the blocks)
+// and Tile::run(kc, a_panel, b_panel, m, n, c, ldc, alpha, beta, bias).
+template <class Tile>
+void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads, const float* bias,
+                  float* a_sums, GemmAct act, float* pre) {
+  static_assert(Tile::KU == 1, "float operands go to an f32 tile");
+  gemm_blocked_with<Tile>(
+      M, N, K, alpha, beta, C, ldc, nthreads, bias, a_sums, act, pre,
+      [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double* row_sums) {
+        pack_a_panel<Tile::MR>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
+      },
+      [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
+        pack_b_panel<Tile::NR>(tb, B, ldb, j_end, pc, kc, j0, dst);
+      });
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels::detail

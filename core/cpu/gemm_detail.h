@@ -48,6 +48,22 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                      const float* bias = nullptr, float* a_sums = nullptr, GemmAct act = GemmAct::none,
                      float* pre = nullptr);
 
+// The argument checks of every gemm_* entry (a snug::ValueError naming `op`
+// and the bad size or leading dimension), and the thread count for an
+// M x N x K product: 1 inside a parallel region or below 2^18 multiply-adds,
+// else snug's thread count (core/cpu/gemm.cpp).
+void check_gemm_args(const char* op, int64_t M, int64_t N, int64_t K, bool ta, bool tb, int64_t lda, int64_t ldb,
+                     int64_t ldc);
+int gemm_threads(int64_t M, int64_t N, int64_t K);
+
+// gemm_half (NOTE [ 16-bit GEMM ] in core/cpu/gemm.h) through this level's
+// f32 register tile, the operands widened to f32 as they are packed
+// (core/cpu/gemm_half_pack.h); M, N, K > 0, alpha != 0. False, doing
+// nothing, when the level has no packed f32 GEMM (the x86 baseline).
+bool gemm_half_widened(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                       int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
+                       const float* bias);
+
 // c[j] = act(c[j]) for j < n in each of `rows` rows (row stride ld), the
 // values before it copied to pre's rows first when pre is not null. For the
 // _grad values, c[j] = c[j] * act'(pre[j]) instead (pre read, not written).

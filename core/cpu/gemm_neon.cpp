@@ -17,13 +17,14 @@
 #include <algorithm>
 
 #include <snug/core/cpu/gemm_blocked.h>
+#include <snug/core/cpu/gemm_half_pack.h>
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
 namespace {
 
 struct NeonTile {
-  static constexpr int MR = 8, NR = 12;  // three q registers per row
+  static constexpr int MR = 8, NR = 12, KU = 1;  // three q registers per row; one float per k
   // KC 256: the B panel, 256 x 12 floats, is 12 KiB of a 64 KiB (or 32 KiB) L1.
   static constexpr int64_t KC = 256, MC = 16 * MR, NC = 1008;  // A block 128 x 256 (128 KiB); NC: 84 panels
 
@@ -87,6 +88,14 @@ void gemm_f32_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads, const float* bias,
                      float* a_sums, GemmAct act, float* pre) {
   gemm_blocked<NeonTile>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias, a_sums, act, pre);
+}
+
+// 16-bit operands: the same tile, panels widened as they are packed (NOTE [ 16-bit GEMM ]).
+bool gemm_half_widened(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                       int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
+                       const float* bias) {
+  gemm_half_blocked<NeonTile>(kind, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias);
+  return true;
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels::detail

@@ -27,6 +27,8 @@
   X(kernels, gemm_f32_reference)                                                                                    \
   X(kernels, gemm_f64_reference)                                                                                    \
   X(kernels, gemm_f32_backend)                                                                                      \
+  X(kernels, gemm_half)                                                                                             \
+  X(kernels, gemm_half_backend)                                                                                     \
   X(kernels, gemm_u8s8s32)                                                                                          \
   X(kernels, gemm_u8s8s32_portable)                                                                                 \
   X(kernels, gemm_u8s8s32_vnni)                                                                                     \

@@ -46,32 +46,33 @@ float* f32_out(const Tensor& t) { return t.defined() ? static_cast<float*>(t.dat
 // NOTE [ 16-bit one-pass linear ]
 // Under autocast the operands of a Linear are f16/bf16 and so is its output;
 // what backward keeps (x, the pre-activation, the activation) stays in that
-// dtype, which is the memory mixed precision promises. The product itself is
-// the f32 GEMM's, as in NOTE [ Half-precision matmul ]: the weight and bias
-// are widened once, x a block of rows at a time, and each block's x W^T + b
-// is rounded once into 16 bits. The activation then runs on the rounded
-// values, as a separate ReLU or GELU on 16-bit storage would, so the fused
-// op stays bit for bit the composed one in 16 bits too (in f32 the GEMM's
-// store applies it). The f32 blocks are workspace of about 1 MiB.
+// dtype, which is the memory mixed precision promises. The product is
+// kernels::gemm_half (NOTE [ 16-bit GEMM ] in core/cpu/gemm.h): x and the
+// weight are read in 16 bits, converted as they are packed, the bias
+// (widened once, out floats) added in the GEMM's store, and each block of
+// rows of x W^T + b, in f32, rounded once into 16 bits. The activation then
+// runs on the rounded values, as a separate ReLU or GELU on 16-bit storage
+// would, so the fused op stays bit for bit the composed one in 16 bits too
+// (in f32 the GEMM's store applies it). The f32 block is workspace of about
+// 1 MiB.
 // out (N, out) 16-bit = act(round(x (N, in) W^T + b)); pre = round(x W^T + b) when defined.
 void linear_act_half(CpuBackend& be, const Tensor& x, const Tensor& weight, const Tensor& bias, Act act,
                      const Tensor& out, const Tensor& pre) {
   const int64_t rows = x.size(0), in = x.size(1), outf = weight.size(0);
+  const Half16 kind = x.dtype() == DType::f16 ? Half16::f16 : Half16::bf16;
   {
     memory::TagScope tag(memory::Tag::workspace);
-    const TensorOptions o32(DType::f32, x.device());
-    const Tensor w32 = raw::to_dtype(weight, DType::f32);  // (out, in), contiguous
     const Tensor b32 = bias.defined() ? raw::to_dtype(bias, DType::f32) : Tensor();
-    const int64_t blk = std::min<int64_t>(rows, std::max<int64_t>(64, (int64_t(1) << 18) / std::max(in, outf)));
-    Tensor x32 = empty({blk, in}, o32), r32 = empty({blk, outf}, o32);  // (blk, in), (blk, out)
-    const Tensor& dst = pre.defined() ? pre : out;                      // where the rounded x W^T + b goes
+    const int64_t blk = std::min<int64_t>(rows, std::max<int64_t>(64, (int64_t(1) << 18) / std::max<int64_t>(outf, 1)));
+    Tensor r32 = empty({blk, outf}, TensorOptions(DType::f32, x.device()));  // (blk, out)
+    const Tensor& dst = pre.defined() ? pre : out;                          // where the rounded x W^T + b goes
+    const uint16_t* xp = static_cast<const uint16_t*>(x.data_ptr());
+    const uint16_t* wp = static_cast<const uint16_t*>(weight.data_ptr());
     for (int64_t m0 = 0; m0 < rows; m0 += blk) {
       const int64_t n = std::min(blk, rows - m0);
-      auto head = [&](const Tensor& t) { return n == blk ? t : raw::slice(t, 0, 0, n, 1); };
-      be.copy(raw::slice(x, 0, m0, m0 + n, 1), head(x32));
-      kernels::gemm_f32_bias_act(false, true, n, outf, in, 1.0f, f32(x32), in, f32(w32), in, f32_out(r32), outf,
-                                 f32(b32), kernels::GemmAct::none, nullptr);
-      be.copy(head(r32), raw::slice(dst, 0, m0, m0 + n, 1));
+      kernels::gemm_half(kind, false, true, n, outf, in, 1.0f, xp + m0 * in, in, wp, in, 0.0f, f32_out(r32), outf,
+                         f32(b32));
+      be.copy(n == blk ? r32 : raw::slice(r32, 0, 0, n, 1), raw::slice(dst, 0, m0, m0 + n, 1));
     }
   }
   if (act == Act::none) {

@@ -30,62 +30,32 @@ GemmOperand as_gemm_operand(const Tensor& x) {
   return {c, false, std::max<int64_t>(C, 1), R * C};
 }
 // NOTE [ Half-precision matmul ]
-// f16/bf16 operands are stored in half precision and multiplied by the f32
-// GEMM (accumulation in f32, one rounding of each result). b is widened once
-// (for a Linear it is the weight); the result is produced a block of rows at
-// a time and rounded back, and a is widened per block too when its rows are
-// contiguous, so the f32 copies stay near 1 MiB plus b's: a full-size f32
-// output would cost twice the half output it produces. The f32 copies are
-// scratch, tagged workspace. An operand is widened in its own layout (a
-// transposed view stays transposed and goes to the GEMM as a transpose), so
-// every conversion runs on contiguous rows with the bulk AVX-512 converters
-// (core/cpu/half_convert.cpp, through copy()).
-//
-// widen(x): x (B, R, C) half -> f32 copy; trans says the copy holds x^T.
-GemmOperand widen(const Tensor& x) {
-  const int64_t R = x.size(1), C = x.size(2);
-  const Strides& s = x.strides();
-  const bool transposed = s[2] != 1 && C > 1 && (s[1] == 1 || R == 1);
-  if (!transposed) return as_gemm_operand(raw::contiguous(raw::to_dtype(x, DType::f32)));
-  Tensor t = raw::to_dtype(raw::transpose(x, 1, 2), DType::f32);  // (B, C, R) contiguous
-  return {t, true, std::max<int64_t>(R, 1), R * C};
-}
-
+// f16/bf16 operands are stored in half precision and multiplied by
+// kernels::gemm_half (NOTE [ 16-bit GEMM ] in core/cpu/gemm.h), which reads
+// them where they lie, converting as it packs its panels, and accumulates in
+// f32. Its f32 result is produced a block of rows at a time (about 1 MiB,
+// tagged workspace) and rounded once into the 16-bit output: a full-size f32
+// output would cost twice the half output it produces.
 void matmul_half(const Tensor& a, const Tensor& b, const Tensor& out) {
   // a (B,M,K), b (B,K,N) -> out (B,M,N) contiguous, all f16 or all bf16
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
+  const Half16 kind = out.dtype() == DType::f16 ? Half16::f16 : Half16::bf16;
   memory::TagScope tag(memory::Tag::workspace);
-  const TensorOptions f32(DType::f32, out.device());
-  const GemmOperand Bm = widen(b);
-  const float* bp = static_cast<const float*>(Bm.t.data_ptr());
+  const GemmOperand Am = as_gemm_operand(a), Bm = as_gemm_operand(b);
+  const uint16_t* ap = static_cast<const uint16_t*>(Am.t.data_ptr());
+  const uint16_t* bp = static_cast<const uint16_t*>(Bm.t.data_ptr());
   const int64_t rows = std::min<int64_t>(M, std::max<int64_t>(64, (int64_t(1) << 18) / std::max<int64_t>(N, 1)));
-  // a with contiguous rows is widened block by block; otherwise whole, in its layout.
-  const bool a_rows = a.stride(2) == 1 || K == 1;
-  GemmOperand Am;
-  if (!a_rows) Am = widen(a);
-  Tensor a32 = a_rows ? empty({rows, K}, f32) : Tensor(), c32 = empty({rows, N}, f32);
+  Tensor c32 = empty({rows, N}, TensorOptions(DType::f32, out.device()));
   Tensor out2 = raw::view(out, {B * M, N});
   for (int64_t i = 0; i < B; ++i) {
-    Tensor ai = a_rows ? raw::select(a, 0, i) : Tensor();  // (M, K)
+    const uint16_t* base = ap + i * Am.batch_stride;
     for (int64_t m0 = 0; m0 < M; m0 += rows) {
       const int64_t r = std::min(rows, M - m0);
-      Tensor cb = r == rows ? c32 : raw::slice(c32, 0, 0, r, 1);
-      const float* ap;
-      int64_t lda;
-      if (a_rows) {
-        Tensor ab = r == rows ? a32 : raw::slice(a32, 0, 0, r, 1);
-        CpuBackend().copy(raw::slice(ai, 0, m0, m0 + r, 1), ab);
-        ap = static_cast<const float*>(ab.data_ptr());
-        lda = K;
-      } else {
-        // rows m0.. of op(A): columns m0.. of the stored transpose, or rows m0.. of a copy
-        const float* base = static_cast<const float*>(Am.t.data_ptr()) + i * Am.batch_stride;
-        ap = Am.trans ? base + m0 : base + m0 * Am.ld;
-        lda = Am.ld;
-      }
-      kernels::gemm_f32(!a_rows && Am.trans, Bm.trans, r, N, K, 1.0f, ap, lda, bp + i * Bm.batch_stride, Bm.ld, 0.0f,
-                        static_cast<float*>(cb.data_ptr()), N);
-      CpuBackend().copy(cb, raw::slice(out2, 0, i * M + m0, i * M + m0 + r, 1));
+      // rows m0.. of op(A): columns m0.. of a stored transpose, or rows m0..
+      kernels::gemm_half(kind, Am.trans, Bm.trans, r, N, K, 1.0f, Am.trans ? base + m0 : base + m0 * Am.ld, Am.ld,
+                         bp + i * Bm.batch_stride, Bm.ld, 0.0f, static_cast<float*>(c32.data_ptr()), N, nullptr);
+      CpuBackend().copy(r == rows ? c32 : raw::slice(c32, 0, 0, r, 1),
+                        raw::slice(out2, 0, i * M + m0, i * M + m0 + r, 1));
     }
   }
 }

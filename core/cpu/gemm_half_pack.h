@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: MIT
+// The widening packers of gemm_half (NOTE [ 16-bit GEMM ] in core/cpu/gemm.h):
+// panels of 16-bit operands converted to f32 as they are packed, for the f32
+// register tiles of core/cpu/gemm_blocked.h. Internal to core/cpu/; included by
+// the files that define detail::gemm_half_widened (gemm_half.cpp for AVX-512,
+// gemm_avx2.cpp, gemm_neon.cpp).
+#pragma once
+#include <snug/core/cpu/gemm_blocked.h>
+#include <snug/core/cpu/half_convert.h>
+
+#include <algorithm>
+
+namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
+
+// n contiguous 16-bit values to float with the level's bulk converters
+// (core/cpu/half_convert.cpp: F16C or shifts, vectorized).
+inline void widen16(Half16 kind, const uint16_t* src, float* dst, int64_t n) {
+  if (kind == Half16::f16)
+    half_to_float_array(src, dst, n);
+  else
+    bf16_to_float_array(src, dst, n);
+}
+
+// A panel's rows widened one contiguous run at a time: its k-major layout is
+// a transpose of a row-major A, so those rows go through a small f32 staging
+// copy and pack_a_panel; a transposed A is already k-major and is widened
+// straight into the panel.
+inline thread_local Scratch tl_widen_stage;
+
+// dst[k * MR + i] = op(A)(i0 + i, p0 + k) as float (0 past M), as pack_a_panel.
+template <int MR>
+void pack_a_panel_half(Half16 kind, bool ta, const uint16_t* A, int64_t lda, int64_t M, int64_t p0, int64_t kc,
+                       int64_t i0, float* dst) {
+  const int m = int(std::min<int64_t>(MR, M - i0));
+  if (ta) {  // op(A)(i, k) = A[k * lda + i]: m contiguous values per k
+    for (int64_t k = 0; k < kc; ++k) {
+      widen16(kind, A + (p0 + k) * lda + i0, dst + k * MR, m);
+      std::fill(dst + k * MR + m, dst + (k + 1) * MR, 0.0f);
+    }
+    return;
+  }
+  float* st = tl_widen_stage.get(size_t(MR * kc));  // m rows of kc floats
+  for (int i = 0; i < m; ++i) widen16(kind, A + (i0 + i) * lda + p0, st + i * kc, kc);
+  pack_a_panel<MR>(false, st, kc, m, 0, kc, 0, dst, nullptr);
+}
+
+// dst[k * NR + j] = op(B)(p0 + k, j0 + j) as float (0 past N), as pack_b_panel.
+template <int NR>
+void pack_b_panel_half(Half16 kind, bool tb, const uint16_t* B, int64_t ldb, int64_t N, int64_t p0, int64_t kc,
+                       int64_t j0, float* dst) {
+  const int n = int(std::min<int64_t>(NR, N - j0));
+  if (!tb) {  // op(B)(k, j) = B[k * ldb + j]: n contiguous values per k
+    for (int64_t k = 0; k < kc; ++k) {
+      widen16(kind, B + (p0 + k) * ldb + j0, dst + k * NR, n);
+      std::fill(dst + k * NR + n, dst + (k + 1) * NR, 0.0f);
+    }
+    return;
+  }
+  float* st = tl_widen_stage.get(size_t(NR * kc));  // n columns of op(B), kc floats each
+  for (int j = 0; j < n; ++j) widen16(kind, B + (j0 + j) * ldb + p0, st + j * kc, kc);
+  pack_b_panel<NR>(true, st, kc, n, 0, kc, 0, dst);
+}
+
+// gemm_half over an f32 Tile (KU 1) with the packers above.
+template <class Tile>
+void gemm_half_blocked(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                       int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
+                       const float* bias) {
+  static_assert(Tile::KU == 1, "widened operands go to an f32 tile");
+  gemm_blocked_with<Tile>(
+      M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr, GemmAct::none, nullptr,
+      [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double*) {
+        pack_a_panel_half<Tile::MR>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
+      },
+      [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
+        pack_b_panel_half<Tile::NR>(kind, tb, B, ldb, j_end, pc, kc, j0, dst);
+      });
+}
+
+}  // namespace snug::SNUG_CPU_LEVEL::kernels::detail
