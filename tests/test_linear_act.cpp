@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // linear_relu, linear_gelu, relu_mlp and gelu_mlp (nn/fused.h;
 // kernels::gemm_f32_bias_act, gemm_f32_act_grad): the same values and
-// gradients as the ops they fuse, for f32 (the one-pass GEMMs) and f64 (the
-// composed path), finite differences, partial gradients, retained graphs,
+// gradients as the ops they fuse, for f32 and f16/bf16 (the one-pass GEMMs)
+// and f64 (the composed path), finite differences, partial gradients, retained graphs,
 // nn::fuse's and the GPT block's use of them, and errors.
 #include <doctest/doctest.h>
 
@@ -81,7 +81,7 @@ void check_against_composed(Act a, DType dt, const Shape& xs, int64_t out, bool 
 TEST_CASE("linear_relu / linear_gelu equal the activation after linear: values and gradients, bit for bit") {
   int64_t seed = 1;
   for (Act a : {Act::relu, Act::gelu, Act::gelu_tanh})
-    for (DType dt : {DType::f32, DType::f64}) {
+    for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {  // 16-bit: NOTE [ 16-bit one-pass linear ]
       CAPTURE(int(a));
       CAPTURE(dtype_name(dt));
       check_against_composed(a, dt, {7, 5}, 9, true, true, true, seed++);
@@ -150,7 +150,7 @@ TEST_CASE("relu_mlp / gelu_mlp equal linear, activation, linear: values and grad
   uint64_t seed = 100;
   const std::array<bool, 5> all{true, true, true, true, true};
   for (Act a : {Act::relu, Act::gelu, Act::gelu_tanh})
-    for (DType dt : {DType::f32, DType::f64}) {
+    for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {  // 16-bit: NOTE [ 16-bit one-pass linear ]
       CAPTURE(int(a));
       CAPTURE(dtype_name(dt));
       check_mlp(a, dt, {6, 5}, 9, 4, all, seed++);

@@ -226,8 +226,9 @@ void gemm_f64_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
 }
 const char* gemm_f32_backend() { return active().kernels.gemm_f32_backend(); }
 void gemm_half(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
-  active().kernels.gemm_half(kind, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+               const HalfOut* out) {
+  active().kernels.gemm_half(kind, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, out);
 }
 const char* gemm_half_backend(Half16 kind) { return active().kernels.gemm_half_backend(kind); }
 

@@ -26,12 +26,27 @@ namespace snug {
 enum class GemmAct : int { none, relu, gelu, gelu_tanh, relu_grad, gelu_grad, gelu_tanh_grad };
 // The storage of gemm_half's operands: IEEE half or bfloat16 bits.
 enum class Half16 : int { f16, bf16 };
+// gemm_half's optional 16-bit store (NOTE [ 16-bit GEMM ]).
+struct HalfOut {
+  // out = round(C), or with a forward act round(act(round(C))), or with a
+  // _grad act round(round(C) * act'(z)): the values of the composed 16-bit
+  // ops (matmul or Linear, then the elementwise op on 16-bit storage) bit
+  // for bit, since each of those rounds its result once and computes in f32.
+  uint16_t* out = nullptr;
+  int64_t ldo = 0;
+  uint16_t* pre = nullptr;  // receives round(C), before a forward act, when not null
+  int64_t ldp = 0;
+  GemmAct act = GemmAct::none;
+  const uint16_t* z = nullptr;  // the saved pre-activation (M x N) a _grad act reads
+  int64_t ldz = 0;
+};
 }  // namespace snug
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels {
 
 using snug::GemmAct;
 using snug::Half16;
+using snug::HalfOut;
 
 void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -108,10 +123,14 @@ void gemm_f64_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 //     register tile runs on it. Products of 16-bit values are exact in f32,
 //     so this is the f32 GEMM of the widened operands up to summation order.
 // C is f32 so that a product over several K blocks is rounded to 16 bits
-// once, by the caller. lda/ldb as in gemm_f32, in elements.
+// once. lda/ldb as in gemm_f32, in elements. With `out`, each tile of C is
+// also rounded into 16-bit outputs (HalfOut) as soon as its last K block is
+// stored, in the thread that computed it, while it is in L1: autocast's
+// Linear and matmul write their 16-bit results with no pass after the GEMM.
+// C then serves as the f32 scratch.
 void gemm_half(Half16 kind, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc,
-               const float* bias);
+               const float* bias, const HalfOut* out = nullptr);
 
 // Which implementation gemm_half uses for `kind` at the CPU level in use:
 // "avx512_bf16", "avx512", "avx2", "neon" (packed, f32 tiles fed by

@@ -107,13 +107,17 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
 //     [pc, pc + kc) of op(A) as Tile wants its A panel, rows at or past i_end
 //     zero; with row_sums (float operands only), row_sums[i] += each row's sum;
 //   pack_b(pc, kc, j0, j_end, dst): depth [pc, pc + kc) x columns [j0, j0 + NR)
-//     of op(B), columns at or past j_end zero.
+//     of op(B), columns at or past j_end zero;
+//   store(i0, j0, m, n, c): called for each m x n tile of C (at c, row stride
+//     ldc) right after its last K block, while it is in L1: the activation
+//     (NOTE [ The activation in the GEMM's store ] in gemm_avx512.cpp) or
+//     gemm_half's rounding into 16-bit outputs.
 // A panel holds ceil(kc / Tile::KU) packed steps of MR (NR) 4-byte units: a
 // float each for the f32 tiles (KU 1), a pair of 16-bit values along k for
 // the bf16 dot-product tile (KU 2); Tile::run gets the step count.
-template <class Tile, class PackA, class PackB>
+template <class Tile, class PackA, class PackB, class Store>
 void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta, float* C, int64_t ldc, int nthreads,
-                       const float* bias, float* a_sums, GemmAct act, float* pre, PackA pack_a, PackB pack_b) {
+                       const float* bias, float* a_sums, PackA pack_a, PackB pack_b, Store store) {
   constexpr int MR = Tile::MR, NR = Tile::NR, KU = Tile::KU;
   constexpr int64_t KC = Tile::KC, MC = Tile::MC, NC = Tile::NC;
   static_assert(NC % NR == 0 && MC % MR == 0 && KC % KU == 0, "blocks are whole panels");
@@ -123,7 +127,6 @@ void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta,
   const int nt = int(std::max<int64_t>(1, std::min<int64_t>(nthreads, col_panels * row_panels)));
   const int tn = int(std::min<int64_t>(nt, col_panels)), tm = nt / tn;
   std::vector<double> sums(a_sums ? size_t(M) : 0, 0.0);
-  const bool with_act = act != GemmAct::none || pre != nullptr;
 
   // One thread's rectangle of C: rows [i_lo, i_hi), columns [j_lo, j_hi).
   auto rectangle = [&](int t) {
@@ -155,9 +158,7 @@ void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta,
               float* c = C + i0 * ldc + j0;
               Tile::run(kp, ablock + ip * kp * MR, bblock + jp * kp * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
                         first && bias ? bias + j0 : nullptr);
-              // The activation right after the tile's last K block, while it is in L1
-              // (NOTE [ The activation in the GEMM's store ] in core/cpu/gemm_avx512.cpp).
-              if (last && with_act) apply_act(act, m, n, c, pre ? pre + i0 * ldc + j0 : nullptr, ldc);
+              if (last) store(i0, j0, m, n, c);
             }
         }
       }
@@ -184,13 +185,17 @@ void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads, const float* bias,
                   float* a_sums, GemmAct act, float* pre) {
   static_assert(Tile::KU == 1, "float operands go to an f32 tile");
+  const bool with_act = act != GemmAct::none || pre != nullptr;
   gemm_blocked_with<Tile>(
-      M, N, K, alpha, beta, C, ldc, nthreads, bias, a_sums, act, pre,
+      M, N, K, alpha, beta, C, ldc, nthreads, bias, a_sums,
       [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double* row_sums) {
         pack_a_panel<Tile::MR>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
       },
       [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
         pack_b_panel<Tile::NR>(tb, B, ldb, j_end, pc, kc, j0, dst);
+      },
+      [&](int64_t i0, int64_t j0, int m, int n, float* c) {
+        if (with_act) apply_act(act, m, n, c, pre ? pre + i0 * ldc + j0 : nullptr, ldc);
       });
 }
 

@@ -62,7 +62,13 @@ int gemm_threads(int64_t M, int64_t N, int64_t K);
 // nothing, when the level has no packed f32 GEMM (the x86 baseline).
 bool gemm_half_widened(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                        int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
-                       const float* bias);
+                       const float* bias, const HalfOut* out);
+
+// gemm_half's 16-bit store (HalfOut in core/cpu/gemm.h) of the m x n block of
+// C at rows i0.., columns j0.. (c points at it, row stride ldc), rows at a
+// time through a small f32 buffer (core/cpu/gemm_half.cpp).
+void store_half_out(const HalfOut& o, Half16 kind, int64_t i0, int64_t j0, int64_t m, int64_t n, const float* c,
+                    int64_t ldc);
 
 // c[j] = act(c[j]) for j < n in each of `rows` rows (row stride ld), the
 // values before it copied to pre's rows first when pre is not null. For the

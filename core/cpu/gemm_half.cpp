@@ -22,6 +22,7 @@
 #include <immintrin.h>
 
 #include <snug/core/cpu/gemm_blocked.h>
+#include <snug/core/cpu/half_simd_avx512.h>
 #include <snug/core/cpu/simd_avx512.h>
 #endif
 
@@ -158,8 +159,41 @@ void pack_pairs_interleave(const uint16_t* src, int64_t ld, int cols, int width,
 template <Half16 kind>
 __m512 load_widened(const uint16_t* p, __mmask16 m) {
   const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  if constexpr (kind == Half16::f16) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return kind == Half16::f16 ? simd16::widen_f16(h) : simd16::widen_bf16(h);
+}
+template <Half16 kind>
+__m256i narrowed(__m512 f) {
+  return kind == Half16::f16 ? simd16::narrow_f16(f) : simd16::narrow_bf16(f);
+}
+
+// store_half_out for a tile of the AVX-512 tiles (m <= 14, n <= 32), in
+// registers: each row rounded to 16 bits (and into pre), widened back into
+// a 14 x 32 buffer, the activation or derivative applied to the whole tile
+// in one apply_act, and rounded into out.
+template <Half16 kind>
+void store_half_tile(const HalfOut& o, int64_t i0, int64_t j0, int m, int n, const float* c, int64_t ldc) {
+  const __mmask16 mk[2] = {head_mask(n), head_mask(n > 16 ? n - 16 : 0)};
+  if (o.act == GemmAct::none && !o.pre) {
+    for (int i = 0; i < m; ++i)
+      for (int v = 0; v < 2 && 16 * v < n; ++v)
+        _mm256_mask_storeu_epi16(o.out + (i0 + i) * o.ldo + j0 + 16 * v, mk[v],
+                                 narrowed<kind>(_mm512_maskz_loadu_ps(mk[v], c + i * ldc + 16 * v)));
+    return;
+  }
+  const bool grad = o.act == GemmAct::relu_grad || o.act == GemmAct::gelu_grad || o.act == GemmAct::gelu_tanh_grad;
+  alignas(64) float t[14 * 32], zt[14 * 32];
+  for (int i = 0; i < m; ++i)
+    for (int v = 0; v < 2 && 16 * v < n; ++v) {
+      const __m256i r = narrowed<kind>(_mm512_maskz_loadu_ps(mk[v], c + i * ldc + 16 * v));
+      if (o.pre) _mm256_mask_storeu_epi16(o.pre + (i0 + i) * o.ldp + j0 + 16 * v, mk[v], r);
+      _mm512_store_ps(t + i * 32 + 16 * v, kind == Half16::f16 ? simd16::widen_f16(r) : simd16::widen_bf16(r));
+      if (grad) _mm512_store_ps(zt + i * 32 + 16 * v, load_widened<kind>(o.z + (i0 + i) * o.ldz + j0 + 16 * v, mk[v]));
+    }
+  if (o.act != GemmAct::none) apply_act(o.act, m, n, t, grad ? zt : nullptr, 32);
+  for (int i = 0; i < m; ++i)
+    for (int v = 0; v < 2 && 16 * v < n; ++v)
+      _mm256_mask_storeu_epi16(o.out + (i0 + i) * o.ldo + j0 + 16 * v, mk[v],
+                               narrowed<kind>(_mm512_load_ps(t + i * 32 + 16 * v)));
 }
 
 // The widening twins of the pair packers, for Avx512Tile: from `rows` (<= 16)
@@ -191,10 +225,10 @@ void pack_widen_rows(const uint16_t* src, int64_t ld, int cols, int width, int64
 template <Half16 kind>
 void gemm_half_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                       const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
-                      const float* bias) {
+                      const float* bias, const HalfOut* out) {
   using T = Avx512Tile;
   gemm_blocked_with<T>(
-      M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr, GemmAct::none, nullptr,
+      M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr,
       [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double*) {
         const int m = int(std::min<int64_t>(T::MR, i_end - i0));
         if (!ta)
@@ -211,6 +245,9 @@ void gemm_half_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
         } else {
           pack_widen_rows<kind>(B + pc * ldb + j0, ldb, n, T::NR, kc, dst);
         }
+      },
+      [&](int64_t i0, int64_t j0, int m, int n, float* c) {
+        if (out) store_half_tile<kind>(*out, i0, j0, m, n, c, ldc);
       });
 }
 
@@ -226,10 +263,11 @@ bool cpu_has_avx512bf16() {
 }
 
 void gemm_bf16_dot(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
-                   const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads, const float* bias) {
+                   const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads, const float* bias,
+                   const HalfOut* out) {
   using T = Bf16DotTile;
   gemm_blocked_with<T>(
-      M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr, GemmAct::none, nullptr,
+      M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr,
       [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double*) {
         const int m = int(std::min<int64_t>(T::MR, i_end - i0));
         if (!ta)  // op(A)(i, k) = A[i * lda + k]
@@ -246,6 +284,9 @@ void gemm_bf16_dot(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
         } else {  // op(B)(k, j) = B[k * ldb + j]
           pack_pairs_interleave(B + pc * ldb + j0, ldb, n, T::NR, kc, dst);
         }
+      },
+      [&](int64_t i0, int64_t j0, int m, int n, float* c) {
+        if (out) store_half_tile<Half16::bf16>(*out, i0, j0, m, n, c, ldc);
       });
 }
 
@@ -253,9 +294,9 @@ void gemm_bf16_dot(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
 
 bool gemm_half_widened(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                        int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
-                       const float* bias) {
+                       const float* bias, const HalfOut* out) {
   (kind == Half16::f16 ? gemm_half_avx512<Half16::f16> : gemm_half_avx512<Half16::bf16>)(
-      ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias);
+      ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias, out);
   return true;
 }
 
@@ -263,11 +304,44 @@ bool gemm_half_widened(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int6
 
 // The baseline: no packed f32 GEMM (gemm_half widens whole operands).
 bool gemm_half_widened(Half16, bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
-                       const uint16_t*, int64_t, float, float*, int64_t, int, const float*) {
+                       const uint16_t*, int64_t, float, float*, int64_t, int, const float*, const HalfOut*) {
   return false;
 }
 
 #endif
+
+// Rows of up to 64 columns through `t`: round C into 16 bits and back
+// (exact), then the forward activation or the derivative on those values, as
+// the elementwise op on 16-bit storage computes it (core/cpu/loop.h widens
+// its operands and rounds its result once), then the final rounding.
+void store_half_out(const HalfOut& o, Half16 kind, int64_t i0, int64_t j0, int64_t m, int64_t n, const float* c,
+                    int64_t ldc) {
+  const auto narrow = kind == Half16::f16 ? float_to_half_array : float_to_bf16_array;
+  const auto widen = kind == Half16::f16 ? half_to_float_array : bf16_to_float_array;
+  const bool grad = o.act == GemmAct::relu_grad || o.act == GemmAct::gelu_grad || o.act == GemmAct::gelu_tanh_grad;
+  alignas(64) float t[64], zt[64];
+  alignas(64) uint16_t r[64];
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c0 = 0; c0 < n; c0 += 64) {
+      const int64_t w = std::min<int64_t>(64, n - c0);
+      const int64_t row = i0 + i, col = j0 + c0;
+      uint16_t* dst = o.out + row * o.ldo + col;
+      if (o.act == GemmAct::none && !o.pre) {  // round(C)
+        narrow(c + i * ldc + c0, dst, w);
+        continue;
+      }
+      uint16_t* rounded = o.pre ? o.pre + row * o.ldp + col : r;
+      narrow(c + i * ldc + c0, rounded, w);
+      widen(rounded, t, w);
+      if (grad) {
+        widen(o.z + row * o.ldz + col, zt, w);
+        apply_act(o.act, 1, w, t, zt, w);  // t *= act'(z)
+      } else if (o.act != GemmAct::none) {
+        apply_act(o.act, 1, w, t, nullptr, w);
+      }
+      narrow(t, dst, w);
+    }
+}
 
 }  // namespace detail
 
@@ -300,7 +374,8 @@ const char* gemm_half_backend(Half16 kind) {
 }
 
 void gemm_half(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+               const HalfOut* out) {
   detail::check_gemm_args("gemm_half", M, N, K, ta, tb, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == 0.0f) {  // C = beta * C + bias; A and B are not read
@@ -309,13 +384,15 @@ void gemm_half(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         float& c = C[i * ldc + j];
         c = (beta == 0.0f ? 0.0f : beta * c) + (bias ? bias[j] : 0.0f);
       }
+    if (out) detail::store_half_out(*out, kind, 0, 0, M, N, C, ldc);
     return;
   }
   const int nt = detail::gemm_threads(M, N, K);
 #if defined(__AVX512F__)
-  if (use_bf16_dot(kind)) return detail::gemm_bf16_dot(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nt, bias);
+  if (use_bf16_dot(kind))
+    return detail::gemm_bf16_dot(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nt, bias, out);
 #endif
-  if (detail::gemm_half_widened(kind, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nt, bias)) return;
+  if (detail::gemm_half_widened(kind, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nt, bias, out)) return;
   // The baseline: both operands widened whole, in their stored layouts.
   const std::vector<float> a = widen_whole(kind, A, ta ? K : M, ta ? M : K, lda);
   const std::vector<float> b = widen_whole(kind, B, tb ? N : K, tb ? K : N, ldb);
@@ -327,9 +404,10 @@ void gemm_half(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         float& c = C[i * ldc + j];
         c = (beta == 0.0f ? 0.0f : beta * c) + t[i * N + j] + bias[j];
       }
-    return;
+  } else {
+    gemm_f32(ta, tb, M, N, K, alpha, a.data(), ta ? M : K, b.data(), tb ? K : N, beta, C, ldc);
   }
-  gemm_f32(ta, tb, M, N, K, alpha, a.data(), ta ? M : K, b.data(), tb ? K : N, beta, C, ldc);
+  if (out) detail::store_half_out(*out, kind, 0, 0, M, N, C, ldc);
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels

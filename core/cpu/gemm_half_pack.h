@@ -65,15 +65,18 @@ void pack_b_panel_half(Half16 kind, bool tb, const uint16_t* B, int64_t ldb, int
 template <class Tile>
 void gemm_half_blocked(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                        int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
-                       const float* bias) {
+                       const float* bias, const HalfOut* out) {
   static_assert(Tile::KU == 1, "widened operands go to an f32 tile");
   gemm_blocked_with<Tile>(
-      M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr, GemmAct::none, nullptr,
+      M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr,
       [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double*) {
         pack_a_panel_half<Tile::MR>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
       },
       [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
         pack_b_panel_half<Tile::NR>(kind, tb, B, ldb, j_end, pc, kc, j0, dst);
+      },
+      [&](int64_t i0, int64_t j0, int m, int n, float* c) {
+        if (out) store_half_out(*out, kind, i0, j0, m, n, c, ldc);
       });
 }
 

@@ -93,8 +93,8 @@ void gemm_f32_packed(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
 // 16-bit operands: the same tile, panels widened as they are packed (NOTE [ 16-bit GEMM ]).
 bool gemm_half_widened(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
                        int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
-                       const float* bias) {
-  gemm_half_blocked<NeonTile>(kind, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias);
+                       const float* bias, const HalfOut* out) {
+  gemm_half_blocked<NeonTile>(kind, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nthreads, bias, out);
   return true;
 }
 

@@ -9,6 +9,9 @@
 #if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
+#if defined(__AVX512F__)
+#include <snug/core/cpu/half_simd_avx512.h>
+#endif
 
 // GCC 12 warns about the deliberately undefined registers inside its own
 // AVX-512 intrinsic headers (_mm512_undefined_*); nothing here is uninitialized.
@@ -21,11 +24,8 @@ namespace snug::inline SNUG_CPU_LEVEL {
 void half_to_float_array(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
-  // vcvtph2ps is exact and quiets signalling NaNs, like half_to_float.
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, simd16::widen_f16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
 #elif defined(__F16C__)
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -41,11 +41,8 @@ void float_to_half_array(const float* src, uint16_t* dst, int64_t n) {
   // MXCSR.RC. It does honour MXCSR.DAZ (f32 subnormal inputs read as zero);
   // snug never sets DAZ, and no build flag here (no -ffast-math) does either.
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
-    const __m512 f = _mm512_loadu_ps(src + i);
-    const __m256i h = _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), simd16::narrow_f16(_mm512_loadu_ps(src + i)));
 #elif defined(__F16C__)
   for (; i + 8 <= n; i += 8) {
     const __m256 f = _mm256_loadu_ps(src + i);
@@ -59,11 +56,8 @@ void float_to_half_array(const float* src, uint16_t* dst, int64_t n) {
 void bf16_to_float_array(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    const __m512i widened = _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16);
-    _mm512_storeu_si512(dst + i, widened);
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, simd16::widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
 #elif defined(__AVX2__)
   for (; i + 8 <= n; i += 8) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -78,22 +72,10 @@ void float_to_bf16_array(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   // Not vcvtneps2bf16 (AVX512_BF16): it flushes subnormal inputs to zero,
   // which float_to_bf16 does not. The same integer rounding as the scalar
-  // code is only a few instructions wider.
+  // code is only a few instructions wider (simd16::narrow_bf16).
 #if defined(__AVX512F__)
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i inf_bits = _mm512_set1_epi32(0x7f800000);
-  const __m512i bias = _mm512_set1_epi32(0x7fff);
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
-  for (; i + 16 <= n; i += 16) {
-    const __m512i x = _mm512_loadu_si512(src + i);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
-    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(bias, lsb)), 16);
-    const __m512i nan_bits = _mm512_or_si512(_mm512_srli_epi32(x, 16), quiet);
-    const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs_mask), inf_bits);
-    const __m512i out = _mm512_mask_blend_epi32(is_nan, rounded, nan_bits);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(out));
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), simd16::narrow_bf16(_mm512_loadu_ps(src + i)));
 #elif defined(__AVX2__)
   // The same integer rounding in 8 lanes; a NaN's mask is the signed compare
   // of |x| (never negative) against the infinity's bits.

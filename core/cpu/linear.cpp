@@ -48,39 +48,65 @@ float* f32_out(const Tensor& t) { return t.defined() ? static_cast<float*>(t.dat
 // what backward keeps (x, the pre-activation, the activation) stays in that
 // dtype, which is the memory mixed precision promises. The product is
 // kernels::gemm_half (NOTE [ 16-bit GEMM ] in core/cpu/gemm.h): x and the
-// weight are read in 16 bits, converted as they are packed, the bias
-// (widened once, out floats) added in the GEMM's store, and each block of
-// rows of x W^T + b, in f32, rounded once into 16 bits. The activation then
-// runs on the rounded values, as a separate ReLU or GELU on 16-bit storage
-// would, so the fused op stays bit for bit the composed one in 16 bits too
-// (in f32 the GEMM's store applies it). The f32 block is workspace of about
-// 1 MiB.
+// weight are read in 16 bits and converted as they are packed, the bias
+// (widened once, out floats) is added in the GEMM's store, and each tile of
+// x W^T + b is rounded into 16 bits as it finishes, with the activation
+// applied to the rounded values there (HalfOut), as a separate ReLU or GELU
+// on 16-bit storage would: the fused op is the composed one bit for bit in
+// 16 bits too. The backward's act'(z) goes into the store of the GEMM that
+// makes grad_z the same way. The GEMMs run a block of rows at a time over an
+// f32 scratch of about 1 MiB (workspace).
+Half16 half_kind(DType d) { return d == DType::f16 ? Half16::f16 : Half16::bf16; }
+const uint16_t* u16(const Tensor& t) { return t.defined() ? static_cast<const uint16_t*>(t.data_ptr()) : nullptr; }
+uint16_t* u16_out(const Tensor& t) { return t.defined() ? static_cast<uint16_t*>(t.data_ptr()) : nullptr; }
+
+// Rows of the f32 scratch per GEMM call: about 1 MiB of floats, at least 64 rows.
+int64_t block_rows(int64_t rows, int64_t cols) {
+  return std::min<int64_t>(rows, std::max<int64_t>(64, (int64_t(1) << 18) / std::max<int64_t>(cols, 1)));
+}
+
 // out (N, out) 16-bit = act(round(x (N, in) W^T + b)); pre = round(x W^T + b) when defined.
-void linear_act_half(CpuBackend& be, const Tensor& x, const Tensor& weight, const Tensor& bias, Act act,
-                     const Tensor& out, const Tensor& pre) {
+void linear_act_half(const Tensor& x, const Tensor& weight, const Tensor& bias, Act act, const Tensor& out,
+                     const Tensor& pre) {
   const int64_t rows = x.size(0), in = x.size(1), outf = weight.size(0);
-  const Half16 kind = x.dtype() == DType::f16 ? Half16::f16 : Half16::bf16;
-  {
-    memory::TagScope tag(memory::Tag::workspace);
-    const Tensor b32 = bias.defined() ? raw::to_dtype(bias, DType::f32) : Tensor();
-    const int64_t blk = std::min<int64_t>(rows, std::max<int64_t>(64, (int64_t(1) << 18) / std::max<int64_t>(outf, 1)));
-    Tensor r32 = empty({blk, outf}, TensorOptions(DType::f32, x.device()));  // (blk, out)
-    const Tensor& dst = pre.defined() ? pre : out;                          // where the rounded x W^T + b goes
-    const uint16_t* xp = static_cast<const uint16_t*>(x.data_ptr());
-    const uint16_t* wp = static_cast<const uint16_t*>(weight.data_ptr());
-    for (int64_t m0 = 0; m0 < rows; m0 += blk) {
-      const int64_t n = std::min(blk, rows - m0);
-      kernels::gemm_half(kind, false, true, n, outf, in, 1.0f, xp + m0 * in, in, wp, in, 0.0f, f32_out(r32), outf,
-                         f32(b32));
-      be.copy(n == blk ? r32 : raw::slice(r32, 0, 0, n, 1), raw::slice(dst, 0, m0, m0 + n, 1));
-    }
+  memory::TagScope tag(memory::Tag::workspace);
+  const Tensor b32 = bias.defined() ? raw::to_dtype(bias, DType::f32) : Tensor();
+  const int64_t blk = block_rows(rows, outf);
+  Tensor r32 = empty({blk, outf}, TensorOptions(DType::f32, x.device()));  // (blk, out) scratch
+  for (int64_t m0 = 0; m0 < rows; m0 += blk) {
+    const int64_t n = std::min(blk, rows - m0);
+    HalfOut st;
+    st.out = u16_out(out) + m0 * outf;
+    st.ldo = outf;
+    st.pre = pre.defined() ? u16_out(pre) + m0 * outf : nullptr;
+    st.ldp = outf;
+    st.act = gemm_act(act);
+    kernels::gemm_half(half_kind(x.dtype()), false, true, n, outf, in, 1.0f, u16(x) + m0 * in, in, u16(weight), in,
+                       0.0f, f32_out(r32), outf, f32(b32), &st);
   }
-  if (act == Act::none) {
-    if (pre.defined()) be.copy(pre, out);
-    return;
+}
+
+// grad_z (N, hidden) 16-bit = round(round(grad_out (N, out) W (out, hidden)) * act'(z)).
+void linear_backward_act_half(const Tensor& grad_out, const Tensor& weight, Act act, const Tensor& z,
+                              const Tensor& grad_z) {
+  const int64_t rows = grad_out.size(0), outf = grad_out.size(1), hid = weight.size(1);
+  memory::TagScope tag(memory::Tag::workspace);
+  const int64_t blk = block_rows(rows, hid);
+  Tensor r32 = empty({blk, hid}, TensorOptions(DType::f32, grad_out.device()));  // (blk, hidden) scratch
+  const GemmAct g = act == Act::relu   ? GemmAct::relu_grad
+                    : act == Act::gelu ? GemmAct::gelu_grad
+                                       : GemmAct::gelu_tanh_grad;
+  for (int64_t m0 = 0; m0 < rows; m0 += blk) {
+    const int64_t n = std::min(blk, rows - m0);
+    HalfOut st;
+    st.out = u16_out(grad_z) + m0 * hid;
+    st.ldo = hid;
+    st.act = g;
+    st.z = u16(z) + m0 * hid;
+    st.ldz = hid;
+    kernels::gemm_half(half_kind(grad_out.dtype()), false, false, n, hid, outf, 1.0f, u16(grad_out) + m0 * outf, outf,
+                       u16(weight), hid, 0.0f, f32_out(r32), hid, nullptr, &st);
   }
-  const UnaryOp op = act == Act::relu ? UnaryOp::relu : act == Act::gelu ? UnaryOp::gelu : UnaryOp::gelu_tanh;
-  be.unary(op, 0.0, 0.0, pre.defined() ? pre : out, out);  // elementwise: in place is safe
 }
 
 }  // namespace
@@ -97,7 +123,7 @@ void CpuBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor&
     return;
   }
   if (is_half(dt)) {
-    linear_act_half(*this, x, weight, bias, act, out, pre);
+    linear_act_half(x, weight, bias, act, out, pre);
     return;
   }
   const int64_t rows = x.size(0), in = x.size(1), outf = weight.size(0);
@@ -123,13 +149,20 @@ void CpuBackend::linear_backward(const Tensor& grad_out, const Tensor& x, const 
                            f32_out(grad_weight), in, f32_out(grad_bias));
 }
 
-// f32, contiguous: the derivative applied in the store of the GEMM that makes
-// grad_z (kernels::gemm_f32_act_grad), so the (N, in) product before it never
-// exists and there is no separate elementwise pass.
+// f32 (or 16-bit), contiguous: the derivative applied in the store of the
+// GEMM that makes grad_z (kernels::gemm_f32_act_grad; NOTE [ 16-bit one-pass
+// linear ]), so the (N, in) product before it never exists and there is no
+// separate elementwise pass.
 void CpuBackend::linear_backward_act(const Tensor& grad_out, const Tensor& weight, Activation act, const Tensor& z,
                                      const Tensor& grad_z) {
-  if (act == Activation::none || !all_contiguous(DType::f32, {&grad_out, &weight, &z, &grad_z})) {
+  const DType dt = grad_z.dtype();
+  if (act == Activation::none || !(dt == DType::f32 || is_half(dt)) ||
+      !all_contiguous(dt, {&grad_out, &weight, &z, &grad_z})) {
     Backend::linear_backward_act(grad_out, weight, act, z, grad_z);
+    return;
+  }
+  if (is_half(dt)) {
+    linear_backward_act_half(grad_out, weight, act, z, grad_z);
     return;
   }
   const int64_t n = grad_out.size(0), outf = grad_out.size(1), hid = weight.size(1);

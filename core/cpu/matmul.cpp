@@ -33,9 +33,9 @@ GemmOperand as_gemm_operand(const Tensor& x) {
 // f16/bf16 operands are stored in half precision and multiplied by
 // kernels::gemm_half (NOTE [ 16-bit GEMM ] in core/cpu/gemm.h), which reads
 // them where they lie, converting as it packs its panels, and accumulates in
-// f32. Its f32 result is produced a block of rows at a time (about 1 MiB,
-// tagged workspace) and rounded once into the 16-bit output: a full-size f32
-// output would cost twice the half output it produces.
+// f32. It runs a block of rows at a time over an f32 scratch of about 1 MiB
+// (tagged workspace) and rounds each tile once into the 16-bit output as it
+// finishes: a full-size f32 result would cost twice the output it produces.
 void matmul_half(const Tensor& a, const Tensor& b, const Tensor& out) {
   // a (B,M,K), b (B,K,N) -> out (B,M,N) contiguous, all f16 or all bf16
   const int64_t B = out.size(0), M = out.size(1), N = out.size(2), K = a.size(2);
@@ -46,16 +46,18 @@ void matmul_half(const Tensor& a, const Tensor& b, const Tensor& out) {
   const uint16_t* bp = static_cast<const uint16_t*>(Bm.t.data_ptr());
   const int64_t rows = std::min<int64_t>(M, std::max<int64_t>(64, (int64_t(1) << 18) / std::max<int64_t>(N, 1)));
   Tensor c32 = empty({rows, N}, TensorOptions(DType::f32, out.device()));
-  Tensor out2 = raw::view(out, {B * M, N});
+  uint16_t* op = static_cast<uint16_t*>(out.data_ptr());  // (B*M, N) contiguous
   for (int64_t i = 0; i < B; ++i) {
     const uint16_t* base = ap + i * Am.batch_stride;
     for (int64_t m0 = 0; m0 < M; m0 += rows) {
       const int64_t r = std::min(rows, M - m0);
+      HalfOut store;
+      store.out = op + (i * M + m0) * N;
+      store.ldo = N;
       // rows m0.. of op(A): columns m0.. of a stored transpose, or rows m0..
       kernels::gemm_half(kind, Am.trans, Bm.trans, r, N, K, 1.0f, Am.trans ? base + m0 : base + m0 * Am.ld, Am.ld,
-                         bp + i * Bm.batch_stride, Bm.ld, 0.0f, static_cast<float*>(c32.data_ptr()), N, nullptr);
-      CpuBackend().copy(r == rows ? c32 : raw::slice(c32, 0, 0, r, 1),
-                        raw::slice(out2, 0, i * M + m0, i * M + m0 + r, 1));
+                         bp + i * Bm.batch_stride, Bm.ld, 0.0f, static_cast<float*>(c32.data_ptr()), N, nullptr,
+                         &store);
     }
   }
 }
