@@ -198,7 +198,14 @@ void reduce_cols(const R& r, const Plan& P, const T* x, O* out) {
     int64_t roff = 0;
     for (int64_t q = 0; q < P.red; ++q) {
       const T* p = base + roff;
-      if (w == kBlock) {
+      if constexpr (cpu::is_half_storage_v<T>) {
+        // 16-bit rows widened with the bulk converters (NOTE [ Half-precision
+        // elementwise loops ] in core/cpu/loop.h): the scalar Half -> float
+        // conversion made a bias gradient under f16 autocast 11% of a step.
+        float v[kBlock];
+        cpu::load_as_float(p, v, w);
+        for (int64_t j = 0; j < w; ++j) acc[j] = r.combine(acc[j], static_cast<A>(v[j]));
+      } else if (w == kBlock) {
         for (int64_t j = 0; j < kBlock; ++j) acc[j] = r.combine(acc[j], static_cast<A>(p[j]));
       } else {
         for (int64_t j = 0; j < w; ++j) acc[j] = r.combine(acc[j], static_cast<A>(p[j]));
