@@ -26,7 +26,7 @@ struct Avx2Tile {
   // KC 512 rather than 256: C is loaded and stored once per K block, and at
   // 256 that and the tile's set-up were ~6% of a 1024^3 product (84% of peak
   // on one thread at 512, 78% at 256). The B panel, 512 x 16 floats, is 32 KiB.
-  static constexpr int64_t KC = 512, MC = 16 * MR, NC = 1024;  // A block 96 x 512 (192 KiB)
+  static constexpr int64_t KC = 256, MC = 16 * MR, NC = 1024;  // A block 96 x 512 (192 KiB)
 
   // One register tile: C[0:m, 0:n] (m <= MR, n <= NR) = alpha * sum_k a[k * MR
   // + i] * b[k * NR + j] + beta * C (+ bias[j]), over one K block. The first K

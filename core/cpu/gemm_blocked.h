@@ -78,24 +78,30 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
       for (int i = 0; i < MR; ++i) dst[k * MR + i] = r[i][k];
     return;
   }
+  if (ta) {  // op(A)(i, k) = A[k * lda + i]: m contiguous floats per k, read in order
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = A + (p0 + k) * lda + i0;
+      for (int i = 0; i < m; ++i) dst[k * MR + i] = src[i];
+      for (int i = m; i < MR; ++i) dst[k * MR + i] = 0.0f;
+    }
+    if (sums)  // k upward per row, as for a row-major A
+      for (int i = 0; i < m; ++i) {
+        double s = 0;
+        for (int64_t k = 0; k < kc; ++k) s += dst[k * MR + i];
+        sums[i0 + i] += s;
+      }
+    return;
+  }
   for (int i = 0; i < MR; ++i) {
     if (i >= m) {
       for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
       continue;
     }
     double s = 0;
-    if (!ta) {
-      const float* src = A + (i0 + i) * lda + p0;
-      for (int64_t k = 0; k < kc; ++k) {
-        dst[k * MR + i] = src[k];
-        s += src[k];
-      }
-    } else {
-      for (int64_t k = 0; k < kc; ++k) {
-        const float v = A[(p0 + k) * lda + i0 + i];
-        dst[k * MR + i] = v;
-        s += v;
-      }
+    const float* src = A + (i0 + i) * lda + p0;
+    for (int64_t k = 0; k < kc; ++k) {
+      dst[k * MR + i] = src[k];
+      s += src[k];
     }
     if (sums) sums[i0 + i] += s;
   }
@@ -121,11 +127,31 @@ void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta,
   constexpr int MR = Tile::MR, NR = Tile::NR, KU = Tile::KU;
   constexpr int64_t KC = Tile::KC, MC = Tile::MC, NC = Tile::NC;
   static_assert(NC % NR == 0 && MC % MR == 0 && KC % KU == 0, "blocks are whole panels");
-  // The grid of threads: split the column panels when there are enough, else
-  // the row panels (NOTE [ Blocked GEMM ]).
+  // The grid of threads (NOTE [ Blocked GEMM ]): tm x tn rectangles, the
+  // split with the least work per thread counted per k as register-tile
+  // multiply-adds (MR * NR each) plus packing, about 8 of them per element
+  // packed: each thread packs the A rows and B columns of its own rectangle,
+  // so a column split packs all of A in every thread. W-GPT's products (2048
+  // rows, 128 columns) split their rows; a square one splits its columns.
   const int64_t col_panels = (N + NR - 1) / NR, row_panels = (M + MR - 1) / MR;
   const int nt = int(std::max<int64_t>(1, std::min<int64_t>(nthreads, col_panels * row_panels)));
-  const int tn = int(std::min<int64_t>(nt, col_panels)), tm = nt / tn;
+  int tm = 1, tn = nt;
+  {
+    int64_t best = -1;
+    for (int a = 1; a <= nt; ++a) {
+      if (nt % a) continue;
+      const int b = nt / a;
+      if (a > row_panels || b > col_panels) continue;
+      const int64_t rows = (row_panels + a - 1) / a, cols = (col_panels + b - 1) / b;
+      const int64_t cost = rows * cols * MR * NR + 8 * (rows * MR + cols * NR);
+      if (best < 0 || cost < best) {
+        best = cost;
+        tm = a;
+        tn = b;
+      }
+    }
+    if (best < 0) tm = 1, tn = int(std::min<int64_t>(nt, col_panels));  // nt > panels both ways: columns
+  }
   std::vector<double> sums(a_sums ? size_t(M) : 0, 0.0);
 
   // One thread's rectangle of C: rows [i_lo, i_hi), columns [j_lo, j_hi).
