@@ -23,13 +23,19 @@ namespace {
 
 struct Avx2Tile {
   static constexpr int MR = 6, NR = 16, KU = 1;  // two ymm per row; one float per k
-  // KC 512 rather than 256: C is loaded and stored once per K block, and at
-  // 256 that and the tile's set-up were ~6% of a 1024^3 product (84% of peak
-  // on one thread at 512, 78% at 256). The B panel, 512 x 16 floats, is 32 KiB.
-  static constexpr int64_t KC = 256, MC = 16 * MR, NC = 1024;  // A block 96 x 512 (192 KiB)
+  // KC 256: the B panel (256 x 16 floats, 16 KiB) stays in a 32 KiB L1 (Zen 4's)
+  // beside the A panel; at 512 (measured best on a 48 KiB L1, Sapphire Rapids:
+  // 84% of peak on 1024^3 against 78%) the 32 KiB panel was evicted, and W-GPT's
+  // products ran at 0.54-0.58 of the AVX2 peak on Zen 4 against 0.70-0.81 at 256.
+  static constexpr int64_t KC = 256, MC = 16 * MR, NC = 1024;  // A block 96 x 256 (96 KiB)
+  // The A panel holds its rows as they are, AS floats apart (NOTE [ Copying
+  // A's rows ] in gemm_avx512.cpp): packing a row-major A is a copy, not a
+  // 6-row transpose (12% of a W-GPT step at this level), and each broadcast
+  // has a constant displacement.
+  static constexpr int64_t AS = KC + 16;
 
-  // One register tile: C[0:m, 0:n] (m <= MR, n <= NR) = alpha * sum_k a[k * MR
-  // + i] * b[k * NR + j] + beta * C (+ bias[j]), over one K block. The first K
+  // One register tile: C[0:m, 0:n] (m <= MR, n <= NR) = alpha * sum_k a[i * AS
+  // + k] * b[k * NR + j] + beta * C (+ bias[j]), over one K block. The first K
   // block gets the caller's beta and the bias; later ones beta 1 and no bias.
   // The accumulators are locals of this one function so that they stay in
   // registers through the k loop; an edge tile stores through a buffer.
@@ -39,25 +45,25 @@ struct Avx2Tile {
            c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int64_t k = 0; k < kc; ++k) {
       const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-      __m256 ai = _mm256_broadcast_ss(a + 0);
+      __m256 ai = _mm256_broadcast_ss(a + 0 * AS);
       c00 = _mm256_fmadd_ps(ai, b0, c00);
       c01 = _mm256_fmadd_ps(ai, b1, c01);
-      ai = _mm256_broadcast_ss(a + 1);
+      ai = _mm256_broadcast_ss(a + 1 * AS);
       c10 = _mm256_fmadd_ps(ai, b0, c10);
       c11 = _mm256_fmadd_ps(ai, b1, c11);
-      ai = _mm256_broadcast_ss(a + 2);
+      ai = _mm256_broadcast_ss(a + 2 * AS);
       c20 = _mm256_fmadd_ps(ai, b0, c20);
       c21 = _mm256_fmadd_ps(ai, b1, c21);
-      ai = _mm256_broadcast_ss(a + 3);
+      ai = _mm256_broadcast_ss(a + 3 * AS);
       c30 = _mm256_fmadd_ps(ai, b0, c30);
       c31 = _mm256_fmadd_ps(ai, b1, c31);
-      ai = _mm256_broadcast_ss(a + 4);
+      ai = _mm256_broadcast_ss(a + 4 * AS);
       c40 = _mm256_fmadd_ps(ai, b0, c40);
       c41 = _mm256_fmadd_ps(ai, b1, c41);
-      ai = _mm256_broadcast_ss(a + 5);
+      ai = _mm256_broadcast_ss(a + 5 * AS);
       c50 = _mm256_fmadd_ps(ai, b0, c50);
       c51 = _mm256_fmadd_ps(ai, b1, c51);
-      a += MR;
+      a += 1;
       b += NR;
     }
     const __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};

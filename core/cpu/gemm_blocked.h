@@ -63,14 +63,47 @@ void pack_b_panel(bool tb, const float* B, int64_t ldb, int64_t N, int64_t p0, i
   }
 }
 
-// dst[k * MR + i] = op(A)(i0 + i, p0 + k) for k < kc, i < MR (0 past M); op(A)
-// is M x K: A[i * lda + k], or A[k * lda + i] when transposed. With sums,
-// sums[i0 + i] += the row's values, k upward (gemm_f32_a_sums).
-template <int MR>
+// A Tile's A panel layout: k-major, dst[k * MR + i] (AS 0), or its rows as
+// they are, dst[i * AS + k] (AS > 0: Tile::AS, at least KC).
+template <class Tile>
+constexpr int64_t a_row_stride() {
+  if constexpr (requires { Tile::AS; })
+    return Tile::AS;
+  else
+    return 0;
+}
+// Floats of one packed A panel of kp steps.
+template <class Tile>
+constexpr int64_t a_panel_floats(int64_t kp) {
+  return a_row_stride<Tile>() > 0 ? Tile::MR * a_row_stride<Tile>() : kp * Tile::MR;
+}
+
+// dst[k * MR + i] (AS 0) or dst[i * AS + k] (AS > 0) = op(A)(i0 + i, p0 + k)
+// for k < kc, i < MR (0 past M); op(A) is M x K: A[i * lda + k], or
+// A[k * lda + i] when transposed. With sums, sums[i0 + i] += the row's
+// values, k upward (gemm_f32_a_sums).
+template <int MR, int64_t AS = 0>
 void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, int64_t kc, int64_t i0, float* dst,
                   double* sums) {
   const int m = int(std::min<int64_t>(MR, M - i0));
-  if (!ta && m == MR && !sums) {  // the common case: MR rows read side by side, the panel written in order
+  auto at = [&](int i, int64_t k) -> float& { return AS > 0 ? dst[i * AS + k] : dst[k * MR + i]; };
+  if constexpr (AS > 0) {
+    if (!ta) {  // rows copied as they are: vector moves
+      for (int i = 0; i < MR; ++i) {
+        if (i < m)
+          std::copy_n(A + (i0 + i) * lda + p0, kc, dst + i * AS);
+        else
+          std::fill_n(dst + i * AS, kc, 0.0f);
+      }
+      if (sums)
+        for (int i = 0; i < m; ++i) {
+          double s = 0;
+          for (int64_t k = 0; k < kc; ++k) s += dst[i * AS + k];
+          sums[i0 + i] += s;
+        }
+      return;
+    }
+  } else if (!ta && m == MR && !sums) {  // the common case: MR rows read side by side, the panel written in order
     const float* r[MR];
     for (int i = 0; i < MR; ++i) r[i] = A + (i0 + i) * lda + p0;
     for (int64_t k = 0; k < kc; ++k)
@@ -81,26 +114,26 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
   if (ta) {  // op(A)(i, k) = A[k * lda + i]: m contiguous floats per k, read in order
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = A + (p0 + k) * lda + i0;
-      for (int i = 0; i < m; ++i) dst[k * MR + i] = src[i];
-      for (int i = m; i < MR; ++i) dst[k * MR + i] = 0.0f;
+      for (int i = 0; i < m; ++i) at(i, k) = src[i];
+      for (int i = m; i < MR; ++i) at(i, k) = 0.0f;
     }
     if (sums)  // k upward per row, as for a row-major A
       for (int i = 0; i < m; ++i) {
         double s = 0;
-        for (int64_t k = 0; k < kc; ++k) s += dst[k * MR + i];
+        for (int64_t k = 0; k < kc; ++k) s += at(i, k);
         sums[i0 + i] += s;
       }
     return;
   }
   for (int i = 0; i < MR; ++i) {
     if (i >= m) {
-      for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
+      for (int64_t k = 0; k < kc; ++k) at(i, k) = 0.0f;
       continue;
     }
     double s = 0;
     const float* src = A + (i0 + i) * lda + p0;
     for (int64_t k = 0; k < kc; ++k) {
-      dst[k * MR + i] = src[k];
+      at(i, k) = src[k];
       s += src[k];
     }
     if (sums) sums[i0 + i] += s;
@@ -114,10 +147,10 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
 //     zero; with row_sums (float operands only), row_sums[i] += each row's sum;
 //   pack_b(pc, kc, j0, j_end, dst): depth [pc, pc + kc) x columns [j0, j0 + NR)
 //     of op(B), columns at or past j_end zero;
-//   store(i0, j0, m, n, c): called for each m x n tile of C (at c, row stride
-//     ldc) right after its last K block, while it is in L1: the activation
-//     (NOTE [ The activation in the GEMM's store ] in gemm_avx512.cpp) or
-//     gemm_half's rounding into 16-bit outputs.
+//   store(i0, j0, m, n, c): called for each block of m <= MC rows and n <= NC
+//     columns of C (at c, row stride ldc) right after its last K block, while
+//     it is in L2: the activation (NOTE [ The activation in the GEMM's store ]
+//     in gemm_avx512.cpp) or gemm_half's rounding into 16-bit outputs.
 // A panel holds ceil(kc / Tile::KU) packed steps of MR (NR) 4-byte units: a
 // float each for the f32 tiles (KU 1), a pair of 16-bit values along k for
 // the bf16 dot-product tile (KU 2); Tile::run gets the step count.
@@ -165,7 +198,9 @@ void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta,
     // for packers that store whole vectors (core/cpu/gemm_half.cpp).
     const int64_t kp_max = (std::min<int64_t>(KC, K) + KU - 1) / KU;
     float* bblock = tl_blocked_b.get(size_t(kp_max * std::min<int64_t>(NC, (j_hi - j_lo + NR - 1) / NR * NR)) + 32);
-    float* ablock = tl_blocked_a.get(size_t(kp_max * std::min<int64_t>(MC, (i_hi - i_lo + MR - 1) / MR * MR)) + 32);
+    float* ablock =
+        tl_blocked_a.get(size_t(a_panel_floats<Tile>(kp_max) * std::min<int64_t>(MC / MR, (i_hi - i_lo + MR - 1) / MR)) +
+                         32);
     for (int64_t jc = j_lo; jc < j_hi; jc += NC) {
       const int64_t nc = std::min(NC, j_hi - jc), npanels = (nc + NR - 1) / NR;
       for (int64_t pc = 0; pc < K; pc += KC) {
@@ -176,16 +211,22 @@ void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta,
           const int64_t mc = std::min(MC, i_hi - ic), mpanels = (mc + MR - 1) / MR;
           // The row sums once: by the first column of threads, in the first column block.
           double* row_sums = a_sums && tc == 0 && jc == j_lo ? sums.data() : nullptr;
-          for (int64_t ip = 0; ip < mpanels; ++ip) pack_a(pc, kc, ic + ip * MR, i_hi, ablock + ip * kp * MR, row_sums);
+          const int64_t ap = a_panel_floats<Tile>(kp);  // floats per A panel
+          for (int64_t ip = 0; ip < mpanels; ++ip) pack_a(pc, kc, ic + ip * MR, i_hi, ablock + ip * ap, row_sums);
           for (int64_t jp = 0; jp < npanels; ++jp)
             for (int64_t ip = 0; ip < mpanels; ++ip) {
               const int64_t i0 = ic + ip * MR, j0 = jc + jp * NR;
               const int m = int(std::min<int64_t>(MR, i_hi - i0)), n = int(std::min<int64_t>(NR, j_hi - j0));
               float* c = C + i0 * ldc + j0;
-              Tile::run(kp, ablock + ip * kp * MR, bblock + jp * kp * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
+              Tile::run(kp, ablock + ip * ap, bblock + jp * kp * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
                         first && bias ? bias + j0 : nullptr);
-              if (last) store(i0, j0, m, n, c);
             }
+          // The store over the whole mc x nc block (in L2), row by row: per
+          // tile, its rows were 64-byte pieces of the arrays the store reads
+          // (a saved pre-activation in backward), which the prefetcher does
+          // not follow; at AVX2 the loads waited on memory for 40% of the
+          // fused GELU's time.
+          if (last) store(ic, jc, int(mc), int(nc), C + ic * ldc + jc);
         }
       }
     }
@@ -215,7 +256,7 @@ void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   gemm_blocked_with<Tile>(
       M, N, K, alpha, beta, C, ldc, nthreads, bias, a_sums,
       [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double* row_sums) {
-        pack_a_panel<Tile::MR>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
+        pack_a_panel<Tile::MR, a_row_stride<Tile>()>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
       },
       [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
         pack_b_panel<Tile::NR>(tb, B, ldb, j_end, pc, kc, j0, dst);

@@ -166,34 +166,39 @@ __m256i narrowed(__m512 f) {
   return kind == Half16::f16 ? simd16::narrow_f16(f) : simd16::narrow_bf16(f);
 }
 
-// store_half_out for a tile of the AVX-512 tiles (m <= 14, n <= 32), in
-// registers: each row rounded to 16 bits (and into pre), widened back into
-// a 14 x 32 buffer, the activation or derivative applied to the whole tile
-// in one apply_act, and rounded into out.
+// store_half_out in registers for a block of the AVX-512 tiles (n <= 1024
+// columns): each row rounded to 16 bits (and into pre) and widened back into
+// a row buffer, the activation or derivative applied to the whole row in one
+// apply_act, and the row rounded into out.
 template <Half16 kind>
-void store_half_tile(const HalfOut& o, int64_t i0, int64_t j0, int m, int n, const float* c, int64_t ldc) {
-  const __mmask16 mk[2] = {head_mask(n), head_mask(n > 16 ? n - 16 : 0)};
-  if (o.act == GemmAct::none && !o.pre) {
-    for (int i = 0; i < m; ++i)
-      for (int v = 0; v < 2 && 16 * v < n; ++v)
-        _mm256_mask_storeu_epi16(o.out + (i0 + i) * o.ldo + j0 + 16 * v, mk[v],
-                                 narrowed<kind>(_mm512_maskz_loadu_ps(mk[v], c + i * ldc + 16 * v)));
+void store_half_block(const HalfOut& o, int64_t i0, int64_t j0, int m, int n, const float* c, int64_t ldc) {
+  constexpr int kMaxCols = 1024;
+  if (n > kMaxCols) {  // wider than any block of these tiles (NC 512); kept general
+    for (int c0 = 0; c0 < n; c0 += kMaxCols)
+      store_half_block<kind>(o, i0, j0 + c0, m, std::min(kMaxCols, n - c0), c + c0, ldc);
     return;
   }
   const bool grad = o.act == GemmAct::relu_grad || o.act == GemmAct::gelu_grad || o.act == GemmAct::gelu_tanh_grad;
-  alignas(64) float t[14 * 32], zt[14 * 32];
-  for (int i = 0; i < m; ++i)
-    for (int v = 0; v < 2 && 16 * v < n; ++v) {
-      const __m256i r = narrowed<kind>(_mm512_maskz_loadu_ps(mk[v], c + i * ldc + 16 * v));
-      if (o.pre) _mm256_mask_storeu_epi16(o.pre + (i0 + i) * o.ldp + j0 + 16 * v, mk[v], r);
-      _mm512_store_ps(t + i * 32 + 16 * v, kind == Half16::f16 ? simd16::widen_f16(r) : simd16::widen_bf16(r));
-      if (grad) _mm512_store_ps(zt + i * 32 + 16 * v, load_widened<kind>(o.z + (i0 + i) * o.ldz + j0 + 16 * v, mk[v]));
+  const bool plain = o.act == GemmAct::none && !o.pre;
+  alignas(64) float t[kMaxCols], zt[kMaxCols];
+  for (int i = 0; i < m; ++i) {
+    const float* ci = c + i * ldc;
+    uint16_t* out = o.out + (i0 + i) * o.ldo + j0;
+    for (int c0 = 0; c0 < n; c0 += 16) {
+      const __mmask16 mk = head_mask(n - c0);
+      const __m256i r = narrowed<kind>(_mm512_maskz_loadu_ps(mk, ci + c0));
+      if (plain) {
+        _mm256_mask_storeu_epi16(out + c0, mk, r);
+        continue;
+      }
+      if (o.pre) _mm256_mask_storeu_epi16(o.pre + (i0 + i) * o.ldp + j0 + c0, mk, r);
+      _mm512_store_ps(t + c0, kind == Half16::f16 ? simd16::widen_f16(r) : simd16::widen_bf16(r));
+      if (grad) _mm512_store_ps(zt + c0, load_widened<kind>(o.z + (i0 + i) * o.ldz + j0 + c0, mk));
     }
-  if (o.act != GemmAct::none) apply_act(o.act, m, n, t, grad ? zt : nullptr, 32);
-  for (int i = 0; i < m; ++i)
-    for (int v = 0; v < 2 && 16 * v < n; ++v)
-      _mm256_mask_storeu_epi16(o.out + (i0 + i) * o.ldo + j0 + 16 * v, mk[v],
-                               narrowed<kind>(_mm512_load_ps(t + i * 32 + 16 * v)));
+    if (plain) continue;
+    if (o.act != GemmAct::none) apply_act(o.act, 1, n, t, grad ? zt : nullptr, n);
+    for (int c0 = 0; c0 < n; c0 += 16) _mm256_mask_storeu_epi16(out + c0, head_mask(n - c0), narrowed<kind>(_mm512_load_ps(t + c0)));
+  }
 }
 
 // The widening twins of the pair packers, for Avx512Tile: from `rows` (<= 16)
@@ -247,7 +252,7 @@ void gemm_half_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
         }
       },
       [&](int64_t i0, int64_t j0, int m, int n, float* c) {
-        if (out) store_half_tile<kind>(*out, i0, j0, m, n, c, ldc);
+        if (out) store_half_block<kind>(*out, i0, j0, m, n, c, ldc);
       });
 }
 
@@ -286,7 +291,7 @@ void gemm_bf16_dot(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
         }
       },
       [&](int64_t i0, int64_t j0, int m, int n, float* c) {
-        if (out) store_half_tile<Half16::bf16>(*out, i0, j0, m, n, c, ldc);
+        if (out) store_half_block<Half16::bf16>(*out, i0, j0, m, n, c, ldc);
       });
 }
 
@@ -310,7 +315,7 @@ bool gemm_half_widened(Half16, bool, bool, int64_t, int64_t, int64_t, float, con
 
 #endif
 
-// Rows of up to 64 columns through `t`: round C into 16 bits and back
+// Rows of up to 256 columns through `t`: round C into 16 bits and back
 // (exact), then the forward activation or the derivative on those values, as
 // the elementwise op on 16-bit storage computes it (core/cpu/loop.h widens
 // its operands and rounds its result once), then the final rounding.
@@ -319,11 +324,11 @@ void store_half_out(const HalfOut& o, Half16 kind, int64_t i0, int64_t j0, int64
   const auto narrow = kind == Half16::f16 ? float_to_half_array : float_to_bf16_array;
   const auto widen = kind == Half16::f16 ? half_to_float_array : bf16_to_float_array;
   const bool grad = o.act == GemmAct::relu_grad || o.act == GemmAct::gelu_grad || o.act == GemmAct::gelu_tanh_grad;
-  alignas(64) float t[64], zt[64];
-  alignas(64) uint16_t r[64];
+  alignas(64) float t[256], zt[256];
+  alignas(64) uint16_t r[256];
   for (int64_t i = 0; i < m; ++i)
-    for (int64_t c0 = 0; c0 < n; c0 += 64) {
-      const int64_t w = std::min<int64_t>(64, n - c0);
+    for (int64_t c0 = 0; c0 < n; c0 += 256) {
+      const int64_t w = std::min<int64_t>(256, n - c0);
       const int64_t row = i0 + i, col = j0 + c0;
       uint16_t* dst = o.out + row * o.ldo + col;
       if (o.act == GemmAct::none && !o.pre) {  // round(C)
