@@ -245,6 +245,7 @@ void gemm_u8s8s32_vnni(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_
   active().kernels.gemm_u8s8s32_vnni(M, N, K, A, lda, B, ldb, C, ldc);
 }
 bool cpu_has_vnni() { return active().kernels.cpu_has_vnni(); }
+bool cpu_has_dotprod() { return active().kernels.cpu_has_dotprod(); }
 const char* gemm_int8_backend() { return active().kernels.gemm_int8_backend(); }
 PackedInt8B pack_int8_b(int64_t N, int64_t K, const int8_t* B, int64_t ldb) {
   return active().kernels.pack_int8_b(N, K, B, ldb);

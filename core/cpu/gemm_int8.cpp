@@ -4,6 +4,13 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)  // Linux's bit for the Armv8.2 dot product (sdot, udot)
+#endif
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -38,7 +45,101 @@ bool cpu_has_vnni() {
   return false;
 #endif
 }
-const char* gemm_int8_backend() { return cpu_has_vnni() ? "avx512_vnni" : "portable"; }
+
+// ---- Arm dot product ------------------------------------------------------------------------
+//
+// NOTE [ int8 with sdot ]
+// sdot (Armv8.2 dotprod, in most Cortex-A75 and later cores, Apple silicon,
+// Neoverse) adds four s8 x s8 products into each i32 lane. Our activations
+// are u8, so each a is taken as a - 128 (flipping the top bit makes it s8)
+// and the difference added back per column: sum a b = sum (a - 128) b +
+// 128 sum b. Each partial sum stays exact in i32 under the K bound of
+// core/cpu/gemm_int8.h, so the result is the portable loop's bit for bit.
+// Four columns share each 16-byte load of the shifted row; the column sums
+// of B are taken once per call. Used only after a run-time check of the
+// kernel's HWCAP (the level itself is plain Armv8-A).
+#if defined(__aarch64__)
+bool cpu_has_dotprod() {
+  static const bool has = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  return has;
+}
+
+namespace {
+
+// One row of C: row holds the row of A shifted to s8 (K values), bsum the
+// per-column 128 * sum_k B[n][k].
+// (GCC 12 wants the "arch=" form for the dot product; a bare "+dotprod" does
+// not enable arm_neon.h's vdotq_s32.)
+__attribute__((target("arch=armv8.2-a+dotprod"))) void sdot_row(int64_t N, int64_t K, const int8_t* row,
+                                                                 const int8_t* B, int64_t ldb, const int32_t* bsum,
+                                                                 int32_t* c) {
+  const int64_t K16 = K / 16 * 16;
+  int64_t n = 0;
+  for (; n + 4 <= N; n += 4) {
+    const int8_t* b0 = B + n * ldb;
+    int32x4_t acc[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+    for (int64_t k = 0; k < K16; k += 16) {
+      const int8x16_t va = vld1q_s8(row + k);
+      for (int j = 0; j < 4; ++j) acc[j] = vdotq_s32(acc[j], va, vld1q_s8(b0 + j * ldb + k));
+    }
+    for (int j = 0; j < 4; ++j) {
+      int32_t t = vaddvq_s32(acc[j]);
+      for (int64_t k = K16; k < K; ++k) t += int32_t(row[k]) * int32_t(b0[j * ldb + k]);
+      c[n + j] = t + bsum[n + j];
+    }
+  }
+  for (; n < N; ++n) {
+    const int8_t* b = B + n * ldb;
+    int32x4_t acc = vdupq_n_s32(0);
+    for (int64_t k = 0; k < K16; k += 16) acc = vdotq_s32(acc, vld1q_s8(row + k), vld1q_s8(b + k));
+    int32_t t = vaddvq_s32(acc);
+    for (int64_t k = K16; k < K; ++k) t += int32_t(row[k]) * int32_t(b[k]);
+    c[n] = t + bsum[n];
+  }
+}
+
+// The rows spread over threads; the OpenMP region itself carries no target
+// attribute (its outlined body would not inherit one), only sdot_row does.
+void sdot_gemm(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
+               int32_t* C, int64_t ldc) {
+  std::vector<int32_t> bsum(size_t(N), 0);  // 128 * sum_k B[n][k]
+  for (int64_t n = 0; n < N; ++n) {
+    int32_t t = 0;
+    for (int64_t k = 0; k < K; ++k) t += B[n * ldb + k];
+    bsum[size_t(n)] = 128 * t;
+  }
+#pragma omp parallel if (M * N * K > (1 << 20))
+  {
+    std::vector<int8_t> row(size_t(std::max<int64_t>(K, 1)));  // a - 128 as s8
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; ++m) {
+      const uint8_t* a = A + m * lda;
+      for (int64_t k = 0; k < K; ++k) row[size_t(k)] = int8_t(a[k] ^ 0x80u);
+      sdot_row(N, K, row.data(), B, ldb, bsum.data(), C + m * ldc);
+    }
+  }
+}
+
+}  // namespace
+#else
+bool cpu_has_dotprod() { return false; }
+#endif
+
+const char* gemm_int8_backend() {
+  return cpu_has_vnni() ? "avx512_vnni" : cpu_has_dotprod() ? "neon_dotprod" : "portable";
+}
+
+namespace {
+// The best kernel for B as given (N x K): VNNI packs it per call; sdot and the
+// portable loop read it in place.
+void gemm_u8s8s32_unpacked(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B,
+                           int64_t ldb, int32_t* C, int64_t ldc) {
+#if defined(__aarch64__)
+  if (cpu_has_dotprod()) return sdot_gemm(M, N, K, A, lda, B, ldb, C, ldc);
+#endif
+  gemm_u8s8s32_portable(M, N, K, A, lda, B, ldb, C, ldc);
+}
+}  // namespace
 
 // ---- VNNI -----------------------------------------------------------------------------------
 //
@@ -190,7 +291,7 @@ void gemm_u8s8s32(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda
                   int32_t* C, int64_t ldc) {
   if (cpu_has_vnni()) return gemm_u8s8s32_vnni(M, N, K, A, lda, B, ldb, C, ldc);
   check_args("gemm_u8s8s32", M, N, K);
-  gemm_u8s8s32_portable(M, N, K, A, lda, B, ldb, C, ldc);
+  gemm_u8s8s32_unpacked(M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 PackedInt8B pack_int8_b(int64_t N, int64_t K, const int8_t* B, int64_t ldb) {
@@ -217,7 +318,7 @@ void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedI
     for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + B.N, 0);
     return;
   }
-  if (!B.vnni) return gemm_u8s8s32_portable(M, B.N, B.K, A, lda, B.data.data<int8_t>(), B.K, C, ldc);
+  if (!B.vnni) return gemm_u8s8s32_unpacked(M, B.N, B.K, A, lda, B.data.data<int8_t>(), B.K, C, ldc);
   // Packed as VNNI panels by a level that has VNNI; the level in use now
   // (snug::set_cpu_isa switched since) cannot read them.
   SNUG_CHECK(cpu_has_vnni(), DeviceError,

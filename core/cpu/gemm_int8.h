@@ -36,7 +36,7 @@ namespace snug::inline SNUG_CPU_LEVEL::kernels {
 
 using snug::PackedInt8B;
 
-// Picks VNNI when the CPU has it, else the portable loop.
+// Picks VNNI when the CPU has it, else sdot (aarch64 with dotprod), else the portable loop.
 void gemm_u8s8s32(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
                   int32_t* C, int64_t ldc);
 // Plain loops; every CPU.
@@ -46,7 +46,11 @@ void gemm_u8s8s32_portable(int64_t M, int64_t N, int64_t K, const uint8_t* A, in
 void gemm_u8s8s32_vnni(int64_t M, int64_t N, int64_t K, const uint8_t* A, int64_t lda, const int8_t* B, int64_t ldb,
                        int32_t* C, int64_t ldc);
 bool cpu_has_vnni();
-const char* gemm_int8_backend();  // "avx512_vnni" or "portable"
+// Armv8.2 dot product (sdot) on aarch64, read from HWCAP; false elsewhere.
+// gemm_u8s8s32 and the packed GEMM use it when there is no VNNI (NOTE [ int8
+// with sdot ] in core/cpu/gemm_int8.cpp).
+bool cpu_has_dotprod();
+const char* gemm_int8_backend();  // "avx512_vnni", "neon_dotprod" or "portable"
 
 PackedInt8B pack_int8_b(int64_t N, int64_t K, const int8_t* B, int64_t ldb);
 void gemm_u8s8s32_packed(int64_t M, const uint8_t* A, int64_t lda, const PackedInt8B& B, int32_t* C, int64_t ldc);

@@ -33,6 +33,7 @@
   X(kernels, gemm_u8s8s32_portable)                                                                                 \
   X(kernels, gemm_u8s8s32_vnni)                                                                                     \
   X(kernels, cpu_has_vnni)                                                                                          \
+  X(kernels, cpu_has_dotprod)                                                                                       \
   X(kernels, gemm_int8_backend)                                                                                     \
   X(kernels, pack_int8_b)                                                                                           \
   X(kernels, gemm_u8s8s32_packed)                                                                                   \
