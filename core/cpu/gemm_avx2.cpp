@@ -33,37 +33,51 @@ struct Avx2Tile {
   // 6-row transpose (12% of a W-GPT step at this level), and each broadcast
   // has a constant displacement.
   static constexpr int64_t AS = KC + 16;
+  static constexpr bool kBothALayouts = true;
 
   // One register tile: C[0:m, 0:n] (m <= MR, n <= NR) = alpha * sum_k a[i * AS
   // + k] * b[k * NR + j] + beta * C (+ bias[j]), over one K block. The first K
   // block gets the caller's beta and the bias; later ones beta 1 and no bias.
   // The accumulators are locals of this one function so that they stay in
   // registers through the k loop; an edge tile stores through a buffer.
+  // The A panel's layout (NOTE [ Blocked GEMM ] in gemm_blocked.h): its rows
+  // as they are (a[i * AS + k]) for a row-major A, a copy; k-major (a[k * MR
+  // + i]) for a transposed A, whose k-th row gives the panel's 6 values in
+  // order (the copy of rows there was 12 scattered moves per k).
   static void run(int64_t kc, const float* __restrict a, const float* __restrict b, int m, int n, float* c, int64_t ldc,
-            float alpha, float beta, const float* bias) {
+                  float alpha, float beta, const float* bias, bool a_kmajor) {
+    if (a_kmajor)
+      run_layout<1, MR>(kc, a, b, m, n, c, ldc, alpha, beta, bias);
+    else
+      run_layout<AS, 1>(kc, a, b, m, n, c, ldc, alpha, beta, bias);
+  }
+  // a[i * SI + k * SK] is op(A)(i, k) of the panel.
+  template <int64_t SI, int64_t SK>
+  static void run_layout(int64_t kc, const float* __restrict a, const float* __restrict b, int m, int n, float* c,
+                         int64_t ldc, float alpha, float beta, const float* bias) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
            c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int64_t k = 0; k < kc; ++k) {
       const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-      __m256 ai = _mm256_broadcast_ss(a + 0 * AS);
+      __m256 ai = _mm256_broadcast_ss(a + 0 * SI);
       c00 = _mm256_fmadd_ps(ai, b0, c00);
       c01 = _mm256_fmadd_ps(ai, b1, c01);
-      ai = _mm256_broadcast_ss(a + 1 * AS);
+      ai = _mm256_broadcast_ss(a + 1 * SI);
       c10 = _mm256_fmadd_ps(ai, b0, c10);
       c11 = _mm256_fmadd_ps(ai, b1, c11);
-      ai = _mm256_broadcast_ss(a + 2 * AS);
+      ai = _mm256_broadcast_ss(a + 2 * SI);
       c20 = _mm256_fmadd_ps(ai, b0, c20);
       c21 = _mm256_fmadd_ps(ai, b1, c21);
-      ai = _mm256_broadcast_ss(a + 3 * AS);
+      ai = _mm256_broadcast_ss(a + 3 * SI);
       c30 = _mm256_fmadd_ps(ai, b0, c30);
       c31 = _mm256_fmadd_ps(ai, b1, c31);
-      ai = _mm256_broadcast_ss(a + 4 * AS);
+      ai = _mm256_broadcast_ss(a + 4 * SI);
       c40 = _mm256_fmadd_ps(ai, b0, c40);
       c41 = _mm256_fmadd_ps(ai, b1, c41);
-      ai = _mm256_broadcast_ss(a + 5 * AS);
+      ai = _mm256_broadcast_ss(a + 5 * SI);
       c50 = _mm256_fmadd_ps(ai, b0, c50);
       c51 = _mm256_fmadd_ps(ai, b1, c51);
-      a += 1;
+      a += SK;
       b += NR;
     }
     const __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};

@@ -72,7 +72,17 @@ constexpr int64_t a_row_stride() {
   else
     return 0;
 }
-// Floats of one packed A panel of kp steps.
+// A Tile with both A layouts (Tile::kBothALayouts: Tile::run takes a last
+// bool, a k-major panel): the driver packs a transposed A k-major, whose rows
+// of A give a panel's MR values in order, and a row-major A by rows.
+template <class Tile>
+constexpr bool both_a_layouts() {
+  if constexpr (requires { Tile::kBothALayouts; })
+    return Tile::kBothALayouts;
+  else
+    return false;
+}
+// Floats of one packed A panel of kp steps (enough for either layout).
 template <class Tile>
 constexpr int64_t a_panel_floats(int64_t kp) {
   return a_row_stride<Tile>() > 0 ? Tile::MR * a_row_stride<Tile>() : kp * Tile::MR;
@@ -154,9 +164,11 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
 // A panel holds ceil(kc / Tile::KU) packed steps of MR (NR) 4-byte units: a
 // float each for the f32 tiles (KU 1), a pair of 16-bit values along k for
 // the bf16 dot-product tile (KU 2); Tile::run gets the step count.
+// a_kmajor: pack_a writes k-major panels (both_a_layouts tiles only).
 template <class Tile, class PackA, class PackB, class Store>
 void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta, float* C, int64_t ldc, int nthreads,
-                       const float* bias, float* a_sums, PackA pack_a, PackB pack_b, Store store) {
+                       const float* bias, float* a_sums, PackA pack_a, PackB pack_b, Store store,
+                       bool a_kmajor = false) {
   constexpr int MR = Tile::MR, NR = Tile::NR, KU = Tile::KU;
   constexpr int64_t KC = Tile::KC, MC = Tile::MC, NC = Tile::NC;
   static_assert(NC % NR == 0 && MC % MR == 0 && KC % KU == 0, "blocks are whole panels");
@@ -218,8 +230,12 @@ void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta,
               const int64_t i0 = ic + ip * MR, j0 = jc + jp * NR;
               const int m = int(std::min<int64_t>(MR, i_hi - i0)), n = int(std::min<int64_t>(NR, j_hi - j0));
               float* c = C + i0 * ldc + j0;
-              Tile::run(kp, ablock + ip * ap, bblock + jp * kp * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
-                        first && bias ? bias + j0 : nullptr);
+              if constexpr (both_a_layouts<Tile>())
+                Tile::run(kp, ablock + ip * ap, bblock + jp * kp * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
+                          first && bias ? bias + j0 : nullptr, a_kmajor);
+              else
+                Tile::run(kp, ablock + ip * ap, bblock + jp * kp * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
+                          first && bias ? bias + j0 : nullptr);
             }
           // The store over the whole mc x nc block (in L2), row by row: per
           // tile, its rows were 64-byte pieces of the arrays the store reads
@@ -256,14 +272,18 @@ void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   gemm_blocked_with<Tile>(
       M, N, K, alpha, beta, C, ldc, nthreads, bias, a_sums,
       [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double* row_sums) {
-        pack_a_panel<Tile::MR, a_row_stride<Tile>()>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
+        if (both_a_layouts<Tile>() && ta)
+          pack_a_panel<Tile::MR, 0>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
+        else
+          pack_a_panel<Tile::MR, a_row_stride<Tile>()>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
       },
       [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
         pack_b_panel<Tile::NR>(tb, B, ldb, j_end, pc, kc, j0, dst);
       },
       [&](int64_t i0, int64_t j0, int m, int n, float* c) {
         if (with_act) apply_act(act, m, n, c, pre ? pre + i0 * ldc + j0 : nullptr, ldc);
-      });
+      },
+      both_a_layouts<Tile>() && ta);
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels::detail

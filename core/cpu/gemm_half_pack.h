@@ -87,14 +87,18 @@ void gemm_half_blocked(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int6
   gemm_blocked_with<Tile>(
       M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr,
       [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double*) {
-        pack_a_panel_half<Tile::MR, a_row_stride<Tile>()>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
+        if (both_a_layouts<Tile>() && ta)
+          pack_a_panel_half<Tile::MR, 0>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
+        else
+          pack_a_panel_half<Tile::MR, a_row_stride<Tile>()>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
       },
       [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
         pack_b_panel_half<Tile::NR>(kind, tb, B, ldb, j_end, pc, kc, j0, dst);
       },
       [&](int64_t i0, int64_t j0, int m, int n, float* c) {
         if (out) store_half_out(*out, kind, i0, j0, m, n, c, ldc);
-      });
+      },
+      both_a_layouts<Tile>() && ta);
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels::detail
