@@ -140,11 +140,9 @@ void gemm_f32_act_grad(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   SNUG_CHECK(act == GemmAct::relu || act == GemmAct::gelu || act == GemmAct::gelu_tanh, ValueError,
              "gemm_f32_act_grad: act must be relu, gelu or gelu_tanh");
   SNUG_CHECK(z != nullptr || M == 0 || N == 0, ValueError, "gemm_f32_act_grad: z is null");
-  const GemmAct g = act == GemmAct::relu   ? GemmAct::relu_grad
-                    : act == GemmAct::gelu ? GemmAct::gelu_grad
-                                           : GemmAct::gelu_tanh_grad;
   // The _grad activations only read `pre` (detail::apply_act).
-  gemm_f32_bias_act(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, nullptr, g, const_cast<float*>(z));
+  gemm_f32_bias_act(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, ldc, nullptr, grad_of(act),
+                    const_cast<float*>(z));
 }
 
 void gemm_f32_a_sums(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -24,6 +24,14 @@ namespace snug {
 // _grad values are the activations' derivatives for backward (gemm_f32_act_grad).
 // One type for every level (NOTE [ CPU levels ] in core/cpu/level.h).
 enum class GemmAct : int { none, relu, gelu, gelu_tanh, relu_grad, gelu_grad, gelu_tanh_grad };
+// The derivative of a forward activation (relu, gelu, gelu_tanh), and
+// whether an act is one of the derivatives.
+constexpr GemmAct grad_of(GemmAct a) {
+  return a == GemmAct::relu ? GemmAct::relu_grad : a == GemmAct::gelu ? GemmAct::gelu_grad : GemmAct::gelu_tanh_grad;
+}
+constexpr bool is_grad(GemmAct a) {
+  return a == GemmAct::relu_grad || a == GemmAct::gelu_grad || a == GemmAct::gelu_tanh_grad;
+}
 // The storage of gemm_half's operands: IEEE half or bfloat16 bits.
 enum class Half16 : int { f16, bf16 };
 // gemm_half's optional 16-bit store (NOTE [ 16-bit GEMM ]).

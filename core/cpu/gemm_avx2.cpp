@@ -33,7 +33,6 @@ struct Avx2Tile {
   // 6-row transpose (12% of a W-GPT step at this level), and each broadcast
   // has a constant displacement.
   static constexpr int64_t AS = KC + 16;
-  static constexpr bool kBothALayouts = true;
 
   // One register tile: C[0:m, 0:n] (m <= MR, n <= NR) = alpha * sum_k a[i * AS
   // + k] * b[k * NR + j] + beta * C (+ bias[j]), over one K block. The first K

@@ -63,8 +63,11 @@ void pack_b_panel(bool tb, const float* B, int64_t ldb, int64_t N, int64_t p0, i
   }
 }
 
-// A Tile's A panel layout: k-major, dst[k * MR + i] (AS 0), or its rows as
-// they are, dst[i * AS + k] (AS > 0: Tile::AS, at least KC).
+// A Tile's A panel layouts: k-major, dst[k * MR + i], always; a Tile with
+// Tile::AS (at least KC) also takes a row-major A's rows as they are,
+// dst[i * AS + k] (NOTE [ Copying A's rows ] in gemm_avx512.cpp), and its
+// Tile::run takes a last bool, true for a k-major panel. A transposed A is
+// packed k-major either way: its rows give a panel's MR values in order.
 template <class Tile>
 constexpr int64_t a_row_stride() {
   if constexpr (requires { Tile::AS; })
@@ -72,15 +75,10 @@ constexpr int64_t a_row_stride() {
   else
     return 0;
 }
-// A Tile with both A layouts (Tile::kBothALayouts: Tile::run takes a last
-// bool, a k-major panel): the driver packs a transposed A k-major, whose rows
-// of A give a panel's MR values in order, and a row-major A by rows.
+// Whether op(A) goes to Tile in the row layout.
 template <class Tile>
-constexpr bool both_a_layouts() {
-  if constexpr (requires { Tile::kBothALayouts; })
-    return Tile::kBothALayouts;
-  else
-    return false;
+constexpr bool a_by_rows(bool ta) {
+  return a_row_stride<Tile>() > 0 && !ta;
 }
 // Floats of one packed A panel of kp steps (enough for either layout).
 template <class Tile>
@@ -88,31 +86,28 @@ constexpr int64_t a_panel_floats(int64_t kp) {
   return a_row_stride<Tile>() > 0 ? Tile::MR * a_row_stride<Tile>() : kp * Tile::MR;
 }
 
-// dst[k * MR + i] (AS 0) or dst[i * AS + k] (AS > 0) = op(A)(i0 + i, p0 + k)
-// for k < kc, i < MR (0 past M); op(A) is M x K: A[i * lda + k], or
-// A[k * lda + i] when transposed. With sums, sums[i0 + i] += the row's
-// values, k upward (gemm_f32_a_sums).
+// dst[k * MR + i] (AS 0) or, for a row-major A only, dst[i * AS + k] (AS > 0)
+// = op(A)(i0 + i, p0 + k) for k < kc, i < MR (0 past M); op(A) is M x K:
+// A[i * lda + k], or A[k * lda + i] when transposed. With sums, sums[i0 + i]
+// += the row's values, k upward (gemm_f32_a_sums).
 template <int MR, int64_t AS = 0>
 void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, int64_t kc, int64_t i0, float* dst,
                   double* sums) {
   const int m = int(std::min<int64_t>(MR, M - i0));
-  auto at = [&](int i, int64_t k) -> float& { return AS > 0 ? dst[i * AS + k] : dst[k * MR + i]; };
-  if constexpr (AS > 0) {
-    if (!ta) {  // rows copied as they are: vector moves
-      for (int i = 0; i < MR; ++i) {
-        if (i < m)
-          std::copy_n(A + (i0 + i) * lda + p0, kc, dst + i * AS);
-        else
-          std::fill_n(dst + i * AS, kc, 0.0f);
-      }
-      if (sums)
-        for (int i = 0; i < m; ++i) {
-          double s = 0;
-          for (int64_t k = 0; k < kc; ++k) s += dst[i * AS + k];
-          sums[i0 + i] += s;
-        }
-      return;
+  if constexpr (AS > 0) {  // a row-major A (a_by_rows): rows copied as they are, vector moves
+    for (int i = 0; i < MR; ++i) {
+      if (i < m)
+        std::copy_n(A + (i0 + i) * lda + p0, kc, dst + i * AS);
+      else
+        std::fill_n(dst + i * AS, kc, 0.0f);
     }
+    if (sums)
+      for (int i = 0; i < m; ++i) {
+        double s = 0;
+        for (int64_t k = 0; k < kc; ++k) s += dst[i * AS + k];
+        sums[i0 + i] += s;
+      }
+    return;
   } else if (!ta && m == MR && !sums) {  // the common case: MR rows read side by side, the panel written in order
     const float* r[MR];
     for (int i = 0; i < MR; ++i) r[i] = A + (i0 + i) * lda + p0;
@@ -124,26 +119,26 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
   if (ta) {  // op(A)(i, k) = A[k * lda + i]: m contiguous floats per k, read in order
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = A + (p0 + k) * lda + i0;
-      for (int i = 0; i < m; ++i) at(i, k) = src[i];
-      for (int i = m; i < MR; ++i) at(i, k) = 0.0f;
+      for (int i = 0; i < m; ++i) dst[k * MR + i] = src[i];
+      for (int i = m; i < MR; ++i) dst[k * MR + i] = 0.0f;
     }
     if (sums)  // k upward per row, as for a row-major A
       for (int i = 0; i < m; ++i) {
         double s = 0;
-        for (int64_t k = 0; k < kc; ++k) s += at(i, k);
+        for (int64_t k = 0; k < kc; ++k) s += dst[k * MR + i];
         sums[i0 + i] += s;
       }
     return;
   }
   for (int i = 0; i < MR; ++i) {
     if (i >= m) {
-      for (int64_t k = 0; k < kc; ++k) at(i, k) = 0.0f;
+      for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
       continue;
     }
     double s = 0;
     const float* src = A + (i0 + i) * lda + p0;
     for (int64_t k = 0; k < kc; ++k) {
-      at(i, k) = src[k];
+      dst[k * MR + i] = src[k];
       s += src[k];
     }
     if (sums) sums[i0 + i] += s;
@@ -164,7 +159,7 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
 // A panel holds ceil(kc / Tile::KU) packed steps of MR (NR) 4-byte units: a
 // float each for the f32 tiles (KU 1), a pair of 16-bit values along k for
 // the bf16 dot-product tile (KU 2); Tile::run gets the step count.
-// a_kmajor: pack_a writes k-major panels (both_a_layouts tiles only).
+// a_kmajor: pack_a writes k-major panels (tiles with Tile::AS only; see a_by_rows).
 template <class Tile, class PackA, class PackB, class Store>
 void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta, float* C, int64_t ldc, int nthreads,
                        const float* bias, float* a_sums, PackA pack_a, PackB pack_b, Store store,
@@ -230,7 +225,7 @@ void gemm_blocked_with(int64_t M, int64_t N, int64_t K, float alpha, float beta,
               const int64_t i0 = ic + ip * MR, j0 = jc + jp * NR;
               const int m = int(std::min<int64_t>(MR, i_hi - i0)), n = int(std::min<int64_t>(NR, j_hi - j0));
               float* c = C + i0 * ldc + j0;
-              if constexpr (both_a_layouts<Tile>())
+              if constexpr (a_row_stride<Tile>() > 0)
                 Tile::run(kp, ablock + ip * ap, bblock + jp * kp * NR, m, n, c, ldc, alpha, first ? beta : 1.0f,
                           first && bias ? bias + j0 : nullptr, a_kmajor);
               else
@@ -272,10 +267,10 @@ void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
   gemm_blocked_with<Tile>(
       M, N, K, alpha, beta, C, ldc, nthreads, bias, a_sums,
       [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double* row_sums) {
-        if (both_a_layouts<Tile>() && ta)
-          pack_a_panel<Tile::MR, 0>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
-        else
+        if (a_by_rows<Tile>(ta))
           pack_a_panel<Tile::MR, a_row_stride<Tile>()>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
+        else
+          pack_a_panel<Tile::MR, 0>(ta, A, lda, i_end, pc, kc, i0, dst, row_sums);
       },
       [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
         pack_b_panel<Tile::NR>(tb, B, ldb, j_end, pc, kc, j0, dst);
@@ -283,7 +278,7 @@ void gemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
       [&](int64_t i0, int64_t j0, int m, int n, float* c) {
         if (with_act) apply_act(act, m, n, c, pre ? pre + i0 * ldc + j0 : nullptr, ldc);
       },
-      both_a_layouts<Tile>() && ta);
+      !a_by_rows<Tile>(ta));
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels::detail

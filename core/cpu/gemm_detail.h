@@ -9,6 +9,7 @@
 #include <new>
 
 #include <snug/core/cpu/gemm.h>
+#include <snug/core/cpu/half_convert.h>
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
@@ -47,6 +48,15 @@ void gemm_f32_packed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, int nthreads,
                      const float* bias = nullptr, float* a_sums = nullptr, GemmAct act = GemmAct::none,
                      float* pre = nullptr);
+
+// n contiguous 16-bit values of `kind` to float and back, with the level's
+// bulk converters (core/cpu/half_convert.cpp).
+inline void widen16(Half16 kind, const uint16_t* src, float* dst, int64_t n) {
+  (kind == Half16::f16 ? half_to_float_array : bf16_to_float_array)(src, dst, n);
+}
+inline void narrow16(Half16 kind, const float* src, uint16_t* dst, int64_t n) {
+  (kind == Half16::f16 ? float_to_half_array : float_to_bf16_array)(src, dst, n);
+}
 
 // The argument checks of every gemm_* entry (a snug::ValueError naming `op`
 // and the bad size or leading dimension), and the thread count for an

@@ -15,8 +15,6 @@
 #include <string_view>
 #include <vector>
 
-#include <snug/core/cpu/half_convert.h>
-
 #if defined(__AVX512F__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -56,9 +54,9 @@ __attribute__((always_inline)) inline void store_tile(const __m512 (&acc)[14][2]
     }
 }
 
-// Blocks of both tiles: the B panel (KC x 32 4-byte units... 32 KiB for the
-// f32 tile at KC 256, the same bytes for the bf16 tile at KC 512) is reused
-// by the MC / 14 A panels of the block, which stream from L2 (112 x KC).
+// Blocks of both tiles: a B panel (32 KiB: 256 k x 32 floats for the f32
+// tile, 256 bf16 pairs x 32 for the bf16 tile at KC 512) is reused by the
+// MC / 14 A panels of the block, which stream from L2.
 struct Avx512Tile {
   static constexpr int MR = 14, NR = 32, KU = 1;
   static constexpr int64_t KC = 256, MC = 8 * MR, NC = 512;
@@ -178,7 +176,7 @@ void store_half_block(const HalfOut& o, int64_t i0, int64_t j0, int m, int n, co
       store_half_block<kind>(o, i0, j0 + c0, m, std::min(kMaxCols, n - c0), c + c0, ldc);
     return;
   }
-  const bool grad = o.act == GemmAct::relu_grad || o.act == GemmAct::gelu_grad || o.act == GemmAct::gelu_tanh_grad;
+  const bool grad = is_grad(o.act);
   const bool plain = o.act == GemmAct::none && !o.pre;
   alignas(64) float t[kMaxCols], zt[kMaxCols];
   for (int i = 0; i < m; ++i) {
@@ -321,9 +319,7 @@ bool gemm_half_widened(Half16, bool, bool, int64_t, int64_t, int64_t, float, con
 // its operands and rounds its result once), then the final rounding.
 void store_half_out(const HalfOut& o, Half16 kind, int64_t i0, int64_t j0, int64_t m, int64_t n, const float* c,
                     int64_t ldc) {
-  const auto narrow = kind == Half16::f16 ? float_to_half_array : float_to_bf16_array;
-  const auto widen = kind == Half16::f16 ? half_to_float_array : bf16_to_float_array;
-  const bool grad = o.act == GemmAct::relu_grad || o.act == GemmAct::gelu_grad || o.act == GemmAct::gelu_tanh_grad;
+  const bool grad = is_grad(o.act);
   alignas(64) float t[256], zt[256];
   alignas(64) uint16_t r[256];
   for (int64_t i = 0; i < m; ++i)
@@ -332,19 +328,19 @@ void store_half_out(const HalfOut& o, Half16 kind, int64_t i0, int64_t j0, int64
       const int64_t row = i0 + i, col = j0 + c0;
       uint16_t* dst = o.out + row * o.ldo + col;
       if (o.act == GemmAct::none && !o.pre) {  // round(C)
-        narrow(c + i * ldc + c0, dst, w);
+        narrow16(kind, c + i * ldc + c0, dst, w);
         continue;
       }
       uint16_t* rounded = o.pre ? o.pre + row * o.ldp + col : r;
-      narrow(c + i * ldc + c0, rounded, w);
-      widen(rounded, t, w);
+      narrow16(kind, c + i * ldc + c0, rounded, w);
+      widen16(kind, rounded, t, w);
       if (grad) {
-        widen(o.z + row * o.ldz + col, zt, w);
+        widen16(kind, o.z + row * o.ldz + col, zt, w);
         apply_act(o.act, 1, w, t, zt, w);  // t *= act'(z)
       } else if (o.act != GemmAct::none) {
         apply_act(o.act, 1, w, t, nullptr, w);
       }
-      narrow(t, dst, w);
+      narrow16(kind, t, dst, w);
     }
 }
 
@@ -366,7 +362,7 @@ bool use_bf16_dot(Half16 kind) {
 std::vector<float> widen_whole(Half16 kind, const uint16_t* X, int64_t rows, int64_t cols, int64_t ld) {
   std::vector<float> out(size_t(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
-    (kind == Half16::f16 ? half_to_float_array : bf16_to_float_array)(X + r * ld, out.data() + r * cols, cols);
+    detail::widen16(kind, X + r * ld, out.data() + r * cols, cols);
   return out;
 }
 

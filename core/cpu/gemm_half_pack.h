@@ -6,58 +6,39 @@
 // gemm_avx2.cpp, gemm_neon.cpp).
 #pragma once
 #include <snug/core/cpu/gemm_blocked.h>
-#include <snug/core/cpu/half_convert.h>
 
 #include <algorithm>
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
 
-// n contiguous 16-bit values to float with the level's bulk converters
-// (core/cpu/half_convert.cpp: F16C or shifts, vectorized).
-inline void widen16(Half16 kind, const uint16_t* src, float* dst, int64_t n) {
-  if (kind == Half16::f16)
-    half_to_float_array(src, dst, n);
-  else
-    bf16_to_float_array(src, dst, n);
-}
-
 // A panel's rows widened one contiguous run at a time, straight into the
 // panel where its layout matches the source's (a row-major A into a
 // row-layout panel, a transposed A into a k-major one), else through a small
-// f32 staging copy and pack_a_panel.
+// f32 staging copy and pack_a_panel (widen16: core/cpu/gemm_detail.h).
 inline thread_local Scratch tl_widen_stage;
 
-// op(A)(i0 + i, p0 + k) as float (0 past M) in the panel layout of pack_a_panel<MR, AS>.
+// op(A)(i0 + i, p0 + k) as float (0 past M) in the panel layout of
+// pack_a_panel<MR, AS> (AS > 0: a row-major A only).
 template <int MR, int64_t AS>
 void pack_a_panel_half(Half16 kind, bool ta, const uint16_t* A, int64_t lda, int64_t M, int64_t p0, int64_t kc,
                        int64_t i0, float* dst) {
   const int m = int(std::min<int64_t>(MR, M - i0));
-  if (AS > 0 && !ta) {  // rows as they are: widened straight into the panel
+  if constexpr (AS > 0) {  // rows as they are: widened straight into the panel
     for (int i = 0; i < MR; ++i) {
       if (i < m)
         widen16(kind, A + (i0 + i) * lda + p0, dst + i * AS, kc);
       else
         std::fill_n(dst + i * AS, kc, 0.0f);
     }
-    return;
-  }
-  if (AS == 0 && ta) {  // op(A)(i, k) = A[k * lda + i]: m contiguous values per k, k-major like the panel
+  } else if (ta) {  // op(A)(i, k) = A[k * lda + i]: m contiguous values per k, k-major like the panel
     for (int64_t k = 0; k < kc; ++k) {
       widen16(kind, A + (p0 + k) * lda + i0, dst + k * MR, m);
       std::fill(dst + k * MR + m, dst + (k + 1) * MR, 0.0f);
     }
-    return;
-  }
-  // The layout differs from the source's: widen into a staging copy in the
-  // source's layout, then pack_a_panel.
-  if (!ta) {
+  } else {  // a k-major panel of a row-major A: through a staging copy in A's layout
     float* st = tl_widen_stage.get(size_t(MR * kc));  // m rows of kc floats
     for (int i = 0; i < m; ++i) widen16(kind, A + (i0 + i) * lda + p0, st + i * kc, kc);
-    pack_a_panel<MR, AS>(false, st, kc, m, 0, kc, 0, dst, nullptr);
-  } else {
-    float* st = tl_widen_stage.get(size_t(MR * kc));  // kc rows of m floats
-    for (int64_t k = 0; k < kc; ++k) widen16(kind, A + (p0 + k) * lda + i0, st + k * m, m);
-    pack_a_panel<MR, AS>(true, st, m, m, 0, kc, 0, dst, nullptr);
+    pack_a_panel<MR, 0>(false, st, kc, m, 0, kc, 0, dst, nullptr);
   }
 }
 
@@ -87,10 +68,10 @@ void gemm_half_blocked(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int6
   gemm_blocked_with<Tile>(
       M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr,
       [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double*) {
-        if (both_a_layouts<Tile>() && ta)
-          pack_a_panel_half<Tile::MR, 0>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
-        else
+        if (a_by_rows<Tile>(ta))
           pack_a_panel_half<Tile::MR, a_row_stride<Tile>()>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
+        else
+          pack_a_panel_half<Tile::MR, 0>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
       },
       [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
         pack_b_panel_half<Tile::NR>(kind, tb, B, ldb, j_end, pc, kc, j0, dst);
@@ -98,7 +79,7 @@ void gemm_half_blocked(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int6
       [&](int64_t i0, int64_t j0, int m, int n, float* c) {
         if (out) store_half_out(*out, kind, i0, j0, m, n, c, ldc);
       },
-      both_a_layouts<Tile>() && ta);
+      !a_by_rows<Tile>(ta));
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels::detail

@@ -93,15 +93,12 @@ void linear_backward_act_half(const Tensor& grad_out, const Tensor& weight, Act 
   memory::TagScope tag(memory::Tag::workspace);
   const int64_t blk = block_rows(rows, hid);
   Tensor r32 = empty({blk, hid}, TensorOptions(DType::f32, grad_out.device()));  // (blk, hidden) scratch
-  const GemmAct g = act == Act::relu   ? GemmAct::relu_grad
-                    : act == Act::gelu ? GemmAct::gelu_grad
-                                       : GemmAct::gelu_tanh_grad;
   for (int64_t m0 = 0; m0 < rows; m0 += blk) {
     const int64_t n = std::min(blk, rows - m0);
     HalfOut st;
     st.out = u16_out(grad_z) + m0 * hid;
     st.ldo = hid;
-    st.act = g;
+    st.act = grad_of(gemm_act(act));
     st.z = u16(z) + m0 * hid;
     st.ldz = hid;
     kernels::gemm_half(half_kind(grad_out.dtype()), false, false, n, hid, outf, 1.0f, u16(grad_out) + m0 * outf, outf,
