@@ -11,6 +11,7 @@
 #include <snug/nn/conv.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/pool.h>
+#include <snug/prune/channel_groups.h>
 #include <snug/prune/prune.h>
 
 namespace snug::prune {
@@ -288,6 +289,12 @@ CompactReport compact(nn::Module& model, nn::optim::Optimizer* optimizer) {
           path.empty() ? "fc" : path + ".fc", tb->fc.get(), {}, [](const Tensor& x) { return gelu(x); },
           tb->fc_proj.get(), false, optimizer, rep);
     if (auto* a = dynamic_cast<nn::MultiheadAttention*>(mod.get())) compact_heads(path, *a, optimizer, rep);
+  }
+  // Residual networks: channels tied by skip connections (prune/channel_groups.h).
+  const std::vector<ChannelGroup> groups = channel_groups(model);
+  if (!groups.empty()) {
+    const CompactReport g = compact_groups(model, groups, optimizer);
+    rep.layers.insert(rep.layers.end(), g.layers.begin(), g.layers.end());
   }
   rep.param_bytes_after = parameter_bytes(model);
   return rep;

@@ -21,6 +21,11 @@
 // with pruned channels exactly zero (prune::output_channels masks the bias
 // too) the compacted model computes the same outputs.
 //
+// Residual networks (nn::models::ResNet anywhere in the tree) are compacted
+// by channel groups (prune/channel_groups.h): the channels a skip connection
+// carries are removed from every layer that writes or reads them, and only
+// when all the writers emit zero there.
+//
 // Each shrunk tensor keeps its TensorImpl (the data, shape and gradient are
 // replaced in place), so modules, optimizers and hooks keep their handles;
 // the optimizer's per-parameter state is shrunk with
