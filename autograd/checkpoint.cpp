@@ -356,7 +356,7 @@ RecomputePolicy save_ops(const std::vector<std::string>& ops) {
     for (const char* s : kSelectiveOps) known = known || op == s;
     SNUG_CHECK(known, ValueError, "save_ops: '", op,
                "' never asks a recomputation policy; the ops that do are "
-               "matmul, linear, layer_norm, causal_softmax and causal_attention (all others are recomputed)");
+               "matmul, linear, layer_norm, causal_softmax, causal_attention and attention (all others are recomputed)");
   }
   return [ops](const char* op) {
     for (const auto& o : ops)

@@ -34,6 +34,7 @@
 //   layer_norm        nn::functional::layer_norm
 //   causal_softmax    nn::functional::causal_softmax
 //   causal_attention  nn::functional::causal_self_attention's fused op
+//   attention         nn::functional::self_attention's fused op, not causal
 // Everything else, elementwise ops in particular, is always recomputed. The
 // typical policy keeps matmul-like outputs and recomputes the cheap ops
 // around them: save_ops({"linear", "matmul"}).
@@ -56,7 +57,8 @@ enum class RecomputeChoice : uint8_t { recompute, save };
 using RecomputePolicy = std::function<RecomputeChoice(const char* op)>;
 
 // The ops that consult a policy (the others are always recomputed).
-inline constexpr const char* kSelectiveOps[] = {"matmul", "linear", "layer_norm", "causal_softmax", "causal_attention"};
+inline constexpr const char* kSelectiveOps[] = {"matmul",         "linear",           "layer_norm",
+                                                 "causal_softmax", "causal_attention", "attention"};
 
 // A policy that saves the outputs of the listed ops and recomputes the rest.
 // Throws ValueError for a name that is not in kSelectiveOps (it would never be asked).

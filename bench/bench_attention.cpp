@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // snug-bench attention: causal self-attention forward + backward, the fused
-// CPU op (NOTE [ Fused causal attention ]) against the unfused path, on the
+// CPU op (NOTE [ Fused attention ]) against the unfused path, on the
 // W-GPT shape by default, in the same run.
 //
 //   snug-bench attention [--batch 16] [--block 128] [--embd 128] [--heads 4]

@@ -22,6 +22,26 @@ enum class RandomKind { uniform, normal };
 
 // Geometry of a 2-D convolution (index 0 = height, 1 = width). Output sizes
 // follow PyTorch: Ho = (H + 2 padding - dilation (kH - 1) - 1) / stride + 1.
+// NOTE [ Attention masks ]
+// Which keys a query row of self-attention sees; the convention is PyTorch's,
+// everywhere in snug (nn::MultiheadAttention, data::pad_collate's
+// padding_mask): true means masked out.
+//   causal       row i sees keys j <= i only;
+//   key_padding  undefined, or (B, T) bool: true at the keys (padding
+//                positions) no row sees;
+//   mask         undefined, or a tensor of (B, heads, T, T) elements, usually a
+//                broadcast view of a (T, T) or (B, 1, T, T) one (stride 0 where
+//                it broadcasts): bool, true = masked out, or floating, added to
+//                the scaled scores (-inf masks out).
+// A row that sees no key at all gives zeros (PyTorch's attention gives zeros
+// there too since 2.5), not NaN.
+struct AttentionMask {
+  bool causal = false;
+  Tensor key_padding;
+  Tensor mask;
+  bool any() const { return causal || key_padding.defined() || mask.defined(); }
+};
+
 struct Conv2dParams {
   int64_t stride[2] = {1, 1};
   int64_t padding[2] = {0, 0};
@@ -131,17 +151,20 @@ struct Backend {
   // grad_out, z and grad_z contiguous.
   virtual void linear_backward_act(const Tensor& grad_out, const Tensor& weight, Activation act, const Tensor& z,
                                    const Tensor& grad_z);
-  // Causal self-attention from the packed projection (NOTE [ Fused causal attention ] in
-  // core/cpu/attention.h). qkv (B, T, 3C) contiguous floating, C = heads * D, q k v its thirds;
+  // Self-attention from the packed projection (NOTE [ Fused attention ] in core/cpu/attention.h).
+  // qkv (B, T, 3C) contiguous floating, C = heads * D, q k v its thirds; mask says which keys each
+  // query row sees (AttentionMask: causal, key padding, a general mask; NOTE [ Attention masks ]);
   // y (B, T, C) in qkv's dtype; lse (B, heads, T) in promote_types(qkv's dtype, f32): each row's
-  // logsumexp of scale q k^T over the visible keys (j <= i), which backward reads. All contiguous.
-  virtual void causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse);
+  // logsumexp of its masked scaled scores, which backward reads (-inf for a row that sees no key:
+  // its output and gradients are zeros). All contiguous.
+  virtual void attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
+                         const Tensor& lse);
   // grad_y (B, T, C) contiguous -> grad_qkv (B, T, 3C) contiguous, every element written.
-  virtual void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
-                                         int64_t heads, double scale, const Tensor& grad_qkv);
-  // FLOPs of causal_attention's forward for the profiler (the products over the visible blocks);
-  // backward does 2.5 times as many.
-  static double causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D);
+  virtual void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
+                                  int64_t heads, double scale, const AttentionMask& mask, const Tensor& grad_qkv);
+  // FLOPs of attention's forward for the profiler (the products over the computed blocks: only the
+  // visible ones when causal); backward does 2.5 times as many.
+  static double attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal);
   // out = relu(conv2d(x, weight, bias)); the arguments are conv2d's.
   virtual void conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
                            const Tensor& out);

@@ -105,41 +105,77 @@ void Backend::linear_backward_act(const Tensor& grad_out, const Tensor& weight, 
   binary(back, grad_z, z, grad_z);                           // elementwise: in place is safe
 }
 
-// ---- causal attention ----------------------------------------------------------------------
-// The unfused attention (nn::functional::scaled_dot_product_attention with
-// causal = true): S = q k^T, P = causal_softmax(S, scale), y = P v, with the
-// (B, H, T, T) S and P as temporaries. lse comes from the masked scaled
-// scores: max + log(sum(exp(. - max))).
-void Backend::causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
-  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
-  if (qkv.numel() == 0) return;
-  const Heads h = heads_of(qkv, heads);
-  const Tensor s = raw::matmul(h.q, raw::transpose(h.k, -2, -1));  // (B, H, T, T), contiguous
-  const Tensor p = empty(s.shape(), s.options());
-  causal_softmax(s, scale, p);
-  const Tensor o = raw::matmul(p, h.v);  // (B, H, T, D)
-  copy(raw::transpose(o, 1, 2), raw::view(y, {B, T, heads, D}));
-  const TensorOptions io(DType::i64, qkv.device());
-  const Tensor hidden = raw::compare(CompareOp::gt, raw::view(arange(T, io), {1, T}), raw::view(arange(T, io), {T, 1}));
-  const Tensor z = raw::masked_fill(raw::unary(UnaryOp::affine, raw::to_dtype(s, lse.dtype()), scale, 0.0), hidden,
-                                    -std::numeric_limits<double>::infinity());  // (B, H, T, T), in lse's dtype
-  const Tensor m = raw::reduce(ReduceOp::max, z, {-1}, true);                   // (B, H, T, 1)
-  const Tensor sum = raw::reduce(ReduceOp::sum, raw::unary(UnaryOp::exp, raw::binary(BinaryOp::sub, z, m)), {-1}, true);
-  copy(raw::view(raw::binary(BinaryOp::add, m, raw::unary(UnaryOp::log, sum)), {B, heads, T}), lse);
+// ---- attention -----------------------------------------------------------------------------
+namespace {
+
+// z (B, H, T, T) in dtype dt: scale S with every masked-out score -inf
+// (NOTE [ Attention masks ]), what the row softmax and lse are taken over.
+Tensor masked_scores(const Tensor& s, double scale, const AttentionMask& m, DType dt) {
+  const int64_t B = s.size(0), T = s.size(-1);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  Tensor z = raw::unary(UnaryOp::affine, raw::to_dtype(s, dt), scale, 0.0);
+  if (m.mask.defined())
+    z = m.mask.dtype() == DType::b8 ? raw::masked_fill(z, m.mask, -kInf)
+                                    : raw::binary(BinaryOp::add, z, raw::to_dtype(m.mask, dt));
+  if (m.key_padding.defined()) z = raw::masked_fill(z, raw::view(m.key_padding, {B, 1, 1, T}), -kInf);
+  if (m.causal) {
+    const TensorOptions io(DType::i64, s.device());
+    z = raw::masked_fill(z, raw::compare(CompareOp::gt, raw::view(arange(T, io), {1, T}), raw::view(arange(T, io), {T, 1})),
+                         -kInf);
+  }
+  return z;
 }
 
-// The unfused attention's backward, P recomputed from S (lse and y are not
-// read): dV = P^T dO, dP = dO V^T, dS = scale softmax_backward(dP, P),
-// dQ = dS K, dK = (Q^T dS)^T, in the order and forms autograd's matmul and
-// causal_softmax nodes use.
-void Backend::causal_attention_backward(const Tensor& qkv, const Tensor&, const Tensor&, const Tensor& grad_y,
-                                        int64_t heads, double scale, const Tensor& grad_qkv) {
+// P = exp(z - lse) (0 in a row that sees no key, lse -inf there) and the rows' lse (B, H, T, 1).
+std::pair<Tensor, Tensor> probs_and_lse(const Tensor& z) {
+  const Tensor m = raw::reduce(ReduceOp::max, z, {-1}, true);  // (B, H, T, 1), -inf for a row without keys
+  const Tensor finite = raw::compare_scalar(CompareOp::gt, m, -std::numeric_limits<double>::infinity());
+  const Tensor zero = zeros(m.shape(), m.options());
+  const Tensor m0 = raw::where(finite, m, zero);  // 0 for those rows
+  const Tensor sum = raw::reduce(ReduceOp::sum, raw::unary(UnaryOp::exp, raw::binary(BinaryOp::sub, z, m0)), {-1}, true);
+  const Tensor lse = raw::binary(BinaryOp::add, m0, raw::unary(UnaryOp::log, sum));  // -inf where sum is 0
+  const Tensor lse0 = raw::where(finite, lse, zero);
+  return {raw::unary(UnaryOp::exp, raw::binary(BinaryOp::sub, z, lse0)), lse};
+}
+
+bool causal_only(const AttentionMask& m) { return m.causal && !m.key_padding.defined() && !m.mask.defined(); }
+
+}  // namespace
+
+// The unfused attention: S = q k^T (B, H, T, T), the masked scaled scores and
+// their row softmax in lse's dtype (f32 for 16-bit qkv), y = P v, with S and P
+// as temporaries.
+void Backend::attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
+                        const Tensor& lse) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
   if (qkv.numel() == 0) return;
   const Heads h = heads_of(qkv, heads);
   const Tensor s = raw::matmul(h.q, raw::transpose(h.k, -2, -1));  // (B, H, T, T)
-  const Tensor p = empty(s.shape(), s.options());
-  causal_softmax(s, scale, p);
+  auto [p, l] = probs_and_lse(masked_scores(s, scale, mask, lse.dtype()));
+  if (causal_only(mask)) {  // P as causal_self_attention's composed ops make it, bit for bit
+    p = empty(s.shape(), s.options());
+    causal_softmax(s, scale, p);
+  }
+  const Tensor o = raw::matmul(raw::to_dtype(p, qkv.dtype()), h.v);  // (B, H, T, D)
+  copy(raw::transpose(o, 1, 2), raw::view(y, {B, T, heads, D}));
+  copy(raw::view(l, {B, heads, T}), lse);
+}
+
+// Its backward, P recomputed from S (lse and y are not read): dV = P^T dO,
+// dP = dO V^T, dS = scale softmax_backward(dP, P), dQ = dS K, dK = (Q^T dS)^T.
+void Backend::attention_backward(const Tensor& qkv, const Tensor&, const Tensor& lse, const Tensor& grad_y,
+                                 int64_t heads, double scale, const AttentionMask& mask, const Tensor& grad_qkv) {
+  const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
+  if (qkv.numel() == 0) return;
+  const Heads h = heads_of(qkv, heads);
+  const Tensor s = raw::matmul(h.q, raw::transpose(h.k, -2, -1));  // (B, H, T, T)
+  Tensor p;
+  if (causal_only(mask)) {
+    p = empty(s.shape(), s.options());
+    causal_softmax(s, scale, p);
+  } else {
+    p = raw::to_dtype(probs_and_lse(masked_scores(s, scale, mask, lse.dtype())).first, qkv.dtype());
+  }
   const Tensor go = raw::transpose(raw::view(grad_y, {B, T, heads, D}), 1, 2);  // (B, H, T, D)
   const Tensor dv = raw::matmul(raw::transpose(p, -1, -2), go);
   const Tensor dp = raw::matmul(go, raw::transpose(h.v, -1, -2));  // (B, H, T, T)
@@ -153,8 +189,8 @@ void Backend::causal_attention_backward(const Tensor& qkv, const Tensor&, const 
   copy(dv, g.v);
 }
 
-double Backend::causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D) {
-  return cpu::causal_attention_flops(B, T, heads, D);
+double Backend::attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal) {
+  return cpu::attention_flops(B, T, heads, D, causal);
 }
 
 // ---- conv2d + ReLU ---------------------------------------------------------------------------

@@ -181,9 +181,15 @@ bool takes_fused_attention(const Tensor& qkv, int64_t heads) {
 }
 }  // namespace
 
-void CudaBackend::causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
-  if (!takes_fused_attention(qkv, heads)) {
-    Backend::causal_attention(qkv, heads, scale, y, lse);
+// Masks other than causal (NOTE [ Attention masks ]) and non-causal attention
+// take the composed default too: it also keeps only y and lse between forward
+// and backward (its (B, H, T, T) scores are temporaries of each entry), but it
+// is not a fused kernel.
+void CudaBackend::attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
+                            const Tensor& lse) {
+  const bool causal_only = mask.causal && !mask.key_padding.defined() && !mask.mask.defined();
+  if (!causal_only || !takes_fused_attention(qkv, heads)) {
+    Backend::attention(qkv, heads, scale, mask, y, lse);
     return;
   }
   if (!is_half(qkv.dtype())) {
@@ -200,10 +206,11 @@ void CudaBackend::causal_attention(const Tensor& qkv, int64_t heads, double scal
   copy(y32, y);  // rounded once
 }
 
-void CudaBackend::causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
-                                            int64_t heads, double scale, const Tensor& grad_qkv) {
-  if (!takes_fused_attention(qkv, heads)) {
-    Backend::causal_attention_backward(qkv, y, lse, grad_y, heads, scale, grad_qkv);
+void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
+                                     int64_t heads, double scale, const AttentionMask& mask, const Tensor& grad_qkv) {
+  const bool causal_only = mask.causal && !mask.key_padding.defined() && !mask.mask.defined();
+  if (!causal_only || !takes_fused_attention(qkv, heads)) {
+    Backend::attention_backward(qkv, y, lse, grad_y, heads, scale, mask, grad_qkv);
     return;
   }
   if (!is_half(qkv.dtype())) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Fused causal self-attention on the GPU, the CUDA side of
-// nn::functional::causal_self_attention (NOTE [ Fused causal attention ] in
+// nn::functional::causal_self_attention (NOTE [ Fused attention ] in
 // core/cpu/attention.h has the CPU side and the layout).
 //
 // NOTE [ CUDA fused attention ]

@@ -50,10 +50,10 @@ struct CudaBackend final : Backend {
   // Fused ops (NOTE [ Fused ops are backend entries ] in core/fused_defaults.cpp): attention runs
   // the kernels of cuda/attention.cu (attention.cpp); linear_act and conv2d_relu use Backend's
   // composed defaults (cuBLAS, cuDNN and the elementwise kernels).
-  void causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y,
-                        const Tensor& lse) override;  // attention.cpp
-  void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
-                                 int64_t heads, double scale, const Tensor& grad_qkv) override;  // attention.cpp
+  void attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
+                 const Tensor& lse) override;  // attention.cpp
+  void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y, int64_t heads,
+                          double scale, const AttentionMask& mask, const Tensor& grad_qkv) override;  // attention.cpp
   void copy_across(const Tensor& src, const Tensor& dst) override;
   void synchronize(Device d) override;
 

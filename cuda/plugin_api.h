@@ -28,7 +28,8 @@ namespace snug::cuda {
 // Backend interface of core/backend.h does (the plugin's CudaBackend overrides
 // its virtual methods, so a plugin built against another layout must be refused).
 //   2: the fused ops became Backend methods (linear_act, causal_attention, ...).
-inline constexpr uint32_t kPluginAbiVersion = 2;
+//   3: causal_attention became attention, with an AttentionMask.
+inline constexpr uint32_t kPluginAbiVersion = 3;
 inline constexpr const char* kPluginEntry = "snug_cuda_plugin";
 
 struct PluginApi {

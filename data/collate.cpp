@@ -102,12 +102,12 @@ CollateFn pad_collate(PadOptions opt) {
       out.fields.push_back(t);
       if (k == opt.length_field) {
         out.lengths = empty({B}, DType::i64);  // (B)
-        out.mask = zeros({B, L}, DType::b8);   // (B, L)
+        out.padding_mask = full({B, L}, 1.0, DType::b8);  // (B, L), true at padding
         int64_t* len = out.lengths.data<int64_t>();
-        bool* m = out.mask.data<bool>();
+        bool* m = out.padding_mask.data<bool>();
         for (int64_t b = 0; b < B; ++b) {
           len[b] = samples[size_t(b)][k].size(0);
-          std::fill(m + b * L, m + b * L + len[b], true);
+          std::fill(m + b * L, m + b * L + len[b], false);
         }
       }
     }

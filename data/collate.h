@@ -16,8 +16,11 @@ struct Batch {
   // pad_collate gives (B, L, ...) for variable-length fields.
   std::vector<Tensor> fields;
   // pad_collate only (undefined after stack_collate), for its length_field:
-  Tensor lengths;  // (B) i64: each sample's length before padding
-  Tensor mask;     // (B, L) bool: true at real positions, false at padding
+  Tensor lengths;       // (B) i64: each sample's length before padding
+  // (B, L) bool: true at padding, false at real positions -- the attention
+  // masks' convention (NOTE [ Attention masks ] in core/backend.h), so it goes
+  // to MultiheadAttention and TransformerEncoder as their key_padding_mask.
+  Tensor padding_mask;
   // The dataset index of each sample, in batch order (set by the DataLoader).
   std::vector<int64_t> indices;
 

@@ -129,7 +129,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
       Batch b = inner(std::move(samples));
       for (Tensor& t : b.fields) t = pin(t);
       if (b.lengths.defined()) b.lengths = pin(b.lengths);
-      if (b.mask.defined()) b.mask = pin(b.mask);
+      if (b.padding_mask.defined()) b.padding_mask = pin(b.padding_mask);
       return b;
     };
   }

@@ -499,80 +499,149 @@ Tensor causal_softmax(const Tensor& x, double scale) {
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& mask,
-                                    double dropout_p, bool training) {
+                                    double dropout_p, bool training, const Tensor& key_padding_mask) {
   SNUG_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), ShapeError,
              "scaled_dot_product_attention: q, k, v must have the same number of dims (B, H, T, D), got ",
              shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
   SNUG_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), ShapeError,
              "scaled_dot_product_attention: shapes q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ",
              shape_str(v.shape()), " do not agree (q/k head size, k/v length)");
+  const int64_t Tq = q.size(-2), Tk = k.size(-2);
+  if (mask.defined())
+    SNUG_CHECK(mask.dtype() == DType::b8 || is_floating(mask.dtype()), DTypeError,
+               "scaled_dot_product_attention: the mask must be bool (true = masked out) or floating (added to the "
+               "scores), got ",
+               dtype_name(mask.dtype()));
+  Tensor kp;  // key padding as (B, 1, ..., 1, Tk)
+  if (key_padding_mask.defined()) {
+    SNUG_CHECK(key_padding_mask.dtype() == DType::b8 && key_padding_mask.dim() == 2 && q.dim() >= 3 &&
+                   key_padding_mask.size(0) == q.size(0) && key_padding_mask.size(1) == Tk,
+               ShapeError, "scaled_dot_product_attention: key_padding_mask must be (B, Tk) = (", q.size(0), ", ", Tk,
+               ") bool, got ", dtype_name(key_padding_mask.dtype()), " ", shape_str(key_padding_mask.shape()));
+    Shape ks(size_t(q.dim()), 1);
+    ks[0] = q.size(0);
+    ks.back() = Tk;
+    kp = key_padding_mask.reshape(ks);
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   Tensor scores = matmul(q, k.transpose(-2, -1));  // (B, H, Tq, Tk)
   Tensor p;
-  if (causal && !mask.defined()) {
+  if (causal && !mask.defined() && !kp.defined()) {
     p = causal_softmax(scores, scale);
   } else {
+    constexpr double kInf = std::numeric_limits<double>::infinity();
     Tensor s = scores * scale;
-    if (mask.defined()) s = masked_fill(s, mask, -std::numeric_limits<double>::infinity());
+    if (mask.defined()) s = mask.dtype() == DType::b8 ? masked_fill(s, mask, -kInf) : s + mask.to(s.dtype());
+    if (kp.defined()) s = masked_fill(s, kp, -kInf);
     if (causal) {
-      const int64_t Tq = q.size(-2), Tk = k.size(-2);
       // Fix: the index tensors are made on q's device (they were always on the
       // CPU, so causal + mask failed for tensors on any other device).
       const TensorOptions io(DType::i64, q.device());
       Tensor i = arange(Tq, io).view({Tq, 1}), j = arange(Tk, io).view({1, Tk});
-      s = masked_fill(s, gt(j, i + double(Tk - Tq)), -std::numeric_limits<double>::infinity());
+      s = masked_fill(s, gt(j, i + double(Tk - Tq)), -kInf);
     }
-    p = softmax(s, -1);
+    // A row that sees no key gives zeros (NOTE [ Attention masks ] in
+    // core/backend.h): its scores become 0 before the softmax and its
+    // probabilities 0 after, so neither value nor gradient is NaN.
+    const Tensor none = raw::compare_scalar(CompareOp::eq, raw::reduce(ReduceOp::max, s, {-1}, true), -kInf);
+    p = masked_fill(softmax(masked_fill(s, none, 0.0), -1), none, 0.0);
   }
   if (dropout_p > 0 && training) p = dropout(p, dropout_p, true);
   return matmul(p, v);  // (B, H, Tq, D)
 }
 
-// ---- causal self-attention from packed q|k|v ---------------------------------------
+// ---- self-attention from packed q|k|v ------------------------------------------------------
+namespace {
+
+// The user's masks as the backend's AttentionMask (NOTE [ Attention masks ]):
+// key padding (B, T) bool contiguous, the mask expanded to (B, heads, T, T)
+// (a view: nothing is copied unless its dtype must change).
+AttentionMask backend_mask(const Tensor& qkv, int64_t heads, bool causal, const Tensor& attn_mask,
+                           const Tensor& key_padding_mask) {
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  AttentionMask m;
+  m.causal = causal;
+  if (key_padding_mask.defined()) {
+    SNUG_CHECK(key_padding_mask.dtype() == DType::b8 && key_padding_mask.shape() == (Shape{B, T}), ShapeError,
+               "self_attention: key_padding_mask must be (B, T) = (", B, ", ", T, ") bool (true at padding), got ",
+               dtype_name(key_padding_mask.dtype()), " ", shape_str(key_padding_mask.shape()));
+    SNUG_CHECK(key_padding_mask.device() == qkv.device(), DeviceError, "self_attention: key_padding_mask is on ",
+               key_padding_mask.device().str(), ", qkv on ", qkv.device().str());
+    m.key_padding = raw::contiguous(key_padding_mask);
+  }
+  if (attn_mask.defined()) {
+    SNUG_CHECK(attn_mask.dtype() == DType::b8 || is_floating(attn_mask.dtype()), DTypeError,
+               "self_attention: attn_mask must be bool (true = masked out) or floating (added to the scores), got ",
+               dtype_name(attn_mask.dtype()));
+    SNUG_CHECK(attn_mask.device() == qkv.device(), DeviceError, "self_attention: attn_mask is on ",
+               attn_mask.device().str(), ", qkv on ", qkv.device().str());
+    const Shape full{B, heads, T, T};
+    bool fits = attn_mask.dim() <= 4;
+    for (int64_t d = 1; fits && d <= attn_mask.dim(); ++d) {
+      const int64_t s = attn_mask.size(-d);
+      fits = s == 1 || s == full[size_t(4 - d)];
+    }
+    SNUG_CHECK(fits, ShapeError, "self_attention: attn_mask ", shape_str(attn_mask.shape()),
+               " does not broadcast to (B, heads, T, T) = ", shape_str(full));
+    const DType want = attn_mask.dtype() == DType::b8 ? DType::b8 : qkv.dtype();
+    m.mask = raw::expand(raw::to_dtype(attn_mask, want), full);
+  }
+  return m;
+}
+
+}  // namespace
+
 // qkv (B, T, 3C) -> (B, T, C); backward: dqkv (B, T, 3C), written whole by the kernel.
-Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p, bool training, bool fused) {
-  SNUG_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, ShapeError, "causal_self_attention: expected qkv (B, T, 3C), got ",
+Tensor self_attention(const Tensor& qkv, int64_t heads, bool causal, const Tensor& attn_mask,
+                      const Tensor& key_padding_mask, double dropout_p, bool training, bool fused) {
+  SNUG_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, ShapeError, "self_attention: expected qkv (B, T, 3C), got ",
              shape_str(qkv.shape()));
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-  SNUG_CHECK(heads > 0 && C % heads == 0, ValueError, "causal_self_attention: ", heads,
-             " heads do not divide the width ", C);
+  SNUG_CHECK(heads > 0 && C % heads == 0, ValueError, "self_attention: ", heads, " heads do not divide the width ", C);
   const int64_t D = C / heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(D, 1)));
-  SNUG_CHECK(qkv.is_floating_point(), DTypeError, "causal_self_attention: expected a floating qkv, got ",
+  SNUG_CHECK(qkv.is_floating_point(), DTypeError, "self_attention: expected a floating qkv, got ",
              dtype_name(qkv.dtype()));
+  const AttentionMask am = backend_mask(qkv, heads, causal, attn_mask, key_padding_mask);
   // The fused kernels have no dropout: with it, the composed ops.
   if (!fused || (dropout_p > 0 && training)) {
     Tensor split = qkv.view({B, T, 3, heads, D}).permute({2, 0, 3, 1, 4});  // (3, B, H, T, D)
-    Tensor y = scaled_dot_product_attention(split.select(0, 0), split.select(0, 1), split.select(0, 2), true, Tensor(),
-                                            dropout_p, training);  // (B, H, T, D)
+    Tensor y = scaled_dot_product_attention(split.select(0, 0), split.select(0, 1), split.select(0, 2), causal,
+                                            am.mask, dropout_p, training, am.key_padding);  // (B, H, T, D)
     return y.transpose(1, 2).reshape({B, T, C});
   }
-  // The backend's causal_attention (NOTE [ Fused causal attention ] in
-  // core/cpu/attention.h; 16-bit qkv: NOTE [ 16-bit attention ] in
-  // core/cpu/attention.cpp). What backward keeps: qkv in its own dtype, y, and
-  // the f32 (f64 for f64) row logsumexps.
-  const double flops = Backend::causal_attention_flops(B, T, heads, D);
-  profiler::RecordOp rec("causal_attention", qkv.device(), flops);
+  // The backend's attention (NOTE [ Fused attention ] in core/cpu/attention.h;
+  // 16-bit qkv: NOTE [ 16-bit attention ] in core/cpu/attention.cpp). What
+  // backward keeps: qkv in its own dtype, y, the f32 (f64 for f64) row
+  // logsumexps, and the masks (the caller's tensors, or views of them).
+  const char* name = causal ? "causal_attention" : "attention";
+  const double flops = Backend::attention_flops(B, T, heads, D, causal);
+  profiler::RecordOp rec(name, qkv.device(), flops);
   const Tensor xc = raw::contiguous(qkv);  // (B, T, 3C)
-  std::vector<Tensor> outs = autograd::keep_or_compute("causal_attention", [&] {
+  std::vector<Tensor> outs = autograd::keep_or_compute(name, [&] {
     Tensor y = empty({B, T, C}, xc.options());                                                          // (B, T, C)
     Tensor lse = empty({B, heads, T}, xc.options().with_dtype(promote_types(xc.dtype(), DType::f32)));  // (B, H, T)
-    backend_for(xc.device()).causal_attention(xc, heads, scale, y, lse);
+    backend_for(xc.device()).attention(xc, heads, scale, am, y, lse);
     return std::vector<Tensor>{y, lse};
   });
   const Tensor& y = outs[0];
   if (any_requires_grad({qkv}))
-    record("causal_attention", {qkv}, {y}, {xc, y, outs[1]},
-           [heads, scale, flops](FunctionNode& self, const G& g) -> G {
+    record(name, {qkv}, {y}, {xc, y, outs[1]},
+           [heads, scale, flops, am](FunctionNode& self, const G& g) -> G {
              const Tensor x = self.saved_at(0);
-             profiler::RecordOp rec("causal_attention_backward", x.device(), 2.5 * flops);
+             profiler::RecordOp rec(am.causal ? "causal_attention_backward" : "attention_backward", x.device(),
+                                    2.5 * flops);
              Tensor gx = empty(x.shape(), x.options());  // (B, T, 3C)
              backend_for(x.device())
-                 .causal_attention_backward(x, self.saved_at(1), self.saved_at(2),
-                                            raw::contiguous(raw::to_dtype(g[0], x.dtype())), heads, scale, gx);
+                 .attention_backward(x, self.saved_at(1), self.saved_at(2),
+                                     raw::contiguous(raw::to_dtype(g[0], x.dtype())), heads, scale, am, gx);
              return {gx};
            });
   return y;
+}
+
+Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p, bool training, bool fused) {
+  return self_attention(qkv, heads, true, Tensor(), Tensor(), dropout_p, training, fused);
 }
 
 }  // namespace snug::nn::functional

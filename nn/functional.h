@@ -40,22 +40,32 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 Tensor causal_softmax(const Tensor& x, double scale);
 
 // Attention: q (B, H, Tq, D), k/v (B, H, Tk, D) -> (B, H, Tq, D).
+// Masks follow NOTE [ Attention masks ] (core/backend.h): true = masked out.
 // causal: query i sees keys j <= i + (Tk - Tq); no T x T mask tensor is made.
-// mask (optional, bool, broadcast to (B, H, Tq, Tk)): true = blocked.
+// mask (optional, broadcast to (B, H, Tq, Tk)): bool, true = masked out, or
+// floating, added to the scaled scores. key_padding_mask (optional, (B, Tk)
+// bool): true at keys no query sees. A query row that sees no key gives zeros.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
-                                    const Tensor& mask = Tensor(), double dropout_p = 0.0, bool training = false);
+                                    const Tensor& mask = Tensor(), double dropout_p = 0.0, bool training = false,
+                                    const Tensor& key_padding_mask = Tensor());
 
-// Causal self-attention from the packed projection of MultiheadAttention:
+// Self-attention from the packed projection of MultiheadAttention:
 // qkv (B, T, 3C) holding q | k | v, each (B, T, heads, C / heads) -> (B, T, C),
 // the heads merged back. The same as splitting q, k and v into heads, calling
-// scaled_dot_product_attention(causal) and merging. Without attention dropout
-// this is one op, the backend's causal_attention (core/backend.h): on the CPU
-// (any float dtype) and on a GPU (f32 and 16-bit, heads of up to 256) a fused
-// kernel that never builds the (B, heads, T, T) scores and keeps only a
-// (B, heads, T) logsumexp for backward (NOTE [ Fused causal attention ] in
-// core/cpu/attention.h, NOTE [ CUDA fused attention ] in cuda/attention.cu);
-// elsewhere the backend's composed default. `fused = false` forces the
-// unfused ops (tests, benchmarks).
+// scaled_dot_product_attention(causal, attn_mask, key_padding_mask) and
+// merging. attn_mask broadcasts to (B, heads, T, T) (a (T, T) or (B, 1, T, T)
+// mask is read where it lies, never expanded in memory); key_padding_mask is
+// (B, T) bool, true at padding (data::pad_collate's padding_mask). Without
+// attention dropout this is one op, the backend's attention (core/backend.h):
+// on the CPU (any float dtype) and on a GPU a fused kernel that never builds
+// the (B, heads, T, T) scores and keeps only a (B, heads, T) logsumexp for
+// backward (NOTE [ Fused attention ] in core/cpu/attention.h, NOTE [ CUDA
+// fused attention ] in cuda/attention.cu); elsewhere the backend's composed
+// default. `fused = false` forces the unfused ops (tests, benchmarks).
+Tensor self_attention(const Tensor& qkv, int64_t heads, bool causal, const Tensor& attn_mask = Tensor(),
+                      const Tensor& key_padding_mask = Tensor(), double dropout_p = 0.0, bool training = false,
+                      bool fused = true);
+// self_attention(qkv, heads, causal = true) without masks.
 Tensor causal_self_attention(const Tensor& qkv, int64_t heads, double dropout_p = 0.0, bool training = false,
                              bool fused = true);
 

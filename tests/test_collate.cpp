@@ -17,7 +17,7 @@ TEST_CASE("stack_collate stacks each field") {
   CHECK(b[0].shape() == Shape{3, 2});
   CHECK(b[0].to_vector<float>() == std::vector<float>{0, 0, 1, 10, 2, 20});
   CHECK(b[1].to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2});
-  CHECK_FALSE(b.mask.defined());
+  CHECK_FALSE(b.padding_mask.defined());
   // A strided (non-contiguous) field goes through the general copy.
   Tensor m = from_vector<float>({1, 2, 3, 4}, {2, 2});
   Batch t = stack_collate({{m.t()}, {m}});
@@ -44,21 +44,22 @@ TEST_CASE("pad_collate: padded values, lengths and mask") {
   CHECK(b[1].to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2});
   CHECK(b[2].shape() == Shape{3, 4, 2});
   CHECK(b.lengths.to_vector<int64_t>() == std::vector<int64_t>{3, 1, 4});
-  REQUIRE(b.mask.dtype() == DType::b8);
-  CHECK(b.mask.shape() == Shape{3, 4});
-  // The mask is true exactly where the padded field holds real tokens.
-  std::vector<int64_t> m = b.mask.to_vector<int64_t>();
+  REQUIRE(b.padding_mask.dtype() == DType::b8);
+  CHECK(b.padding_mask.shape() == Shape{3, 4});
+  // The padding mask is true exactly where the padded field holds no real
+  // token (the attention masks' convention: true = masked out).
+  std::vector<int64_t> m = b.padding_mask.to_vector<int64_t>();
   std::vector<int64_t> tok = b[0].to_vector<int64_t>();
   std::vector<float> feat = b[2].to_vector<float>();
   for (size_t i = 0; i < m.size(); ++i) {
-    CHECK(m[i] == (tok[i] != -1 ? 1 : 0));
-    CHECK(feat[2 * i] == (m[i] ? 1.0f : 0.0f));
+    CHECK(m[i] == (tok[i] == -1 ? 1 : 0));
+    CHECK(feat[2 * i] == (m[i] ? 0.0f : 1.0f));
   }
   // pad_to_multiple_of rounds L up; the mask covers the extra columns as padding.
   Batch r = pad_collate({.pad_to_multiple_of = 8})(s);
   CHECK(r[0].shape() == Shape{3, 8});
-  CHECK(r.mask.to_vector<int64_t>()[7] == 0);
-  CHECK(r.mask.sum().item() == 8);
+  CHECK(r.padding_mask.to_vector<int64_t>()[7] == 1);
+  CHECK(r.padding_mask.sum().item() == 3 * 8 - 8);
   // Trailing dims must agree.
   s[1][2] = ones({1, 3});
   CHECK_THROWS_WITH_AS(pad_collate()(s), doctest::Contains("only dim 0 may differ"), ShapeError);

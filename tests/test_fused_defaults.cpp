@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -100,34 +101,76 @@ TEST_CASE("linear_backward and linear_backward_act: defaults against the CPU ker
   }
 }
 
-TEST_CASE("causal_attention: the default equals the unfused attention and agrees with the CPU kernel") {
+TEST_CASE("attention: the default equals the unfused attention and agrees with the CPU kernel, every mask") {
   Generator g(3);
+  const int64_t B = 2, T = 37, H = 3, D = 8, C = H * D;  // T past one block of query rows
+  // The mask cases (NOTE [ Attention masks ]): what each names, and a maker.
+  struct Case {
+    const char* name;
+    bool causal, padding;
+    int mask;  // 0 none, 1 bool (T, T), 2 floating (B, 1, T, T), 3 bool hiding every key of one row
+  };
+  const Case cases[] = {{"causal", true, false, 0},       {"full", false, false, 0},
+                        {"key padding", false, true, 0},  {"causal + key padding", true, true, 0},
+                        {"bool (T, T)", false, false, 1}, {"additive (B, 1, T, T) + padding", false, true, 2},
+                        {"a row without keys", false, false, 3}};
+  Tensor pad = zeros({B, T}, DType::b8);  // batch 0: the last 5 keys, batch 1: the last 11
+  for (int64_t j = 0; j < T; ++j) {
+    pad.data<bool>()[j] = j >= T - 5;
+    pad.data<bool>()[T + j] = j >= T - 11;
+  }
+  const Tensor band = raw::compare_scalar(CompareOp::gt, abs(arange(T).view({T, 1}) - arange(T).view({1, T})), 6.0);  // (T, T): |i - j| > 6 hidden
   for (DType dt : {DType::f32, DType::f64}) {
-    CAPTURE(dtype_name(dt));
-    const int64_t B = 2, T = 37, H = 3, D = 8, C = H * D;  // T past one block of query rows
-    const Tensor qkv = randn({B, T, 3 * C}, dt, &g), gy = randn({B, T, C}, dt, &g);
-    const double scale = 1.0 / std::sqrt(double(D));
-    Tensor y[2], lse[2], dq[2];
-    for (int k = 0; k < 2; ++k) {
-      y[k] = empty({B, T, C}, dt), lse[k] = empty({B, H, T}, dt), dq[k] = empty({B, T, 3 * C}, dt);
-      if (k == 0) {
-        cpu().Backend::causal_attention(qkv, H, scale, y[k], lse[k]);
-        cpu().Backend::causal_attention_backward(qkv, y[k], lse[k], gy, H, scale, dq[k]);
+    for (const Case& cs : cases) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(cs.name);
+      const Tensor qkv = randn({B, T, 3 * C}, dt, &g), gy = randn({B, T, C}, dt, &g);
+      const double scale = 1.0 / std::sqrt(double(D));
+      Tensor user_mask;
+      if (cs.mask == 1) user_mask = band;
+      if (cs.mask == 2) user_mask = randn({B, 1, T, T}, dt, &g);
+      if (cs.mask == 3) {
+        user_mask = zeros({T, T}, DType::b8);
+        for (int64_t j = 0; j < T; ++j) user_mask.data<bool>()[4 * T + j] = true;  // row 4 sees nothing
+      }
+      AttentionMask am;
+      am.causal = cs.causal;
+      if (cs.padding) am.key_padding = pad;
+      if (user_mask.defined()) am.mask = user_mask.expand({B, H, T, T});
+      Tensor y[2], lse[2], dq[2];
+      for (int k = 0; k < 2; ++k) {
+        y[k] = empty({B, T, C}, dt), lse[k] = empty({B, H, T}, dt), dq[k] = empty({B, T, 3 * C}, dt);
+        if (k == 0) {
+          cpu().Backend::attention(qkv, H, scale, am, y[k], lse[k]);
+          cpu().Backend::attention_backward(qkv, y[k], lse[k], gy, H, scale, am, dq[k]);
+        } else {
+          cpu().attention(qkv, H, scale, am, y[k], lse[k]);
+          cpu().attention_backward(qkv, y[k], lse[k], gy, H, scale, am, dq[k]);
+        }
+      }
+      const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
+      CHECK(rel_diff(y[1], y[0]) < tol);
+      CHECK(rel_diff(dq[1], dq[0]) < tol);
+      CHECK(rel_diff(clamp(lse[1], -1e30, 1e30), clamp(lse[0], -1e30, 1e30)) < tol);  // -inf rows both
+      // The composed ops (scaled_dot_product_attention through self_attention's unfused path).
+      Tensor q1 = qkv.clone().requires_grad_(true);
+      const Tensor yc = F::self_attention(q1, H, cs.causal, user_mask, cs.padding ? pad : Tensor(), 0.0, false, false);
+      (yc * gy).sum().backward();
+      if (cs.mask == 0 && !cs.padding && cs.causal) {
+        // causal alone: the default's forward is the composed attention bit for
+        // bit, its backward the composed gradient up to the sign of zero.
+        check_same(y[0], yc, "default y");
+        CHECK(rel_diff(dq[0], q1.grad()) == 0.0);
       } else {
-        cpu().causal_attention(qkv, H, scale, y[k], lse[k]);
-        cpu().causal_attention_backward(qkv, y[k], lse[k], gy, H, scale, dq[k]);
+        CHECK(rel_diff(y[0], yc) < tol);
+        CHECK(rel_diff(dq[0], q1.grad()) < tol);
+      }
+      if (cs.mask == 3) {  // the row without keys: zeros and -inf, as PyTorch
+        CHECK(max(y[1].select(1, 4).abs()).item() == 0.0);
+        CHECK(max(lse[1].select(2, 4)).item() == -std::numeric_limits<double>::infinity());
+        CHECK(std::isfinite(max(dq[1].abs()).item()));
       }
     }
-    const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
-    CHECK(rel_diff(y[1], y[0]) < tol);
-    CHECK(rel_diff(lse[1], lse[0]) < tol);
-    CHECK(rel_diff(dq[1], dq[0]) < tol);
-    // The default's forward is the composed attention, bit for bit.
-    check_same(y[0], F::causal_self_attention(qkv, H, 0.0, false, /*fused=*/false), "default y");
-    // And its backward the composed attention's gradient, up to the sign of zero.
-    Tensor q1 = qkv.clone().requires_grad_(true);
-    (F::causal_self_attention(q1, H, 0.0, false, false) * gy).sum().backward();
-    CHECK(rel_diff(dq[0], q1.grad()) == 0.0);
   }
 }
 
@@ -195,5 +238,5 @@ TEST_CASE("linear: mismatched dtypes and devices are errors naming the op") {
   CHECK(contains(error_of([&] {
                    F::causal_self_attention(zeros({1, 2, 6}, DType::i64), 1);
                  }),
-                 "causal_self_attention: expected a floating qkv"));
+                 "self_attention: expected a floating qkv"));
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Fused causal self-attention kernels: NOTE [ Fused causal attention ] in
+// Fused self-attention kernels: NOTE [ Fused attention ] in
 // core/cpu/attention.h. The row math is core/attention_math.h's (NOTE [
 // Attention row math ]), shared with the CUDA kernels; this file has the loops.
 #include <snug/core/cpu/attention.h>
@@ -246,15 +246,68 @@ float exp_row<float>(float* row, int64_t vis, int64_t n, float sub) {
 }
 #endif
 
-// Forward's softmax of one block (m rows of n = r0 + m keys, row i sees keys
-// [0, r0 + i]): rows become their unnormalized exps, lse[i] the logsumexp,
-// inv[i] 1 / sum.
+// What one (batch, head)'s rows add to their scaled scores (NOTE [ Attention
+// masks ] in core/backend.h): -inf at padded keys and where a bool mask is
+// true, a floating mask's values otherwise. Read through the mask's strides.
 template <class T>
-void block_softmax(T* S, int64_t m, int64_t n, int64_t r0, T* lse, T* inv) {
+struct RowMasks {
+  const bool* pad = nullptr;  // (T) this batch's key padding, or null
+  const char* m = nullptr;    // this (batch, head)'s (T, T) plane of the mask, or null
+  int64_t si = 0, sj = 0;     // its strides in bytes
+  bool m_bool = false;
+  bool any() const { return pad || m; }
+  // row (n keys from key 0) of query row i
+  void apply(T* row, int64_t i, int64_t n) const {
+    constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+    if (m) {
+      const char* r = m + i * si;
+      if (m_bool) {
+        for (int64_t j = 0; j < n; ++j)
+          if (*reinterpret_cast<const bool*>(r + j * sj)) row[j] = kNegInf;
+      } else {
+        for (int64_t j = 0; j < n; ++j) row[j] += *reinterpret_cast<const T*>(r + j * sj);
+      }
+    }
+    if (pad)
+      for (int64_t j = 0; j < n; ++j)
+        if (pad[j]) row[j] = kNegInf;
+  }
+};
+
+template <class T>
+RowMasks<T> row_masks(const AttentionMask& am, int64_t b, int64_t h, int64_t Tn) {
+  RowMasks<T> r;
+  if (am.key_padding.defined()) r.pad = static_cast<const bool*>(am.key_padding.data_ptr()) + b * Tn;
+  if (am.mask.defined()) {
+    const Tensor& m = am.mask;  // (B, H, T, T) elements
+    const int64_t es = int64_t(dtype_size(m.dtype()));
+    r.m = static_cast<const char*>(m.data_ptr()) + (b * m.stride(0) + h * m.stride(1)) * es;
+    r.si = m.stride(2) * es;
+    r.sj = m.stride(3) * es;
+    r.m_bool = m.dtype() == DType::b8;
+  }
+  return r;
+}
+
+// Keys [0, vis) of a block's row i (from r0), of the n the block computed.
+SNUG_INLINE int64_t visible(bool causal, int64_t r0, int64_t i, int64_t n) { return causal ? r0 + i + 1 : n; }
+
+// Forward's softmax of one block (m rows of n keys; row i sees keys [0,
+// visible(...)), the masks already applied): rows become their unnormalized
+// exps, lse[i] the logsumexp, inv[i] 1 / sum. A row with no key left (max
+// -inf) becomes zeros with lse -inf and inv 0.
+template <class T>
+void block_softmax(T* S, int64_t m, int64_t n, int64_t r0, bool causal, T* lse, T* inv) {
   for (int64_t i = 0; i < m; ++i) {
     T* row = S + i * n;
-    const int64_t vis = r0 + i + 1;
+    const int64_t vis = visible(causal, r0, i, n);
     const T mx = row_max<T>(row, vis);
+    if (mx == -std::numeric_limits<T>::infinity()) {
+      std::fill_n(row, n, T(0));
+      lse[i] = mx;
+      inv[i] = T(0);
+      continue;
+    }
     const T s = exp_row<T>(row, vis, n, mx);
     lse[i] = softmax_row::logsumexp(mx, s);
     inv[i] = softmax_row::inverse_sum<T>(s);
@@ -291,7 +344,8 @@ Scratch<T>& scratch() {
 }
 
 template <class T>
-void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const Tensor& y, const Tensor& lse) {
+void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const AttentionMask& am, const Tensor& y,
+                  const Tensor& lse) {
   const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3, D = C / H;
   const T* base = static_cast<const T*>(qkv.data_ptr());
   T* yp = static_cast<T*>(y.data_ptr());
@@ -311,12 +365,16 @@ void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const Tensor& y,
     sc.kt.resize(size_t(D * Tn));
     T *S = sc.s.data(), *Kt = sc.kt.data();
     T inv[kAttentionBlockRows];
+    const RowMasks<T> rm = row_masks<T>(am, b, h, Tn);
     kernels::transpose<T>(Tn, D, K, C3, Kt, Tn);  // (D, T): every block's S = Q K^T reads rows of it
     const T* Vd = dense(sc.vc, Tn, D, V, C3);     // (T, D)
     for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
-      const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = r0 + m;  // keys 0..kv-1 are visible to some row
-      mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, S, kv);       // S (m, kv)
-      block_softmax<T>(S, m, kv, r0, Lr + r0, inv);                           // S -> exp(S - max), unnormalized
+      // keys 0..kv-1 are visible to some row of the block
+      const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = am.causal ? r0 + m : Tn;
+      mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, S, kv);  // S (m, kv)
+      if (rm.any())
+        for (int64_t i = 0; i < m; ++i) rm.apply(S + i * kv, r0 + i, visible(am.causal, r0, i, kv));
+      block_softmax<T>(S, m, kv, r0, am.causal, Lr + r0, inv);  // S -> exp(S - max), unnormalized
       mm<T>(m, D, kv, T(1), S, kv, 1, Vd, D, false, Y + r0 * C, C);           // O = P V (m, D), then
       for (int64_t i = 0; i < m; ++i) {                                       // rows times 1 / sum
         T* o = Y + (r0 + i) * C;
@@ -329,7 +387,7 @@ void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const Tensor& y,
 
 template <class T>
 void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t H, double scale_d,
-                   const Tensor& dqkv) {
+                   const AttentionMask& am, const Tensor& dqkv) {
   const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3, D = C / H;
   const T* base = static_cast<const T*>(qkv.data_ptr());
   (void)y;  // not read: the correction term comes from P and dP (below)
@@ -363,11 +421,21 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
     sc.dk.assign(size_t(Tn * D), T(0));
     sc.dv.assign(size_t(Tn * D), T(0));
     T *dKd = sc.dk.data(), *dVd = sc.dv.data();
+    const RowMasks<T> rm = row_masks<T>(am, b, h, Tn);
     for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
-      const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = r0 + m;
+      const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = am.causal ? r0 + m : Tn;
       mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, P, kv);  // S (m, kv)
-      for (int64_t i = 0; i < m; ++i)  // P = exp(S - lse) on the visible part, 0 past the diagonal
-        exp_row<T>(P + i * kv, r0 + i + 1, kv, Lr[r0 + i]);
+      for (int64_t i = 0; i < m; ++i) {  // P = exp(S - lse) on the visible part, 0 past it
+        T* row = P + i * kv;
+        const int64_t vis = visible(am.causal, r0, i, kv);
+        const T l = Lr[r0 + i];
+        if (l == -std::numeric_limits<T>::infinity()) {  // a row without keys: no gradient
+          std::fill_n(row, kv, T(0));
+          continue;
+        }
+        if (rm.any()) rm.apply(row, r0 + i, vis);
+        exp_row<T>(row, vis, kv, l);
+      }
       mm<T>(m, kv, D, T(1), G + r0 * C, C, 1, Vt, Tn, false, dP, kv);  // dP = dO V^T (m, kv)
       for (int64_t i = 0; i < m; ++i) {
         T* pr = P + i * kv;
@@ -393,7 +461,7 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
   }
 }
 
-void check_args(const char* what, const Tensor& qkv, int64_t heads) {
+void check_args(const char* what, const Tensor& qkv, int64_t heads, const AttentionMask& am) {
   SNUG_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0, ShapeError, what, ": expected qkv (B, T, 3C), got ",
              shape_str(qkv.shape()));
   SNUG_CHECK(heads > 0 && (qkv.size(2) / 3) % heads == 0, ValueError, what, ": ", heads,
@@ -401,36 +469,49 @@ void check_args(const char* what, const Tensor& qkv, int64_t heads) {
   SNUG_CHECK(qkv.is_contiguous(), ValueError, what, ": qkv must be contiguous");
   SNUG_CHECK(qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64, DTypeError, what,
              ": float32 or float64 only, got ", dtype_name(qkv.dtype()));
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  if (am.key_padding.defined())
+    SNUG_CHECK(am.key_padding.dtype() == DType::b8 && am.key_padding.shape() == (Shape{B, T}) &&
+                   am.key_padding.is_contiguous() && am.key_padding.device() == qkv.device(),
+               ValueError, what, ": key_padding must be a contiguous (", B, ", ", T, ") bool tensor on ",
+               qkv.device().str(), ", got ", dtype_name(am.key_padding.dtype()), " ", shape_str(am.key_padding.shape()));
+  if (am.mask.defined())
+    SNUG_CHECK((am.mask.dtype() == DType::b8 || am.mask.dtype() == qkv.dtype()) &&
+                   am.mask.shape() == (Shape{B, heads, T, T}) && am.mask.device() == qkv.device(),
+               ValueError, what, ": mask must be (", B, ", ", heads, ", ", T, ", ", T, ") bool or ",
+               dtype_name(qkv.dtype()), " on ", qkv.device().str(), ", got ", dtype_name(am.mask.dtype()), " ",
+               shape_str(am.mask.shape()));
 }
 
 }  // namespace
 
-void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
-  check_args("causal_attention_forward", qkv, heads);
+void attention_forward(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
+                       const Tensor& lse) {
+  check_args("attention_forward", qkv, heads, mask);
   if (qkv.numel() == 0) return;
   if (qkv.dtype() == DType::f32)
-    forward_impl<float>(qkv, heads, scale, y, lse);
+    forward_impl<float>(qkv, heads, scale, mask, y, lse);
   else
-    forward_impl<double>(qkv, heads, scale, y, lse);
+    forward_impl<double>(qkv, heads, scale, mask, y, lse);
 }
 
-void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
-                               double scale, const Tensor& dqkv) {
-  check_args("causal_attention_backward", qkv, heads);
+void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
+                        double scale, const AttentionMask& mask, const Tensor& dqkv) {
+  check_args("attention_backward", qkv, heads, mask);
   if (qkv.numel() == 0) return;
   if (qkv.dtype() == DType::f32)
-    backward_impl<float>(qkv, y, lse, gy, heads, scale, dqkv);
+    backward_impl<float>(qkv, y, lse, gy, heads, scale, mask, dqkv);
   else
-    backward_impl<double>(qkv, y, lse, gy, heads, scale, dqkv);
+    backward_impl<double>(qkv, y, lse, gy, heads, scale, mask, dqkv);
 }
 
-double causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D) {
-  double visible = 0;  // (rows x keys) products computed over all blocks of one head
+double attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal) {
+  double computed = 0;  // (rows x keys) products computed over all blocks of one head
   for (int64_t r0 = 0; r0 < T; r0 += kAttentionBlockRows) {
     const int64_t m = std::min(kAttentionBlockRows, T - r0);
-    visible += double(m) * double(r0 + m);
+    computed += double(m) * double(causal ? r0 + m : T);
   }
-  return 2.0 * 2.0 * visible * double(D) * double(B * heads);  // two GEMMs, 2 flops per multiply-add
+  return 2.0 * 2.0 * computed * double(D) * double(B * heads);  // two GEMMs, 2 flops per multiply-add
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::cpu
@@ -451,45 +532,50 @@ bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
 // the f32 lse. The composed attention would keep (B, H, T, T) scores and
 // probabilities, and an f32 copy of qkv would double the op's memory.
 // Backward widens qkv, y and the gradient again for the kernel, as workspace.
-void CpuBackend::causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
+void CpuBackend::attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
+                           const Tensor& lse) {
   const DType dt = qkv.dtype();
   if (dt == DType::f32 || dt == DType::f64) {
-    cpu::causal_attention_forward(qkv, heads, scale, y, lse);
+    cpu::attention_forward(qkv, heads, scale, mask, y, lse);
     return;
   }
   if (!is_half(dt)) {
-    Backend::causal_attention(qkv, heads, scale, y, lse);
+    Backend::attention(qkv, heads, scale, mask, y, lse);
     return;
   }
   Tensor x32, y32;  // (B, T, 3C), (B, T, C)
+  AttentionMask m32 = mask;
   {
     memory::TagScope tag(memory::Tag::workspace);
     x32 = raw::to_dtype(qkv, DType::f32);
     y32 = empty(y.shape(), x32.options());
+    if (mask.mask.defined() && mask.mask.dtype() != DType::b8) m32.mask = raw::to_dtype(mask.mask, DType::f32);
   }
-  cpu::causal_attention_forward(x32, heads, scale, y32, lse);
+  cpu::attention_forward(x32, heads, scale, m32, y32, lse);
   copy(y32, y);  // rounded once
 }
 
-void CpuBackend::causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
-                                           int64_t heads, double scale, const Tensor& grad_qkv) {
+void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
+                                    int64_t heads, double scale, const AttentionMask& mask, const Tensor& grad_qkv) {
   const DType dt = qkv.dtype();
   if (dt == DType::f32 || dt == DType::f64) {
-    cpu::causal_attention_backward(qkv, y, lse, grad_y, heads, scale, grad_qkv);
+    cpu::attention_backward(qkv, y, lse, grad_y, heads, scale, mask, grad_qkv);
     return;
   }
   if (!is_half(dt)) {
-    Backend::causal_attention_backward(qkv, y, lse, grad_y, heads, scale, grad_qkv);
+    Backend::attention_backward(qkv, y, lse, grad_y, heads, scale, mask, grad_qkv);
     return;
   }
   Tensor x32, y32, g32, d32;  // NOTE [ 16-bit attention ]: f32 workspace
+  AttentionMask m32 = mask;
   {
     memory::TagScope tag(memory::Tag::workspace);
     x32 = raw::to_dtype(qkv, DType::f32), y32 = raw::to_dtype(y, DType::f32);
     g32 = raw::contiguous(raw::to_dtype(grad_y, DType::f32));
     d32 = empty(qkv.shape(), x32.options());
+    if (mask.mask.defined() && mask.mask.dtype() != DType::b8) m32.mask = raw::to_dtype(mask.mask, DType::f32);
   }
-  cpu::causal_attention_backward(x32, y32, lse, g32, heads, scale, d32);
+  cpu::attention_backward(x32, y32, lse, g32, heads, scale, m32, d32);
   copy(d32, grad_qkv);
 }
 

@@ -53,10 +53,10 @@ struct CpuBackend final : Backend {
                        const Tensor& grad_weight, const Tensor& grad_bias) override;  // cpu/linear.cpp
   void linear_backward_act(const Tensor& grad_out, const Tensor& weight, Activation act, const Tensor& z,
                            const Tensor& grad_z) override;  // cpu/linear.cpp
-  void causal_attention(const Tensor& qkv, int64_t heads, double scale, const Tensor& y,
-                        const Tensor& lse) override;  // cpu/attention.cpp
-  void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
-                                 int64_t heads, double scale, const Tensor& grad_qkv) override;  // cpu/attention.cpp
+  void attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
+                 const Tensor& lse) override;  // cpu/attention.cpp
+  void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y, int64_t heads,
+                          double scale, const AttentionMask& mask, const Tensor& grad_qkv) override;  // cpu/attention.cpp
   void conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
                    const Tensor& out) override;  // cpu/conv.cpp
   void conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x, const Tensor& weight,

@@ -284,15 +284,16 @@ void conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor&
                           const Tensor& grad_bias) {
   active().kernels.conv2d_relu_backward(grad_out, y, x, weight, p, grad_x, grad_weight, grad_bias);
 }
-void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse) {
-  active().kernels.causal_attention_forward(qkv, heads, scale, y, lse);
+void attention_forward(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
+                       const Tensor& lse) {
+  active().kernels.attention_forward(qkv, heads, scale, mask, y, lse);
 }
-void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
-                               double scale, const Tensor& dqkv) {
-  active().kernels.causal_attention_backward(qkv, y, lse, gy, heads, scale, dqkv);
+void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
+                        double scale, const AttentionMask& mask, const Tensor& dqkv) {
+  active().kernels.attention_backward(qkv, y, lse, gy, heads, scale, mask, dqkv);
 }
-double causal_attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D) {
-  return active().kernels.causal_attention_flops(B, T, heads, D);
+double attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal) {
+  return active().kernels.attention_flops(B, T, heads, D, causal);
 }
 
 }  // namespace snug::dispatch::cpu

@@ -43,9 +43,9 @@
   X(kernels, transpose_f32)                                                                                         \
   X(cpu, conv2d_relu)                                                                                               \
   X(cpu, conv2d_relu_backward)                                                                                      \
-  X(cpu, causal_attention_forward)                                                                                  \
-  X(cpu, causal_attention_backward)                                                                                 \
-  X(cpu, causal_attention_flops)                                                                                    \
+  X(cpu, attention_forward)                                                                                         \
+  X(cpu, attention_backward)                                                                                        \
+  X(cpu, attention_flops)                                                                                           \
   X(snug, half_to_float_array)                                                                                      \
   X(snug, float_to_half_array)                                                                                      \
   X(snug, bf16_to_float_array)                                                                                      \

@@ -61,18 +61,18 @@ int main() {
 
   // ---- variable lengths: pad_collate pads to the longest and says where the padding is ----
   data::Batch b = *one.begin();
-  std::cout << "tokens " << shape_str(b[0].shape()) << "; the first rows, '.' where mask is false:\n";
+  std::cout << "tokens " << shape_str(b[0].shape()) << "; the first rows, '.' at padding:\n";
   for (int64_t r = 0; r < 4; ++r) {
     const auto tok = b[0].select(0, r).to_vector<int64_t>();
-    const auto real = b.mask.select(0, r).to_vector<int64_t>();
+    const auto pad = b.padding_mask.select(0, r).to_vector<int64_t>();
     std::cout << "  length " << b.lengths.select(0, r).item<int64_t>() << ":\t";
-    for (size_t t = 0; t < tok.size(); ++t) std::cout << (t ? " " : "") << (real[t] ? std::to_string(tok[t]) : ".");
+    for (size_t t = 0; t < tok.size(); ++t) std::cout << (t ? " " : "") << (pad[t] ? "." : std::to_string(tok[t]));
     std::cout << "\n";
   }
   const int64_t longest = amax(b.lengths).item<int64_t>();
   expect(b[0].size(1) == longest, "the batch is as long as its longest sequence");
-  expect(b.mask.to(kInt64).sum().item<int64_t>() == b.lengths.sum().item<int64_t>(),
-         "the mask is true exactly at the real tokens");
+  expect(b.padding_mask.numel() - b.padding_mask.to(kInt64).sum().item<int64_t>() == b.lengths.sum().item<int64_t>(),
+         "the padding mask is false exactly at the real tokens");
 
   // ---- a model that uses the mask: a masked mean of token embeddings ----
   manual_seed(0);
@@ -85,7 +85,7 @@ int main() {
   for (int epoch = 0; epoch < 3; ++epoch) {
     double sum = 0;
     for (data::Batch& batch : four) {                       // worker threads make the batches ahead
-      Tensor mask = batch.mask.to(kFloat32).unsqueeze(-1);  // (B, L, 1): padding counts 0
+      Tensor mask = 1.0 - batch.padding_mask.to(kFloat32).unsqueeze(-1);  // (B, L, 1): padding counts 0
       Tensor pooled = (embed.forward(batch[0]) * mask).sum({1}) / batch.lengths.to(kFloat32).unsqueeze(-1);
       Tensor loss = nn::functional::cross_entropy(head.forward(pooled), batch[1]);
       opt.zero_grad();
