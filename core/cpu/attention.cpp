@@ -251,9 +251,9 @@ float exp_row<float>(float* row, int64_t vis, int64_t n, float sub) {
 // true, a floating mask's values otherwise. Read through the mask's strides.
 template <class T>
 struct RowMasks {
-  const bool* pad = nullptr;  // (T) this batch's key padding, or null
-  const char* m = nullptr;    // this (batch, head)'s (T, T) plane of the mask, or null
-  int64_t si = 0, sj = 0;     // its strides in bytes
+  const T* pad = nullptr;   // (T) this batch's key padding as 0 / -inf (added: vectorizes), or null
+  const char* m = nullptr;  // this (batch, head)'s (T, T) plane of the mask, or null
+  int64_t si = 0, sj = 0;   // its strides in bytes
   bool m_bool = false;
   bool any() const { return pad || m; }
   // row (n keys from key 0) of query row i
@@ -261,23 +261,38 @@ struct RowMasks {
     constexpr T kNegInf = -std::numeric_limits<T>::infinity();
     if (m) {
       const char* r = m + i * si;
-      if (m_bool) {
+      if (m_bool && sj == 1) {
+        const bool* b = reinterpret_cast<const bool*>(r);
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) row[j] = b[j] ? kNegInf : row[j];
+      } else if (m_bool) {
         for (int64_t j = 0; j < n; ++j)
           if (*reinterpret_cast<const bool*>(r + j * sj)) row[j] = kNegInf;
+      } else if (sj == int64_t(sizeof(T))) {
+        const T* a = reinterpret_cast<const T*>(r);
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) row[j] += a[j];
       } else {
         for (int64_t j = 0; j < n; ++j) row[j] += *reinterpret_cast<const T*>(r + j * sj);
       }
     }
-    if (pad)
-      for (int64_t j = 0; j < n; ++j)
-        if (pad[j]) row[j] = kNegInf;
+    if (pad) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) row[j] += pad[j];
+    }
   }
 };
 
+// The masks of (batch b, head h); the key padding row is written into pad_buf.
 template <class T>
-RowMasks<T> row_masks(const AttentionMask& am, int64_t b, int64_t h, int64_t Tn) {
+RowMasks<T> row_masks(const AttentionMask& am, int64_t b, int64_t h, int64_t Tn, std::vector<T>& pad_buf) {
   RowMasks<T> r;
-  if (am.key_padding.defined()) r.pad = static_cast<const bool*>(am.key_padding.data_ptr()) + b * Tn;
+  if (am.key_padding.defined()) {
+    const bool* kp = static_cast<const bool*>(am.key_padding.data_ptr()) + b * Tn;
+    pad_buf.resize(size_t(Tn));
+    for (int64_t j = 0; j < Tn; ++j) pad_buf[size_t(j)] = kp[j] ? -std::numeric_limits<T>::infinity() : T(0);
+    r.pad = pad_buf.data();
+  }
   if (am.mask.defined()) {
     const Tensor& m = am.mask;  // (B, H, T, T) elements
     const int64_t es = int64_t(dtype_size(m.dtype()));
@@ -320,6 +335,7 @@ struct Scratch {
   std::vector<T> kt, vt;          // the head's K^T and V^T (D, T)
   std::vector<T> qc, kc, vc, gc;  // the head's Q, K, V, dO as dense (T, D)
   std::vector<T> dk, dv;          // backward's dK and dV sums, dense (T, D)
+  std::vector<T> pad;             // the batch's key padding as 0 / -inf (T)
 };
 
 // The head's (T, D) slice of a (B, T, *) tensor, copied dense. Read in place
@@ -365,7 +381,7 @@ void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const AttentionM
     sc.kt.resize(size_t(D * Tn));
     T *S = sc.s.data(), *Kt = sc.kt.data();
     T inv[kAttentionBlockRows];
-    const RowMasks<T> rm = row_masks<T>(am, b, h, Tn);
+    const RowMasks<T> rm = row_masks<T>(am, b, h, Tn, sc.pad);
     kernels::transpose<T>(Tn, D, K, C3, Kt, Tn);  // (D, T): every block's S = Q K^T reads rows of it
     const T* Vd = dense(sc.vc, Tn, D, V, C3);     // (T, D)
     for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
@@ -421,7 +437,7 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
     sc.dk.assign(size_t(Tn * D), T(0));
     sc.dv.assign(size_t(Tn * D), T(0));
     T *dKd = sc.dk.data(), *dVd = sc.dv.data();
-    const RowMasks<T> rm = row_masks<T>(am, b, h, Tn);
+    const RowMasks<T> rm = row_masks<T>(am, b, h, Tn, sc.pad);
     for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
       const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = am.causal ? r0 + m : Tn;
       mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, P, kv);  // S (m, kv)
