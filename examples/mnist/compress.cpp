@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 
 #include <snug/autograd/grad_mode.h>
 #include <snug/core/raw_int8.h>
 #include <snug/core/safetensors.h>
 #include <snug/nn/conv.h>
 #include <snug/nn/layers.h>
+#include <snug/prune/channel_groups.h>
 #include <snug/prune/compact.h>
 #include <snug/prune/prune.h>
 #include <snug/quant/convert.h>
@@ -35,6 +37,8 @@ void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Fi
   const auto [method, amount] = parse_prune(a.prune);  // checked when the flags were parsed
   auto layers = weight_layers(net);
   const std::size_t param_bytes_before = prune::parameter_bytes(net);
+  const int64_t params_before = net.num_parameters();
+  const double acc_before = accuracy(net, test);
   if (method == "2") {
     for (auto& [name, l] : layers) {
       Tensor w = l->named_parameters(false).front().second;
@@ -50,8 +54,20 @@ void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Fi
       for (auto& [name, l] : layers) refs.emplace_back(l, "weight");
       prune::global_unstructured(refs, amount);
     } else if (method == "structured") {
-      // Output channels of every layer but the output layer (its rows are the classes).
-      for (size_t i = 0; i + 1 < layers.size(); ++i) prune::output_channels(*layers[i].second, amount);
+      // A residual network's channels by group (prune/channel_groups.h): inside
+      // each block freely, across a skip connection all its layers together.
+      const auto groups = prune::channel_groups(net);
+      std::set<const nn::Module*> grouped;
+      for (const auto& g : groups) {
+        prune::prune_group(g, amount);
+        for (const auto& s : g.sources) grouped.insert(s.layer);
+      }
+      if (!groups.empty())
+        std::fprintf(g_text, "structured: %zu channel groups (prune/channel_groups.h), %.0f%% of each pruned\n",
+                     groups.size(), 100 * amount);
+      // Output channels of every other layer but the output layer (its rows are the classes).
+      for (size_t i = 0; i + 1 < layers.size(); ++i)
+        if (!grouped.count(layers[i].second)) prune::output_channels(*layers[i].second, amount);
     } else {
       throw ValueError(str("mnist: --prune ", a.prune, ": unknown method ", method,
                            " (expected l1, random, global, structured or 2:4)"));
@@ -83,10 +99,18 @@ void prune_model(const Args& a, Model& m, const data::MnistSplit& test, const Fi
   c.done = true;
   c.accuracy = accuracy(net, test);
   c.model_bytes = prune::parameter_bytes(net) + prune::buffer_bytes(net);
+  const int64_t params_after = net.num_parameters();
+  std::fprintf(g_text,
+               "pruned (%s%s): parameters %lld -> %lld (%.1f%% fewer), parameter bytes %zu -> %zu, test accuracy "
+               "%.2f%% -> %.2f%% (%+.2f points)\n",
+               a.prune.c_str(), a.compact ? ", compacted" : "", (long long)params_before, (long long)params_after,
+               100.0 * double(params_before - params_after) / double(params_before), param_bytes_before,
+               prune::parameter_bytes(net), 100 * acc_before, 100 * c.accuracy, 100 * (c.accuracy - acc_before));
   c.json += str(", \"prune\": \"", a.prune, "\", \"compact\": ", a.compact ? "true" : "false",
                 ", \"test_accuracy_pruned\": ", acc_pruned, ", \"finetune_epochs\": ", ft_epochs,
                 ", \"finetune_lr\": ", ft_lr, ", \"finetune_ms_per_step\": ", median(ms),
                 ", \"param_bytes_before\": ", param_bytes_before, ", \"param_bytes\": ", prune::parameter_bytes(net),
+                ", \"params_before\": ", params_before, ", \"params_after\": ", params_after,
                 ", \"sparsity\": ", numel ? double(zeros) / double(numel) : 0.0);
 }
 

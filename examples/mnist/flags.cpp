@@ -30,11 +30,11 @@ std::pair<std::string, double> parse_prune(const std::string& spec) {
 void add_flags(CLI::App& app, Args& a) {
   using cli::integer;
   using cli::number;
-  app.add_option("--model", a.model, "cnn (W-CNN), mlp (W-MLP), mobilenet or vit")
-      ->check(CLI::IsMember({"cnn", "mlp", "mobilenet", "vit"}));
+  app.add_option("--model", a.model, "cnn (W-CNN), mlp (W-MLP), mobilenet, resnet or vit")
+      ->check(CLI::IsMember({"cnn", "mlp", "mobilenet", "resnet", "vit"}));
   app.add_option("--epochs", a.epochs, "passes over the training set")->transform(integer(1));
   app.add_option("--batch", a.batch, "images per step (per rank under mpirun)")->transform(integer(1));
-  app.add_option("--lr", a.lr, "learning rate (0: the model's default, 0.03 cnn and mlp, 0.05 mobilenet, 1e-3 vit)")
+  app.add_option("--lr", a.lr, "learning rate (0: the model's default, 0.03 cnn and mlp, 0.05 mobilenet and resnet, 1e-3 vit)")
       ->transform(number({.lo = 0}));
   app.add_option("--decay", a.decay_name, "learning-rate schedule: linear (to 0 over the run) or none")
       ->check(CLI::IsMember({"linear", "none"}));

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: MIT
 // mnist: trains an image classifier on MNIST and reports test accuracy.
 //
-//   mnist [--model cnn|mlp|mobilenet|vit] [--epochs N] [--batch B] [--lr X]
+//   mnist [--model cnn|mlp|mobilenet|resnet|vit] [--epochs N] [--batch B] [--lr X]
 //         [--decay linear|none] [--workers W] [--data DIR] [--seed S] [--limit N]
 //         [--threads T] [--every K] [--amp f16|bf16 [--half-params]] [--json]
 //
 // cnn is W-CNN and mlp is W-MLP from docs/workloads.md with SGD, momentum 0.9, lr
 // 0.03; mobilenet is nn/models/cnn.h's depthwise-separable network (SGD lr
-// 0.05, momentum 0.9); vit is nn/models/vit.h's small vision transformer
+// 0.05, momentum 0.9); resnet is nn/models/resnet.h's ResNet with widths
+// {16, 32, 64} and one BasicBlock a stage (SGD lr 0.05, momentum 0.9; with
+// --prune structured:F its channels are pruned by group, the skip-tied ones
+// together, prune/channel_groups.h); vit is nn/models/vit.h's small vision transformer
 // (AdamW lr 1e-3, weight decay 0.01). The learning rate falls linearly to 0
 // over the run (--decay none keeps it fixed): with it the W-CNN reaches
 // 98.8% in one epoch where a fixed lr 0.01 gives 98.2% (PyTorch, same model,

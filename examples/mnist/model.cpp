@@ -7,6 +7,7 @@
 #include <snug/core/raw_ops.h>
 #include <snug/nn/fuse.h>
 #include <snug/nn/models/cnn.h>
+#include <snug/nn/models/resnet.h>
 #include <snug/nn/models/vit.h>
 
 #include "mnist/mnist.h"
@@ -25,13 +26,16 @@ Model make_model(const Args& a) {
   } else if (a.model == "mobilenet") {
     m.net = nn::models::make_mobilenet();
     if (lr == 0) lr = 0.05;
+  } else if (a.model == "resnet") {
+    m.net = nn::models::make_resnet({.in_channels = 1, .classes = 10, .widths = {16, 32, 64}, .blocks = {1, 1, 1}});
+    if (lr == 0) lr = 0.05;
   } else if (a.model == "vit") {
     m.net = nn::models::make_vit();
     m.opt = std::make_unique<nn::optim::AdamW>(
         m.net->parameters(), nn::optim::AdamWOptions{.lr = lr == 0 ? 1e-3 : lr, .weight_decay = 0.01});
     return m;
   } else {
-    cli::fail("unknown --model ", a.model, " (expected cnn, mlp, mobilenet or vit)");  // add_flags checks it first
+    cli::fail("unknown --model ", a.model, " (expected cnn, mlp, mobilenet, resnet or vit)");  // add_flags checks it first
   }
   if (a.prune.empty() && a.quantize.empty()) nn::fuse(*m.net);  // fused layers (nn/fuse.h); prune/quant want plain ones
   m.opt = std::make_unique<nn::optim::SGD>(m.net->parameters(), nn::optim::SGDOptions{.lr = lr, .momentum = 0.9});
