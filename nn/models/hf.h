@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: MIT
+// Hugging Face checkpoints into snug models: a directory written by
+// transformers' save_pretrained (config.json + model.safetensors), with
+// Hugging Face's parameter names, mapped onto snug's modules (docs/hf.md).
+//
+//   auto bert = nn::models::load_hf_bert("path/to/bert");  // BertForMaskedLM / ...ForSequenceClassification
+//   auto gpt2 = nn::models::load_hf_gpt2("path/to/gpt2");  // GPT2LMHeadModel
+//
+// Errors: IOError naming the file for a missing or malformed config.json or
+// safetensors file; ValueError naming the parameter for a missing tensor, a
+// shape that disagrees with the configuration, or an unsupported setting
+// (an activation, a position embedding type, ...). A tensor the mapping does
+// not use is an error too unless it is a known buffer (GPT-2's attn.bias).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include <snug/nn/models/bert.h>
+#include <snug/nn/models/gpt.h>
+
+namespace snug::nn::models {
+
+std::shared_ptr<Bert> load_hf_bert(const std::string& dir);
+std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir);
+
+// config.json as flat key -> JSON text of the value ("768", "\"gelu\"", "null"),
+// top-level keys only; IOError naming the file when it is not a JSON object.
+std::map<std::string, std::string> read_hf_config(const std::string& path);
+
+}  // namespace snug::nn::models
