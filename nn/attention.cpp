@@ -44,8 +44,9 @@ TransformerBlock::TransformerBlock(int64_t e, int64_t h, bool causal, double d, 
 TransformerBlock::TransformerBlock(int64_t e, int64_t h, const TransformerBlockOptions& opt)
     : Module("TransformerBlock"), options(opt) {
   SNUG_CHECK(opt.mlp_ratio >= 1, ValueError, "TransformerBlock: mlp_ratio must be >= 1, got ", opt.mlp_ratio);
+  const double attn_p = opt.attention_dropout < 0 ? opt.dropout : opt.attention_dropout;
   register_module("ln_1", ln_1, std::make_shared<LayerNorm>(e, opt.layer_norm_eps));
-  register_module("attn", attn, std::make_shared<MultiheadAttention>(e, h, opt.causal, opt.dropout));
+  register_module("attn", attn, std::make_shared<MultiheadAttention>(e, h, opt.causal, attn_p));
   register_module("ln_2", ln_2, std::make_shared<LayerNorm>(e, opt.layer_norm_eps));
   register_module("fc", fc, std::make_shared<Linear>(e, opt.mlp_ratio * e));
   register_module("fc_proj", fc_proj, std::make_shared<Linear>(opt.mlp_ratio * e, e));

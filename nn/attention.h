@@ -3,6 +3,7 @@
 // and a stack of blocks, TransformerEncoder. Masks follow PyTorch's
 // convention (NOTE [ Attention masks ] in core/backend.h): true = masked out.
 #pragma once
+#include <snug/autograd/ops.h>
 #include <snug/nn/layers.h>
 #include <snug/nn/module.h>
 
@@ -33,7 +34,11 @@ class MultiheadAttention : public Module {
 
 struct TransformerBlockOptions {
   bool causal = true;
-  double dropout = 0.0;
+  double dropout = 0.0;  // after the attention and the MLP
+  // Of the attention probabilities; negative: the same as dropout. Above 0 in
+  // training, attention runs the composed ops (the fused kernel has no
+  // dropout) and keeps its (B, heads, T, T) probabilities for backward.
+  double attention_dropout = -1.0;
   int64_t mlp_ratio = 4;
   // Pre-LayerNorm (GPT-2: x + attn(ln_1(x))) or post-LayerNorm (BERT and the
   // original transformer: ln_1(x + attn(x))), as PyTorch's norm_first.
