@@ -22,14 +22,29 @@ void GPTConfig::validate() const {
   SNUG_CHECK(embd % heads == 0, ValueError, "GPTConfig: embd ", embd, " must be a multiple of heads ", heads,
              " (each head gets embd / heads channels)");
   SNUG_CHECK(dropout >= 0 && dropout < 1, ValueError, "GPTConfig: dropout must be in [0, 1), got ", dropout);
+  SNUG_CHECK(mlp_ratio >= 1, ValueError, "GPTConfig: mlp_ratio must be >= 1, got ", mlp_ratio);
+  SNUG_CHECK(layer_norm_eps > 0 && std::isfinite(layer_norm_eps), ValueError,
+             "GPTConfig: layer_norm_eps must be a finite number > 0, got ", layer_norm_eps);
 }
 
-std::map<std::string, std::string> GPTConfig::to_metadata() const {
+namespace {
+std::string exact(double v) {
   char d[32];
-  std::snprintf(d, sizeof d, "%.17g", dropout);  // round-trips every double
-  return {{"gpt.vocab", std::to_string(vocab)},   {"gpt.block", std::to_string(block)},
-          {"gpt.layers", std::to_string(layers)}, {"gpt.heads", std::to_string(heads)},
-          {"gpt.embd", std::to_string(embd)},     {"gpt.dropout", d}};
+  std::snprintf(d, sizeof d, "%.17g", v);  // round-trips every double
+  return d;
+}
+}  // namespace
+
+std::map<std::string, std::string> GPTConfig::to_metadata() const {
+  return {{"gpt.vocab", std::to_string(vocab)},
+          {"gpt.block", std::to_string(block)},
+          {"gpt.layers", std::to_string(layers)},
+          {"gpt.heads", std::to_string(heads)},
+          {"gpt.embd", std::to_string(embd)},
+          {"gpt.dropout", exact(dropout)},
+          {"gpt.gelu", gelu == GeluApprox::tanh ? "tanh" : "none"},
+          {"gpt.mlp_ratio", std::to_string(mlp_ratio)},
+          {"gpt.layer_norm_eps", exact(layer_norm_eps)}};
 }
 
 std::optional<GPTConfig> GPTConfig::from_metadata(const std::map<std::string, std::string>& md,
@@ -37,6 +52,14 @@ std::optional<GPTConfig> GPTConfig::from_metadata(const std::map<std::string, st
   auto any = md.lower_bound("gpt.");
   if (any == md.end() || any->first.rfind("gpt.", 0) != 0) return std::nullopt;
   GPTConfig c;
+  auto integer = [&](const std::string& key, const std::string& s) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    SNUG_CHECK(!s.empty() && end && *end == 0 && errno == 0, IOError, source, ": metadata \"", key,
+               "\" is not an integer: \"", s, "\"");
+    return static_cast<int64_t>(v);
+  };
   for (auto [key, field] : {std::pair{"gpt.vocab", &c.vocab},
                             {"gpt.block", &c.block},
                             {"gpt.layers", &c.layers},
@@ -44,20 +67,23 @@ std::optional<GPTConfig> GPTConfig::from_metadata(const std::map<std::string, st
                             {"gpt.embd", &c.embd}}) {
     auto it = md.find(key);
     SNUG_CHECK(it != md.end(), IOError, source, ": the model configuration has no \"", key, "\"");
-    const std::string& s = it->second;
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(s.c_str(), &end, 10);
-    SNUG_CHECK(!s.empty() && end && *end == 0 && errno == 0, IOError, source, ": metadata \"", key,
-               "\" is not an integer: \"", s, "\"");
-    *field = v;
+    *field = integer(key, it->second);
   }
-  if (auto it = md.find("gpt.dropout"); it != md.end()) {
+  // Recorded later: a file without them has the defaults.
+  for (auto [key, field] : {std::pair{"gpt.dropout", &c.dropout}, {"gpt.layer_norm_eps", &c.layer_norm_eps}}) {
+    auto it = md.find(key);
+    if (it == md.end()) continue;
     const std::string& s = it->second;
     char* end = nullptr;
-    c.dropout = std::strtod(s.c_str(), &end);
-    SNUG_CHECK(!s.empty() && end && *end == 0, IOError, source, ": metadata \"gpt.dropout\" is not a number: \"", s,
+    *field = std::strtod(s.c_str(), &end);
+    SNUG_CHECK(!s.empty() && end && *end == 0, IOError, source, ": metadata \"", key, "\" is not a number: \"", s,
                "\"");
+  }
+  if (auto it = md.find("gpt.mlp_ratio"); it != md.end()) c.mlp_ratio = integer(it->first, it->second);
+  if (auto it = md.find("gpt.gelu"); it != md.end()) {
+    SNUG_CHECK(it->second == "none" || it->second == "tanh", IOError, source,
+               ": metadata \"gpt.gelu\" must be \"none\" or \"tanh\", got \"", it->second, "\"");
+    c.gelu = it->second == "tanh" ? GeluApprox::tanh : GeluApprox::none;
   }
   try {
     c.validate();
@@ -73,9 +99,8 @@ GPT::GPT(GPTConfig c) : Module("GPT"), cfg(c) {
   wpe = register_module("wpe", std::make_shared<Embedding>(c.block, c.embd));
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
   blocks = register_module("blocks", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < c.layers; ++i)
-    blocks->push_back(std::make_shared<TransformerBlock>(c.embd, c.heads, true, c.dropout));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.embd));
+  for (int64_t i = 0; i < c.layers; ++i) blocks->push_back(std::make_shared<TransformerBlock>(c.embd, c.heads, block_options()));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.embd, c.layer_norm_eps));
   // docs/workloads.md init: N(0, 0.02) for Linear and Embedding weights, zero
   // biases, and N(0, 0.02 / sqrt(2 * layers)) for the two output projections.
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
@@ -92,6 +117,17 @@ GPT::GPT(GPTConfig c) : Module("GPT"), cfg(c) {
     init::normal_(blk->attn->proj->weight, 0, proj_std);
     init::normal_(blk->fc_proj->weight, 0, proj_std);
   }
+}
+
+TransformerBlockOptions GPT::block_options() const {
+  TransformerBlockOptions o;  // pre-LN and causal: GPT-2's block
+  o.causal = true;
+  o.norm_first = true;
+  o.dropout = cfg.dropout;
+  o.mlp_ratio = cfg.mlp_ratio;
+  o.gelu = cfg.gelu;
+  o.layer_norm_eps = cfg.layer_norm_eps;
+  return o;
 }
 
 Tensor GPT::embed(const Tensor& tokens) {
@@ -132,8 +168,13 @@ ChainModel GPT::chain(const Tensor& tokens, const Tensor& targets) {
 std::vector<std::shared_ptr<Module>> GPT::block_chain() const { return {blocks->begin(), blocks->end()}; }
 
 std::string GPT::repr() const {
+  // W-GPT's settings are left out, so its repr is what it always was.
+  std::string extra;
+  if (cfg.gelu == GeluApprox::tanh) extra += ", gelu=tanh";
+  if (cfg.mlp_ratio != 4) extra += str(", mlp_ratio=", cfg.mlp_ratio);
+  if (cfg.layer_norm_eps != 1e-5) extra += str(", layer_norm_eps=", cfg.layer_norm_eps);
   return str("GPT(vocab=", cfg.vocab, ", block=", cfg.block, ", layers=", cfg.layers, ", heads=", cfg.heads,
-             ", embd=", cfg.embd, ")");
+             ", embd=", cfg.embd, extra, ")");
 }
 
 }  // namespace snug::nn::models

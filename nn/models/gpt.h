@@ -17,20 +17,29 @@ namespace snug::nn::models {
 struct GPTConfig {
   int64_t vocab = 65, block = 128, layers = 4, heads = 4, embd = 128;
   double dropout = 0.0;
+  // What GPT-2 checkpoints need (nn/models/hf.h, docs/hf.md); the defaults are
+  // W-GPT's. gelu: erf (none) or tanh (GPT-2's "gelu_new"); the MLP's hidden
+  // width is mlp_ratio * embd (GPT-2's n_inner); eps of every LayerNorm.
+  GeluApprox gelu = GeluApprox::none;
+  int64_t mlp_ratio = 4;
+  double layer_norm_eps = 1e-5;
 
   // Throws ValueError naming the first invalid field and its value: every
-  // size >= 1, embd a multiple of heads, dropout in [0, 1). GPT's
-  // constructor calls it.
+  // size >= 1 (mlp_ratio too), embd a multiple of heads, dropout in [0, 1),
+  // layer_norm_eps > 0. GPT's constructor calls it.
   void validate() const;
   // The configuration as checkpoint metadata ("gpt.vocab", "gpt.block",
-  // "gpt.layers", "gpt.heads", "gpt.embd", "gpt.dropout"; decimal text,
-  // dropout to 17 digits), so a program can rebuild the model from the file
-  // alone (docs/nn.md, training-state files).
+  // "gpt.layers", "gpt.heads", "gpt.embd", "gpt.dropout", "gpt.gelu" ("none"
+  // or "tanh"), "gpt.mlp_ratio", "gpt.layer_norm_eps"; decimal text, doubles
+  // to 17 digits), so a program can rebuild the model from the file alone
+  // (docs/nn.md, training-state files).
   std::map<std::string, std::string> to_metadata() const;
   // The inverse: nullopt when `md` holds no "gpt." key (a file written
   // without a configuration); an IOError naming `source` and the key when a
-  // size is missing, a value is malformed or the configuration is invalid. A
-  // missing "gpt.dropout" (files from before it was recorded) reads as 0.
+  // size is missing, a value is malformed or the configuration is invalid.
+  // Keys added after the first files were written read as their defaults
+  // when missing: "gpt.dropout" 0, "gpt.gelu" none, "gpt.mlp_ratio" 4,
+  // "gpt.layer_norm_eps" 1e-5.
   static std::optional<GPTConfig> from_metadata(const std::map<std::string, std::string>& md,
                                                 const std::string& source);
 };
@@ -46,6 +55,8 @@ class GPT : public Module {
   // (B, T, C) -> logits (B, T, vocab).
   Tensor embed(const Tensor& tokens);
   Tensor logits(const Tensor& x);
+  // The options every block is built with (from cfg).
+  TransformerBlockOptions block_options() const;
   // The blocks as a chain, for the planner and checkpointing.
   std::vector<std::shared_ptr<Module>> block_chain() const;
   // The training step as prefix (embed) -> blocks -> head (logits + loss),

@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: MIT
+// Hugging Face's config.json, flattened to key -> JSON text of the value
+// (nn/models/hf.h). The loaders read what they need from the text, so that
+// nlohmann-json stays private to libsnug, as it is in core/safetensors.cpp.
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <snug/base/error.h>
+#include <snug/nn/models/hf.h>
+
+namespace snug::nn::models {
+
+std::map<std::string, std::string> read_hf_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SNUG_CHECK(in.good(), IOError, path, ": cannot open the model configuration: ", std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  SNUG_CHECK(!in.bad(), IOError, path, ": cannot read the model configuration: ", std::strerror(errno));
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is 1-based: the byte after the last one read.
+    throw IOError(str(path, ": malformed JSON at byte offset ", e.byte > 0 ? e.byte - 1 : 0, " (", e.what(), ")"));
+  }
+  SNUG_CHECK(root.is_object(), IOError, path, ": a model configuration must be a JSON object, got a ",
+             root.type_name());
+  std::map<std::string, std::string> out;
+  for (auto it = root.begin(); it != root.end(); ++it) out[it.key()] = it.value().dump();
+  return out;
+}
+
+}  // namespace snug::nn::models
