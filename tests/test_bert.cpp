@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -185,6 +186,26 @@ TEST_CASE("load_hf_bert: Hugging Face names and layouts give back the same model
     CHECK(max_abs_diff(loaded->mlm_logits(loaded->encode(tok, types)), m.mlm_logits(m.encode(tok, types))) == 0.0);
     if (labels) CHECK(max_abs_diff(loaded->classify(tok, types), m.classify(tok, types)) == 0.0);
   }
+}
+
+TEST_CASE("save_hf_bert writes what load_hf_bert reads, under the same names as written by hand") {
+  manual_seed(9);
+  Bert m(tiny(2));
+  m.eval();
+  TempDir d;
+  save_hf_bert(m, d.path.string());
+  const SafetensorsFile f = load_safetensors((d.path / "model.safetensors").string());
+  std::vector<std::string> saved, by_hand;
+  for (auto& [n, t] : f.tensors) saved.push_back(n);
+  for (auto& [n, t] : hf_tensors(m)) by_hand.push_back(n);
+  std::sort(saved.begin(), saved.end());
+  std::sort(by_hand.begin(), by_hand.end());
+  CHECK(saved == by_hand);
+  auto back = load_hf_bert(d.path.string());
+  const Tensor tok = randint(0, 50, {2, 5}, DType::i64);
+  autograd::NoGradGuard ng;
+  CHECK(max_abs_diff(back->forward(tok), m.forward(tok)) == 0.0);
+  CHECK(max_abs_diff(back->classify(tok), m.classify(tok)) == 0.0);
 }
 
 TEST_CASE("load_hf_bert: bad directories name the problem") {

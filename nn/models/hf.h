@@ -22,6 +22,11 @@
 namespace snug::nn::models {
 
 std::shared_ptr<Bert> load_hf_bert(const std::string& dir);
+// The inverse: writes dir/config.json and dir/model.safetensors (created if
+// needed) as transformers' BertForMaskedLM (or ...ForSequenceClassification
+// with cfg.labels) reads them, so a snug model opens in Hugging Face (the
+// PyTorch peer of examples/bert starts from snug's initial weights this way).
+void save_hf_bert(const Bert& model, const std::string& dir);
 std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir);
 
 // config.json as flat key -> JSON text of the value ("768", "\"gelu\"", "null"),

@@ -6,7 +6,10 @@
 // (heads, head_dim) in order: the split Hugging Face's BertSelfAttention uses).
 #include <snug/nn/models/hf.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include <snug/autograd/grad_mode.h>
@@ -188,6 +191,70 @@ std::shared_ptr<Bert> load_hf_bert(const std::string& dir) {
   }
   model->eval();
   return model;
+}
+
+void save_hf_bert(const Bert& m, const std::string& dir) {
+  const BertConfig& c = m.cfg;
+  const int64_t C = c.hidden;
+  TensorMap t;
+  auto add = [&](const std::string& name, const Tensor& x) { t.push_back({name, x.detach()}); };
+  auto linear = [&](const std::string& name, const Linear& l) {
+    add(name + ".weight", l.weight);
+    add(name + ".bias", l.bias);
+  };
+  auto norm = [&](const std::string& name, const LayerNorm& l) {
+    add(name + ".weight", l.weight);
+    add(name + ".bias", l.bias);
+  };
+  add("bert.embeddings.word_embeddings.weight", m.word_embeddings->weight);
+  add("bert.embeddings.position_embeddings.weight", m.position_embeddings->weight);
+  add("bert.embeddings.token_type_embeddings.weight", m.token_type_embeddings->weight);
+  norm("bert.embeddings.LayerNorm", *m.embeddings_norm);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    auto blk = m.encoder->layers->at<TransformerBlock>(size_t(i));
+    SNUG_CHECK(blk && blk->attn->heads * blk->attn->head_dim == C && blk->fc->weight.size(0) == c.intermediate,
+               ValueError, "save_hf_bert: layer ", i,
+               " is not the configured block (pruned or replaced layers have no Hugging Face form)");
+    const std::string l = str("bert.encoder.layer.", i, ".");
+    const char* parts[] = {"query", "key", "value"};
+    for (int k = 0; k < 3; ++k) {
+      add(l + "attention.self." + parts[k] + ".weight", blk->attn->qkv->weight.narrow(0, k * C, C).contiguous());
+      add(l + "attention.self." + parts[k] + ".bias", blk->attn->qkv->bias.narrow(0, k * C, C).contiguous());
+    }
+    linear(l + "attention.output.dense", *blk->attn->proj);
+    norm(l + "attention.output.LayerNorm", *blk->ln_1);
+    linear(l + "intermediate.dense", *blk->fc);
+    linear(l + "output.dense", *blk->fc_proj);
+    norm(l + "output.LayerNorm", *blk->ln_2);
+  }
+  linear("cls.predictions.transform.dense", *m.mlm_dense);
+  norm("cls.predictions.transform.LayerNorm", *m.mlm_norm);
+  add("cls.predictions.bias", m.mlm_bias);
+  if (c.labels > 0) {
+    linear("bert.pooler.dense", *m.pooler);
+    linear("classifier", *m.classifier);
+  }
+  std::filesystem::create_directories(dir);
+  char eps[32], hd[32], ad[32];
+  std::snprintf(eps, sizeof eps, "%.17g", c.layer_norm_eps);
+  std::snprintf(hd, sizeof hd, "%.17g", c.dropout);
+  std::snprintf(ad, sizeof ad, "%.17g", c.attention_dropout);
+  const std::string config = str(
+      "{\n  \"architectures\": [\"", c.labels > 0 ? "BertForSequenceClassification" : "BertForMaskedLM",
+      "\"],\n  \"model_type\": \"bert\",\n  \"vocab_size\": ", c.vocab, ",\n  \"hidden_size\": ", c.hidden,
+      ",\n  \"num_hidden_layers\": ", c.layers, ",\n  \"num_attention_heads\": ", c.heads,
+      ",\n  \"intermediate_size\": ", c.intermediate, ",\n  \"max_position_embeddings\": ", c.max_position,
+      ",\n  \"type_vocab_size\": ", c.type_vocab, ",\n  \"hidden_act\": \"", c.gelu == GeluApprox::tanh ? "gelu_new" : "gelu",
+      "\",\n  \"layer_norm_eps\": ", eps, ",\n  \"hidden_dropout_prob\": ", hd,
+      ",\n  \"attention_probs_dropout_prob\": ", ad, ",\n  \"position_embedding_type\": \"absolute\",\n  \"pad_token_id\": 0",
+      c.labels > 0 ? str(",\n  \"num_labels\": ", c.labels) : std::string(), ",\n  \"tie_word_embeddings\": true\n}\n");
+  const std::string cpath = dir + "/config.json";
+  {
+    std::ofstream f(cpath);
+    f << config;
+    SNUG_CHECK(f.good(), IOError, cpath, ": cannot write");
+  }
+  save_safetensors(dir + "/model.safetensors", t, {{"format", "pt"}});
 }
 
 }  // namespace snug::nn::models
