@@ -23,6 +23,12 @@ tokens, docs/data.md).
 
 Prints a table and exits 0 when every row matches, 1 otherwise (a row whose
 program is missing says "not built").
+
+  python3 tools/hf_parity.py --smoke build/release/examples/snug-hf
+
+needs no Python packages: a GPT-2 checkpoint written by hand (random
+embeddings, blocks that add nothing) whose logits are worked out here, and a
+misspelt input name. ctest runs it (example_snug_hf).
 """
 import argparse
 import glob
@@ -207,6 +213,112 @@ def tokenizer_rows(binary, work):
     return [Row("bpe", case, "ids", str(n_ids), status=status)]
 
 
+# ---- --smoke: no Python packages needed (ctest example_snug_hf) ------------------------------
+
+def write_safetensors(path, tensors):
+    """name -> (dtype "F32" | "I64" | "BOOL", shape, flat list), in the file format, by hand."""
+    import struct
+    fmt = {"F32": ("<f", 4), "I64": ("<q", 8), "BOOL": ("<?", 1)}
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, shape, values) in tensors.items():
+        code, size = fmt[dtype]
+        blob = b"".join(struct.pack(code, v) for v in values)
+        assert len(blob) == size * (len(values))
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def read_safetensors(path):
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, h in header.items():
+        if name == "__metadata__":
+            continue
+        assert h["dtype"] == "F32", h
+        a, b = h["data_offsets"]
+        raw = data[8 + n + a:8 + n + b]
+        out[name] = (h["shape"], list(struct.unpack(f"<{len(raw) // 4}f", raw)))
+    return out
+
+
+def smoke(binary):
+    """GPT-2 with random embeddings and zero blocks: logits = LN(wte[id] + wpe[t]) . wte, by hand;
+    and the input file's checks."""
+    import math
+    import random
+    rng = random.Random(5)
+    V, P, C, L, B, T = 11, 6, 8, 2, 2, 5
+    ok = True
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({"model_type": "gpt2", "vocab_size": V, "n_positions": P, "n_embd": C, "n_layer": L,
+                       "n_head": 2, "n_inner": None, "activation_function": "gelu_new",
+                       "layer_norm_epsilon": 1e-5}, f)
+        wte = [rng.gauss(0, 1) for _ in range(V * C)]
+        wpe = [rng.gauss(0, 1) for _ in range(P * C)]
+        t = {"wte.weight": ("F32", (V, C), wte), "wpe.weight": ("F32", (P, C), wpe),
+             "ln_f.weight": ("F32", (C,), [1.0] * C), "ln_f.bias": ("F32", (C,), [0.0] * C)}
+        shapes = {"ln_1.weight": (C,), "ln_1.bias": (C,), "ln_2.weight": (C,), "ln_2.bias": (C,),
+                  "attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,), "attn.c_proj.weight": (C, C),
+                  "attn.c_proj.bias": (C,), "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,),
+                  "mlp.c_proj.weight": (4 * C, C), "mlp.c_proj.bias": (C,)}
+        for i in range(L):
+            for name, shape in shapes.items():
+                n = math.prod(shape)
+                t[f"h.{i}.{name}"] = ("F32", shape, [1.0 if name.startswith("ln") and "weight" in name else 0.0] * n)
+        write_safetensors(os.path.join(d, "model.safetensors"), t)
+        ids = [rng.randrange(V) for _ in range(B * T)]
+        inputs = os.path.join(d, "in.safetensors")
+        write_safetensors(inputs, {"ids": ("I64", (B, T), ids)})
+        got = read_safetensors_after(binary, "gpt2", d, inputs)
+        shape, logits = got["logits"]
+        worst = 0.0
+        for b in range(B):
+            for p in range(T):
+                x = [wte[ids[b * T + p] * C + c] + wpe[p * C + c] for c in range(C)]
+                m = sum(x) / C
+                var = sum((v - m) ** 2 for v in x) / C
+                y = [(v - m) / math.sqrt(var + 1e-5) for v in x]
+                for v in range(V):
+                    want = sum(y[c] * wte[v * C + c] for c in range(C))
+                    worst = max(worst, abs(logits[(b * T + p) * V + v] - want))
+        if shape != [B, T, V] or worst > 1e-4:
+            print(f"hf_parity --smoke: gpt2 logits {shape}, max |diff| {worst:.3e} from the hand-computed ones",
+                  file=sys.stderr)
+            ok = False
+        # A misspelt input name is an error that names it (exit 1).
+        bad = os.path.join(d, "bad.safetensors")
+        write_safetensors(bad, {"ids": ("I64", (B, T), ids), "token_typez": ("I64", (B, T), ids)})
+        p = subprocess.run([binary, "gpt2", "--model", d, "--ids", bad, "--out", os.path.join(d, "o.safetensors")],
+                           capture_output=True, text=True)
+        if p.returncode != 1 or "token_typez" not in p.stderr:
+            print(f"hf_parity --smoke: a misspelt input gave exit {p.returncode}: {p.stderr.strip()}", file=sys.stderr)
+            ok = False
+    print(f"hf_parity --smoke: snug-hf gpt2 on a hand-made checkpoint: {'match' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
+
+
+def read_safetensors_after(binary, sub, folder, inputs):
+    out = os.path.join(folder, "out.safetensors")
+    cmd = [binary, sub, "--model", folder, "--ids", inputs, "--out", out, "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
+    line = json.loads(p.stdout)
+    if line.get("model") != sub:
+        raise RuntimeError(f"{' '.join(cmd)}: unexpected JSON line {p.stdout.strip()}")
+    return read_safetensors(out)
+
+
 def print_table(rows):
     header = ("check", "case", "output", "shape", "max|diff|", "max|ref|", "diff/ref", "result")
     table = [header]
@@ -226,7 +338,15 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"),
                     help="the build folder with examples/snug-hf and examples/snug-tokenize")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--smoke", metavar="SNUG_HF", help="only a hand-made GPT-2 checkpoint through this snug-hf; "
+                    "needs no Python packages (ctest example_snug_hf)")
     args = ap.parse_args()
+    if args.smoke:
+        try:
+            return smoke(args.smoke)
+        except RuntimeError as e:
+            print(f"hf_parity: {e}", file=sys.stderr)
+            return 1
     try:
         import torch
         import transformers
