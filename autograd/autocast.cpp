@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include <snug/autograd/grad_mode.h>
+#include <snug/memory/allocator.h>
 
 namespace snug::autocast {
 
@@ -68,7 +69,15 @@ Tensor lower(const Tensor& x) {
   auto it = t_state.cache.find(x.impl());
   if (it != t_state.cache.end() && it->second.version == x.version() && it->second.cast.dtype() == to)
     return it->second.cast;
-  Tensor c = x.to(to);  // differentiable: records a to_dtype node
+  Tensor c;
+  {
+    // The cast is the parameter in the scope's dtype, held for the scope, not
+    // an activation of the op that first asked for it (a step's forward is
+    // usually under TagScope(activation)): tagged so, a memory table shows
+    // what autocast keeps per weight apart from what the forward keeps.
+    memory::TagScope tag(memory::Tag::parameter);
+    c = x.to(to);  // differentiable: records a to_dtype node
+  }
   t_state.cache[x.impl()] = CacheEntry{x, x.version(), c};
   return c;
 }

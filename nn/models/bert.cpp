@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include <snug/autograd/autocast.h>
 #include <snug/nn/functional.h>
 #include <snug/nn/init.h>
 
@@ -143,9 +144,11 @@ Tensor Bert::encode(const Tensor& tokens, const Tensor& token_types, const Tenso
                shape_str(token_types.shape()), " must have the tokens' shape ", shape_str(tokens.shape()));
   const Tensor pos = arange(T, TensorOptions(DType::i64, tokens.device()));
   Tensor x = word_embeddings->forward(tokens) + position_embeddings->forward(pos);  // (B, T, C) + (T, C)
-  // Segment 0 everywhere without token_types: its one row, broadcast.
+  // Segment 0 everywhere without token_types: its one row, broadcast, in the
+  // embeddings' dtype (lowered under autocast like the lookups: an f32 row
+  // would promote the sum, and with it the whole residual stream, to f32).
   x = token_types.defined() ? x + token_type_embeddings->forward(token_types)
-                            : x + token_type_embeddings->weight.narrow(0, 0, 1);
+                            : x + autocast::lower(token_type_embeddings->weight.narrow(0, 0, 1));
   x = drop->forward(embeddings_norm->forward(x));
   return encoder->forward(x, Tensor(), padding_mask);  // (B, T, C)
 }
