@@ -108,16 +108,17 @@ void Backend::linear_backward_act(const Tensor& grad_out, const Tensor& weight, 
 // ---- attention -----------------------------------------------------------------------------
 namespace {
 
-// z (B, H, T, T) in dtype dt: scale S with every masked-out score -inf
-// (NOTE [ Attention masks ]), what the row softmax and lse are taken over.
+// z in dtype dt: scale S with every masked-out score -inf (NOTE [ Attention
+// masks ]), what the row softmax and lse are taken over. m's tensors are
+// shaped to broadcast against s (mask_of below).
 Tensor masked_scores(const Tensor& s, double scale, const AttentionMask& m, DType dt) {
-  const int64_t B = s.size(0), T = s.size(-1);
+  const int64_t T = s.size(-1);
   constexpr double kInf = std::numeric_limits<double>::infinity();
   Tensor z = raw::unary(UnaryOp::affine, raw::to_dtype(s, dt), scale, 0.0);
   if (m.mask.defined())
     z = m.mask.dtype() == DType::b8 ? raw::masked_fill(z, m.mask, -kInf)
                                     : raw::binary(BinaryOp::add, z, raw::to_dtype(m.mask, dt));
-  if (m.key_padding.defined()) z = raw::masked_fill(z, raw::view(m.key_padding, {B, 1, 1, T}), -kInf);
+  if (m.key_padding.defined()) z = raw::masked_fill(z, m.key_padding, -kInf);
   if (m.causal) {
     const TensorOptions io(DType::i64, s.device());
     z = raw::masked_fill(z, raw::compare(CompareOp::gt, raw::view(arange(T, io), {1, T}), raw::view(arange(T, io), {T, 1})),
@@ -126,9 +127,19 @@ Tensor masked_scores(const Tensor& s, double scale, const AttentionMask& m, DTyp
   return z;
 }
 
-// P = exp(z - lse) (0 in a row that sees no key, lse -inf there) and the rows' lse (B, H, T, 1).
+// The masks of batch element b, for its (H, T, T) scores: its (1, 1, T) key
+// padding row and its (H, T, T) plane of the mask (views).
+AttentionMask mask_of(const AttentionMask& m, int64_t b, int64_t T) {
+  AttentionMask r;
+  r.causal = m.causal;
+  if (m.key_padding.defined()) r.key_padding = raw::view(raw::select(m.key_padding, 0, b), {1, 1, T});
+  if (m.mask.defined()) r.mask = raw::select(m.mask, 0, b);
+  return r;
+}
+
+// P = exp(z - lse) (0 in a row that sees no key, lse -inf there) and the rows' lse (..., T, 1).
 std::pair<Tensor, Tensor> probs_and_lse(const Tensor& z) {
-  const Tensor m = raw::reduce(ReduceOp::max, z, {-1}, true);  // (B, H, T, 1), -inf for a row without keys
+  const Tensor m = raw::reduce(ReduceOp::max, z, {-1}, true);  // -inf for a row without keys
   const Tensor finite = raw::compare_scalar(CompareOp::gt, m, -std::numeric_limits<double>::infinity());
   const Tensor zero = zeros(m.shape(), m.options());
   const Tensor m0 = raw::where(finite, m, zero);  // 0 for those rows
@@ -142,51 +153,72 @@ bool causal_only(const AttentionMask& m) { return m.causal && !m.key_padding.def
 
 }  // namespace
 
-// The unfused attention: S = q k^T (B, H, T, T), the masked scaled scores and
-// their row softmax in lse's dtype (f32 for 16-bit qkv), y = P v, with S and P
-// as temporaries.
+// The unfused attention. Causal alone (the decoder's): S = q k^T (B, H, T, T),
+// P = causal_softmax(S, scale), y = P v, as causal_self_attention's composed
+// ops do it. Otherwise one batch element at a time, so that the scores of
+// the op are (H, T, T) at a time, not (B, H, T, T): S, the masked scaled
+// scores and their row softmax in lse's dtype (f32 for 16-bit qkv), y = P v.
+// Nothing but y and lse outlives the call (a GPU takes this for masked
+// attention: docs/cuda.md).
 void Backend::attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
                         const Tensor& lse) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
   if (qkv.numel() == 0) return;
   const Heads h = heads_of(qkv, heads);
-  const Tensor s = raw::matmul(h.q, raw::transpose(h.k, -2, -1));  // (B, H, T, T)
-  auto [p, l] = probs_and_lse(masked_scores(s, scale, mask, lse.dtype()));
-  if (causal_only(mask)) {  // P as causal_self_attention's composed ops make it, bit for bit
-    p = empty(s.shape(), s.options());
+  if (causal_only(mask)) {
+    const Tensor s = raw::matmul(h.q, raw::transpose(h.k, -2, -1));  // (B, H, T, T)
+    const Tensor p = empty(s.shape(), s.options());
     causal_softmax(s, scale, p);
+    copy(raw::transpose(raw::matmul(p, h.v), 1, 2), raw::view(y, {B, T, heads, D}));
+    const Tensor l = probs_and_lse(masked_scores(s, scale, mask, lse.dtype())).second;  // (B, H, T, 1)
+    copy(raw::view(l, {B, heads, T}), lse);
+    return;
   }
-  const Tensor o = raw::matmul(raw::to_dtype(p, qkv.dtype()), h.v);  // (B, H, T, D)
-  copy(raw::transpose(o, 1, 2), raw::view(y, {B, T, heads, D}));
-  copy(raw::view(l, {B, heads, T}), lse);
+  const Tensor y4 = raw::view(y, {B, T, heads, D});
+  for (int64_t b = 0; b < B; ++b) {
+    const Tensor qb = raw::select(h.q, 0, b), kb = raw::select(h.k, 0, b), vb = raw::select(h.v, 0, b);  // (H, T, D)
+    const Tensor s = raw::matmul(qb, raw::transpose(kb, -2, -1));                                         // (H, T, T)
+    const auto [p, l] = probs_and_lse(masked_scores(s, scale, mask_of(mask, b, T), lse.dtype()));
+    const Tensor o = raw::matmul(raw::to_dtype(p, qkv.dtype()), vb);  // (H, T, D)
+    copy(raw::transpose(o, 0, 1), raw::select(y4, 0, b));              // (T, H, D)
+    copy(raw::view(l, {heads, T}), raw::select(lse, 0, b));
+  }
 }
 
 // Its backward, P recomputed from S (lse and y are not read): dV = P^T dO,
-// dP = dO V^T, dS = scale softmax_backward(dP, P), dQ = dS K, dK = (Q^T dS)^T.
+// dP = dO V^T, dS = scale softmax_backward(dP, P), dQ = dS K, dK = (Q^T dS)^T;
+// whole for causal alone, else one batch element at a time as forward.
 void Backend::attention_backward(const Tensor& qkv, const Tensor&, const Tensor& lse, const Tensor& grad_y,
                                  int64_t heads, double scale, const AttentionMask& mask, const Tensor& grad_qkv) {
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
   if (qkv.numel() == 0) return;
-  const Heads h = heads_of(qkv, heads);
-  const Tensor s = raw::matmul(h.q, raw::transpose(h.k, -2, -1));  // (B, H, T, T)
-  Tensor p;
-  if (causal_only(mask)) {
-    p = empty(s.shape(), s.options());
-    causal_softmax(s, scale, p);
-  } else {
-    p = raw::to_dtype(probs_and_lse(masked_scores(s, scale, mask, lse.dtype())).first, qkv.dtype());
-  }
+  const Heads h = heads_of(qkv, heads), g = heads_of(grad_qkv, heads);
   const Tensor go = raw::transpose(raw::view(grad_y, {B, T, heads, D}), 1, 2);  // (B, H, T, D)
-  const Tensor dv = raw::matmul(raw::transpose(p, -1, -2), go);
-  const Tensor dp = raw::matmul(go, raw::transpose(h.v, -1, -2));  // (B, H, T, T)
-  Tensor ds = raw::softmax_backward(dp, p, -1, false);
-  if (scale != 1.0) ds = raw::unary(UnaryOp::affine, ds, scale, 0.0);
-  const Tensor dq = raw::matmul(ds, h.k);
-  const Tensor dk = raw::transpose(raw::matmul(raw::transpose(h.q, -1, -2), ds), -1, -2);
-  const Heads g = heads_of(grad_qkv, heads);
-  copy(dq, g.q);
-  copy(dk, g.k);
-  copy(dv, g.v);
+  // q, k, v, dO of one batch element or all, P -> dQ, dK, dV into g's.
+  auto grads = [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& p, const Tensor& gq,
+                   const Tensor& gk, const Tensor& gv) {
+    const Tensor dv = raw::matmul(raw::transpose(p, -1, -2), o);
+    const Tensor dp = raw::matmul(o, raw::transpose(v, -1, -2));  // (..., T, T)
+    Tensor ds = raw::softmax_backward(dp, p, -1, false);
+    if (scale != 1.0) ds = raw::unary(UnaryOp::affine, ds, scale, 0.0);
+    copy(raw::matmul(ds, k), gq);
+    copy(raw::transpose(raw::matmul(raw::transpose(q, -1, -2), ds), -1, -2), gk);
+    copy(dv, gv);
+  };
+  if (causal_only(mask)) {
+    const Tensor s = raw::matmul(h.q, raw::transpose(h.k, -2, -1));  // (B, H, T, T)
+    const Tensor p = empty(s.shape(), s.options());
+    causal_softmax(s, scale, p);
+    grads(h.q, h.k, h.v, go, p, g.q, g.k, g.v);
+    return;
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const Tensor qb = raw::select(h.q, 0, b), kb = raw::select(h.k, 0, b), vb = raw::select(h.v, 0, b);  // (H, T, D)
+    const Tensor s = raw::matmul(qb, raw::transpose(kb, -2, -1));                                         // (H, T, T)
+    const Tensor p =
+        raw::to_dtype(probs_and_lse(masked_scores(s, scale, mask_of(mask, b, T), lse.dtype())).first, qkv.dtype());
+    grads(qb, kb, vb, raw::select(go, 0, b), p, raw::select(g.q, 0, b), raw::select(g.k, 0, b), raw::select(g.v, 0, b));
+  }
 }
 
 double Backend::attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal) {
