@@ -279,6 +279,30 @@ TEST_CASE("cuda parity: fused causal self-attention, forward and backward (head 
   parity("causal_self_attention bf16", {qkv, w}, run16, 5e-2);
 }
 
+TEST_CASE("cuda parity: masked and non-causal self-attention (key padding, bool and additive masks)") {
+  if (skip_without_gpu()) return;
+  manual_seed(21);
+  const int64_t B = 3, T = 70, C = 64, H = 4;
+  Tensor pad = zeros({B, T}, DType::b8);  // batch b: its last 9 b keys are padding
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = T - 9 * b; t < T; ++t) pad.data<bool>()[b * T + t] = true;
+  const Tensor band = gt(abs(arange(T).view({T, 1}) - arange(T).view({1, T})), full({1}, 20.0, kInt64));  // (T, T)
+  const Tensor additive = randn({B, 1, T, T});
+  const Tensor qkv = randn({B, T, 3 * C}), w = randn({B, T, C});
+  for (int k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    auto run = [&](const std::vector<Tensor>& v) {
+      Tensor x = v[0].detach();
+      x.requires_grad_();
+      const Tensor p = v[2], m = k == 2 ? v[3] : (k == 3 ? v[4] : Tensor());
+      Tensor y = nn::functional::self_attention(x, H, /*causal=*/k == 1, m, k == 2 ? Tensor() : p);
+      sum(mul(y, v[1])).backward();
+      return cat({y.detach().flatten(), x.grad().flatten()});
+    };
+    parity("self_attention with masks", {qkv, w, pad, band, additive}, run, 1e-4);
+  }
+}
+
 TEST_CASE("cuda parity: batch norm through cuDNN (training, evaluation, f16 input, no affine), forward and backward") {
   if (skip_without_gpu()) return;
   manual_seed(9);
