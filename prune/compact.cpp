@@ -6,6 +6,7 @@
 
 #include <snug/autograd/grad_mode.h>
 #include <snug/core/raw_ops.h>
+#include <snug/memory/allocator.h>
 #include <snug/nn/attention.h>
 #include <snug/nn/batch_norm.h>
 #include <snug/nn/conv.h>
@@ -98,17 +99,30 @@ void select_in_place(const Tensor& t, int64_t dim, const Tensor& index_in, nn::o
   // The index is built on the host; the tensor may live on cpu:N or a GPU.
   const Tensor index = raw::to_device(index_in, t.device());
   const Shape old = t.shape();
-  Tensor fresh = raw::contiguous(raw::index_select(t, dim, index));
+  // The shrunk copies are tagged as what they replace (a parameter, its
+  // gradient, its optimizer state), so that memory tables by tag stay true
+  // after compaction; buffers (running statistics) keep the caller's tag.
+  Tensor fresh;
+  {
+    memory::TagScope tag(t.requires_grad() ? memory::Tag::parameter : memory::current_tag());
+    fresh = raw::contiguous(raw::index_select(t, dim, index));
+  }
   Tensor grad = t.grad();
   TensorImpl* impl = t.impl();
   impl->storage = fresh.storage();
   impl->shape = fresh.shape();
   impl->strides = fresh.strides();
   impl->offset = fresh.offset();
-  if (grad.defined()) t.set_grad(raw::contiguous(raw::index_select(grad, dim, index)));
+  if (grad.defined()) {
+    memory::TagScope tag(memory::Tag::gradient);
+    t.set_grad(raw::contiguous(raw::index_select(grad, dim, index)));
+  }
   Tensor m = mask(t);
   if (m.defined()) detail::set_mask(t, raw::contiguous(raw::index_select(m, dim, index)));
-  if (optimizer) optimizer->select_param_state(t, dim, index, old);
+  if (optimizer) {
+    memory::TagScope tag(memory::Tag::optimizer_state);
+    optimizer->select_param_state(t, dim, index, old);
+  }
 }
 
 std::size_t parameter_bytes(const nn::Module& model) {
