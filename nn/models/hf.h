@@ -33,4 +33,25 @@ std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir);
 // top-level keys only; IOError naming the file when it is not a JSON object.
 std::map<std::string, std::string> read_hf_config(const std::string& path);
 
+// One config.json with typed lookups, the loaders' reader. A required key
+// that is missing, or a value of the wrong type, is an IOError naming the
+// file and the key; the getters with a fallback return it for a missing or
+// null key.
+class HfConfig {
+ public:
+  explicit HfConfig(const std::string& path);  // read_hf_config(path)
+  const std::string& path() const { return path_; }
+  bool has(const std::string& key) const;  // present and not null
+  int64_t integer(const std::string& key) const;
+  double number(const std::string& key, double fallback) const;
+  std::string text(const std::string& key, const std::string& fallback) const;
+  bool flag(const std::string& key, bool fallback) const;
+  // The value's JSON text ("[\"BertForMaskedLM\"]", "{...}"); IOError when missing.
+  const std::string& raw(const std::string& key) const;
+
+ private:
+  std::string path_;
+  std::map<std::string, std::string> entries_;
+};
+
 }  // namespace snug::nn::models

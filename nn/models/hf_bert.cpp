@@ -20,40 +20,7 @@ namespace snug::nn::models {
 
 namespace {
 
-struct Config {
-  std::map<std::string, std::string> kv;
-  std::string path;
-  bool has(const std::string& k) const { return kv.count(k) && kv.at(k) != "null"; }
-  const std::string& raw(const std::string& k) const {
-    auto it = kv.find(k);
-    SNUG_CHECK(it != kv.end() && it->second != "null", IOError, path, ": config.json has no \"", k, "\"");
-    return it->second;
-  }
-  int64_t integer(const std::string& k) const {
-    const std::string& s = raw(k);
-    char* end = nullptr;
-    const long long v = std::strtoll(s.c_str(), &end, 10);
-    SNUG_CHECK(!s.empty() && end && *end == 0, IOError, path, ": config.json \"", k, "\" is not an integer: ", s);
-    return v;
-  }
-  double number(const std::string& k, double def) const {
-    if (!has(k)) return def;
-    const std::string& s = raw(k);
-    char* end = nullptr;
-    const double v = std::strtod(s.c_str(), &end);
-    SNUG_CHECK(!s.empty() && end && *end == 0, IOError, path, ": config.json \"", k, "\" is not a number: ", s);
-    return v;
-  }
-  std::string text(const std::string& k, const std::string& def) const {
-    if (!has(k)) return def;
-    const std::string& s = raw(k);
-    SNUG_CHECK(s.size() >= 2 && s.front() == '"' && s.back() == '"', IOError, path, ": config.json \"", k,
-               "\" is not a string: ", s);
-    return s.substr(1, s.size() - 2);
-  }
-};
-
-BertConfig bert_config(const Config& c) {
+BertConfig bert_config(const HfConfig& c) {
   BertConfig b;
   b.vocab = c.integer("vocab_size");
   b.hidden = c.integer("hidden_size");
@@ -66,13 +33,13 @@ BertConfig bert_config(const Config& c) {
   b.attention_dropout = c.number("attention_probs_dropout_prob", 0.1);
   b.layer_norm_eps = c.number("layer_norm_eps", 1e-12);
   const std::string act = c.text("hidden_act", "gelu");
-  SNUG_CHECK(act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh", ValueError, c.path,
+  SNUG_CHECK(act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh", ValueError, c.path(),
              ": hidden_act \"", act, "\" is not supported (gelu, gelu_new, gelu_pytorch_tanh)");
   b.gelu = act == "gelu" ? GeluApprox::none : GeluApprox::tanh;
   const std::string pos = c.text("position_embedding_type", "absolute");
-  SNUG_CHECK(pos == "absolute", ValueError, c.path, ": position_embedding_type \"", pos,
+  SNUG_CHECK(pos == "absolute", ValueError, c.path(), ": position_embedding_type \"", pos,
              "\" is not supported (absolute only)");
-  SNUG_CHECK(!c.has("is_decoder") || c.raw("is_decoder") == "false", ValueError, c.path,
+  SNUG_CHECK(!c.flag("is_decoder", false), ValueError, c.path(),
              ": a decoder BERT (is_decoder) is not supported");
   // A classification head when the architecture says so; num_labels or id2label give its size.
   if (c.has("architectures") && c.raw("architectures").find("ForSequenceClassification") != std::string::npos) {
@@ -118,7 +85,7 @@ void set(const Tensor& dst, const Tensor& src) { raw::copy_(dst, src); }
 }  // namespace
 
 std::shared_ptr<Bert> load_hf_bert(const std::string& dir) {
-  Config c{read_hf_config(dir + "/config.json"), dir + "/config.json"};
+  const HfConfig c(dir + "/config.json");
   const BertConfig cfg = bert_config(c);
   auto model = std::make_shared<Bert>(cfg);
   Tensors ts;

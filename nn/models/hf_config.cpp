@@ -33,4 +33,52 @@ std::map<std::string, std::string> read_hf_config(const std::string& path) {
   return out;
 }
 
+namespace {
+using json = nlohmann::json;
+[[noreturn]] void bad(const std::string& path, const std::string& key, const char* want, const std::string& got) {
+  throw IOError(str(path, ": \"", key, "\" must be ", want, ", got ", got));
+}
+}  // namespace
+
+HfConfig::HfConfig(const std::string& path) : path_(path), entries_(read_hf_config(path)) {}
+
+bool HfConfig::has(const std::string& key) const {
+  auto it = entries_.find(key);
+  return it != entries_.end() && it->second != "null";
+}
+
+const std::string& HfConfig::raw(const std::string& key) const {
+  auto it = entries_.find(key);
+  SNUG_CHECK(it != entries_.end(), IOError, path_, ": the configuration has no \"", key, "\"");
+  return it->second;
+}
+
+int64_t HfConfig::integer(const std::string& key) const {
+  SNUG_CHECK(has(key), IOError, path_, ": the configuration has no \"", key, "\"");
+  const json v = json::parse(raw(key));
+  if (!v.is_number_integer()) bad(path_, key, "an integer", raw(key));
+  return v.get<int64_t>();
+}
+
+double HfConfig::number(const std::string& key, double fallback) const {
+  if (!has(key)) return fallback;
+  const json v = json::parse(raw(key));
+  if (!v.is_number()) bad(path_, key, "a number", raw(key));
+  return v.get<double>();
+}
+
+std::string HfConfig::text(const std::string& key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  const json v = json::parse(raw(key));
+  if (!v.is_string()) bad(path_, key, "a string", raw(key));
+  return v.get<std::string>();
+}
+
+bool HfConfig::flag(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  const json v = json::parse(raw(key));
+  if (!v.is_boolean()) bad(path_, key, "true or false", raw(key));
+  return v.get<bool>();
+}
+
 }  // namespace snug::nn::models

@@ -27,48 +27,11 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// One config.json, read through read_hf_config, with typed lookups whose
-// errors name the file and the key.
-struct HfConfig {
-  std::string path;
-  std::map<std::string, std::string> entries;
-
-  bool has(const std::string& key) const { return entries.count(key) > 0; }
-  json value(const std::string& key) const { return json::parse(entries.at(key)); }
-  [[noreturn]] void bad(const std::string& key, const char* want) const {
-    throw IOError(str(path, ": \"", key, "\" must be ", want, ", got ", entries.at(key)));
-  }
-  int64_t integer(const std::string& key) const {
-    SNUG_CHECK(has(key), IOError, path, ": the configuration has no \"", key, "\"");
-    const json v = value(key);
-    if (!v.is_number_integer()) bad(key, "an integer");
-    return v.get<int64_t>();
-  }
-  double number(const std::string& key, double fallback) const {
-    if (!has(key)) return fallback;
-    const json v = value(key);
-    if (!v.is_number()) bad(key, "a number");
-    return v.get<double>();
-  }
-  std::string text(const std::string& key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    const json v = value(key);
-    if (!v.is_string()) bad(key, "a string");
-    return v.get<std::string>();
-  }
-  bool flag(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const json v = value(key);
-    if (!v.is_boolean()) bad(key, "true or false");
-    return v.get<bool>();
-  }
-};
-
 // GPT2Config's fields as GPTConfig. Missing optional keys take GPT2Config's
 // defaults (n_inner null, gelu_new, eps 1e-5, dropouts 0.1).
 GPTConfig gpt2_config(const HfConfig& c) {
   const std::string type = c.text("model_type", "gpt2");
-  SNUG_CHECK(type == "gpt2", ValueError, c.path, ": model_type \"", type, "\" is not GPT-2 (\"gpt2\")");
+  SNUG_CHECK(type == "gpt2", ValueError, c.path(), ": model_type \"", type, "\" is not GPT-2 (\"gpt2\")");
   GPTConfig g;
   g.vocab = c.integer("vocab_size");
   g.block = c.integer("n_positions");
@@ -76,10 +39,10 @@ GPTConfig gpt2_config(const HfConfig& c) {
   g.layers = c.integer("n_layer");
   g.heads = c.integer("n_head");
   g.mlp_ratio = 4;
-  if (c.has("n_inner") && !c.value("n_inner").is_null()) {
+  if (c.has("n_inner")) {  // null: 4 n_embd
     const int64_t inner = c.integer("n_inner");
     // snug's block has an integer mlp_ratio: the hidden width is mlp_ratio * embd.
-    SNUG_CHECK(g.embd > 0 && inner > 0 && inner % g.embd == 0, ValueError, c.path, ": n_inner ", inner,
+    SNUG_CHECK(g.embd > 0 && inner > 0 && inner % g.embd == 0, ValueError, c.path(), ": n_inner ", inner,
                " is not a multiple of n_embd ", g.embd, " (snug's MLP is mlp_ratio * n_embd wide)");
     g.mlp_ratio = inner / g.embd;
   }
@@ -89,22 +52,22 @@ GPTConfig gpt2_config(const HfConfig& c) {
   else if (act == "gelu")
     g.gelu = GeluApprox::none;
   else
-    throw ValueError(str(c.path, ": activation_function \"", act,
+    throw ValueError(str(c.path(), ": activation_function \"", act,
                          "\" is not supported (snug's GPT has \"gelu_new\", \"gelu_pytorch_tanh\" and \"gelu\")"));
   g.layer_norm_eps = c.number("layer_norm_epsilon", 1e-5);
   // One dropout for the whole model: GPT-2's residual dropout (snug's block
   // uses it after attention and the MLP, and on the attention weights).
   g.dropout = c.number("resid_pdrop", 0.1);
   // Settings that change the math and that snug's GPT does not have.
-  SNUG_CHECK(c.flag("scale_attn_weights", true), ValueError, c.path,
+  SNUG_CHECK(c.flag("scale_attn_weights", true), ValueError, c.path(),
              ": scale_attn_weights false is not supported (snug scales scores by 1/sqrt(head size))");
-  SNUG_CHECK(!c.flag("scale_attn_by_inverse_layer_idx", false), ValueError, c.path,
+  SNUG_CHECK(!c.flag("scale_attn_by_inverse_layer_idx", false), ValueError, c.path(),
              ": scale_attn_by_inverse_layer_idx true is not supported");
-  SNUG_CHECK(!c.flag("add_cross_attention", false), ValueError, c.path, ": add_cross_attention true is not supported");
+  SNUG_CHECK(!c.flag("add_cross_attention", false), ValueError, c.path(), ": add_cross_attention true is not supported");
   try {
     g.validate();
   } catch (const ValueError& e) {
-    throw ValueError(str(c.path, ": the configuration does not make a valid GPT: ", e.what()));
+    throw ValueError(str(c.path(), ": the configuration does not make a valid GPT: ", e.what()));
   }
   return g;
 }
@@ -144,8 +107,7 @@ Checkpoint read_checkpoint(const fs::path& dir) {
 
 std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir_name) {
   const fs::path dir(dir_name);
-  HfConfig cfg{(dir / "config.json").string(), {}};
-  cfg.entries = read_hf_config(cfg.path);
+  const HfConfig cfg((dir / "config.json").string());
   const GPTConfig g = gpt2_config(cfg);
   Checkpoint ck = read_checkpoint(dir);
 
@@ -205,7 +167,7 @@ std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir_name) {
     used.insert(e.hf);
     const Tensor& t = it->second;
     SNUG_CHECK(t.shape() == e.shape, ValueError, ck.where, ": tensor \"", hf_name(e.hf), "\" (snug's ", e.snug,
-               ") is ", shape_str(t.shape()), ", expected ", shape_str(e.shape), " from ", cfg.path,
+               ") is ", shape_str(t.shape()), ", expected ", shape_str(e.shape), " from ", cfg.path(),
                e.conv1d ? " (a Conv1D weight: (in, out))" : "");
     Tensor v = as_f32(e.hf, t);
     state.emplace_back(e.snug, e.conv1d ? v.t().contiguous() : v);
