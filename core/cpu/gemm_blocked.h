@@ -116,6 +116,20 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
       for (int i = 0; i < MR; ++i) dst[k * MR + i] = r[i][k];
     return;
   }
+  if (ta && m == MR && i0 + 8 <= M && MR <= 8 && !sums) {
+    // A whole panel of a transposed A: MR contiguous floats per k, moved as
+    // one 8-float copy each (the MR scalar moves per k were 7% of a W-GPT
+    // step at AVX2, its weight-gradient products having K = 2048). The 8 - MR
+    // floats past each step are written over by the next step, the last
+    // step's by the next panel or the buffer's slack (gemm_blocked_with);
+    // i0 + 8 <= M keeps the reads inside A.
+    for (int64_t k = 0; k < kc; ++k) {
+      float tmp[8];
+      std::copy_n(A + (p0 + k) * lda + i0, 8, tmp);
+      std::copy_n(tmp, 8, dst + k * MR);
+    }
+    return;
+  }
   if (ta) {  // op(A)(i, k) = A[k * lda + i]: m contiguous floats per k, read in order
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = A + (p0 + k) * lda + i0;
