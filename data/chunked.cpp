@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include <snug/base/error.h>
@@ -149,6 +151,57 @@ Sample ChunkedDataset::get(int64_t i) const {
     ~Unpin() { ds->release(s); }
   } unpin{this, s};
   return emit(slots_[s].bytes.get() + (i - chunk * chunk_records_) * opt_.record_bytes, i);
+}
+
+ChunkedWriter::ChunkedWriter(std::string path, int64_t record_bytes, int64_t buffer_bytes)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), record_bytes_(record_bytes) {
+  SNUG_CHECK(record_bytes >= 1, ValueError, "ChunkedWriter(", path_, "): record_bytes must be >= 1, got ", record_bytes);
+  // Whole records per buffer, at least one.
+  buf_.resize(size_t(std::max<int64_t>(1, buffer_bytes / record_bytes) * record_bytes));
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  SNUG_CHECK(fd_ >= 0, IOError, tmp_, ": cannot create (offset 0): ", std::strerror(errno));
+}
+
+ChunkedWriter::~ChunkedWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void ChunkedWriter::append(const uint8_t* bytes, int64_t n) {
+  SNUG_CHECK(fd_ >= 0, ValueError, "ChunkedWriter(", path_, "): append after close()");
+  SNUG_CHECK(n == record_bytes_, ValueError, "ChunkedWriter(", path_, "): record ", records_, " has ", n,
+             " bytes, expected ", record_bytes_);
+  if (used_ + size_t(n) > buf_.size()) flush();
+  std::memcpy(buf_.data() + used_, bytes, size_t(n));
+  used_ += size_t(n);
+  ++records_;
+}
+
+void ChunkedWriter::flush() {
+  size_t done = 0;
+  while (done < used_) {
+    const ssize_t w = ::write(fd_, buf_.data() + done, used_ - done);
+    if (w < 0 && errno == EINTR) continue;
+    SNUG_CHECK(w > 0, IOError, tmp_, ": write failed at offset ", flushed_ + int64_t(done), ": ",
+               w < 0 ? std::strerror(errno) : "no progress");
+    done += size_t(w);
+  }
+  flushed_ += int64_t(used_);
+  used_ = 0;
+}
+
+void ChunkedWriter::close() {
+  SNUG_CHECK(fd_ >= 0, ValueError, "ChunkedWriter(", path_, "): close() twice");
+  flush();
+  SNUG_CHECK(::fsync(fd_) == 0, IOError, tmp_, ": fsync failed at offset ", flushed_, ": ", std::strerror(errno));
+  const int fd = fd_;
+  fd_ = -1;  // from here on the destructor leaves the file alone
+  if (::close(fd) != 0 || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp_.c_str());
+    throw IOError(str(path_, ": cannot move ", tmp_, " into place (offset ", flushed_, "): ", std::strerror(e)));
+  }
 }
 
 }  // namespace snug::data

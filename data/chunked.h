@@ -98,4 +98,38 @@ class ChunkedDataset : public Dataset {
   mutable uint64_t loads_ = 0;
 };
 
+// ChunkedWriter: writes the file a ChunkedDataset reads, records appended in
+// order. The bytes go to `path + ".tmp"`, which close() renames to `path`, so
+// a reader never sees a half-written file and a failed conversion leaves the
+// old file (if any) alone:
+//
+//   data::ChunkedWriter w("train.chunks", /*record_bytes=*/785);
+//   for (...) w.append(record);  // exactly 785 bytes each
+//   w.close();                   // IOError naming the file if the disk filled up
+class ChunkedWriter {
+ public:
+  ChunkedWriter(std::string path, int64_t record_bytes, int64_t buffer_bytes = 1 << 20);
+  // Without close(): removes the .tmp file, leaving `path` as it was.
+  ~ChunkedWriter();
+  ChunkedWriter(const ChunkedWriter&) = delete;
+  ChunkedWriter& operator=(const ChunkedWriter&) = delete;
+
+  // One record of exactly record_bytes bytes (ValueError otherwise).
+  void append(const uint8_t* bytes, int64_t n);
+  // Flushes, syncs and renames the file into place; append() is an error afterwards.
+  void close();
+  int64_t records() const { return records_; }
+  int64_t bytes_written() const { return records_ * record_bytes_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void flush();
+  std::string path_, tmp_;
+  int64_t record_bytes_;
+  int fd_ = -1;
+  int64_t records_ = 0, flushed_ = 0;  // flushed_: bytes already written to the file
+  std::vector<uint8_t> buf_;
+  size_t used_ = 0;
+};
+
 }  // namespace snug::data
