@@ -38,6 +38,7 @@
 
 // serialization, nn (modules, layers, optimizers, models) and data
 #include <snug/core/safetensors.h>
+#include <snug/data/bpe.h>
 #include <snug/data/chunked.h>
 #include <snug/data/cifar.h>
 #include <snug/data/collate.h>
@@ -57,8 +58,11 @@
 #include <snug/nn/fuse.h>
 #include <snug/nn/init.h>
 #include <snug/nn/layers.h>
+#include <snug/nn/models/bert.h>
 #include <snug/nn/models/cnn.h>
 #include <snug/nn/models/gpt.h>
+#include <snug/nn/models/hf.h>
+#include <snug/nn/models/resnet.h>
 #include <snug/nn/module.h>
 #include <snug/nn/optim/optimizer.h>
 #include <snug/nn/planner.h>
