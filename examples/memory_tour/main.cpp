@@ -95,14 +95,17 @@ int main(int argc, char** argv) {
   app.add_option("--snapshot", f.snapshot,
                  "record the allocator's history and write it to FILE (python3 tools/memory_timeline.py FILE -o T.html)")
       ->type_name("FILE.json");
+  app.add_option("--snapshot-steps", f.snapshot_steps,
+                 "record only the first N steps (or passes) of each strategy, and its set-up and tear-down (0: all)")
+      ->transform(cli::integer(0))
+      ->capture_default_str();
   app.add_flag("--json", f.json, "print one JSON line with every figure on stdout");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   try {
     SNUG_FLAG_CHECK(f.batch % f.accum == 0, "--accum ", f.accum, " must divide --batch ", f.batch);
     SNUG_FLAG_CHECK(f.embd % f.heads == 0, "--embd ", f.embd, " must be a multiple of --heads ", f.heads);
     set_num_threads(int(f.threads));
-    // Recording every event of the run (about a thousand per step of the default model).
-    if (!f.snapshot.empty()) memory::record_history(true, size_t(1) << 22);
+    if (!f.snapshot.empty()) memory::record_history(true, kHistoryEntries);
     Tour tour = make_tour(f);
     if (!f.json)
       std::fprintf(stderr, "GPT: %lld layers, embd %lld, %lld heads, block %lld, vocabulary %lld; batch %lld, %lld steps\n",

@@ -104,12 +104,20 @@ void end_measure(Result& r, const nn::Module& m) {
   r.model_bytes = int64_t(quant::model_bytes(m));
 }
 
+// With --snapshot-steps N the history skips each strategy's steps after the
+// N-th (and the validation after training) but keeps its set-up and its
+// tear-down, so the timeline shows every strategy and stays small enough to open.
+void recording(const Tour& t, bool on) {
+  if (!t.f.snapshot.empty() && t.f.snapshot_steps > 0) memory::record_history(on, kHistoryEntries);
+}
+
 // Mean loss over the validation batches, under no_grad; `ms` gets each pass's time.
 double evaluate(GPT& m, const Tour& t, std::vector<double>* ms = nullptr) {
   autograd::NoGradGuard ng;
   m.eval();
   double sum = 0;
   for (const Batch& b : t.val) {
+    if (ms && int64_t(ms->size()) == t.f.snapshot_steps) recording(t, false);
     auto [x, y] = tensors(t, b);
     const double t0 = now_ms();
     memory::TagScope tag(Tag::activation);
@@ -155,6 +163,7 @@ Result train(Tour& t, const std::string& name, const std::string& what, const Va
   begin_measure();
   std::vector<double> ms;
   for (const Batch& b : t.train) {
+    if (int64_t(ms.size()) == t.f.snapshot_steps) recording(t, false);
     auto [x, y] = tensors(t, b);
     const double t0 = now_ms();
     opt->zero_grad();
@@ -180,8 +189,10 @@ Result train(Tour& t, const std::string& name, const std::string& what, const Va
   end_measure(r, *m);
   // The first step allocates the optimizer's state and fills the cache: past it when there is more than one.
   r.step_ms = median(ms.size() > 1 ? std::vector<double>(ms.begin() + 1, ms.end()) : ms);
+  recording(t, false);
   r.loss = evaluate(*m, t);
   if (name == "baseline") t.trained = to_plain(*m);
+  recording(t, true);  // the tear-down: the model and the optimizer state freed
   return r;
 }
 
@@ -199,6 +210,7 @@ Result eval_only(Tour& t, const std::string& name, const std::string& what, bool
   r.loss = evaluate(*m, t, &ms);
   end_measure(r, *m);
   r.step_ms = median(ms);
+  recording(t, true);
   return r;
 }
 

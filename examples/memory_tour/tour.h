@@ -20,9 +20,13 @@ struct Flags {
   std::string data, chart, snapshot;
   int64_t steps = 8, batch = 16, block = 128, layers = 4, heads = 4, embd = 128, accum = 4;
   int64_t eval_batches = 8, threads = 2, seed = 1337;
+  int64_t snapshot_steps = 0;  // with --snapshot: record the first N steps (passes) of each strategy; 0: all
   double lr = 1e-3, prune = 0.5;
   bool json = false;
 };
+
+// The allocator's history holds this many events at most (--snapshot).
+inline constexpr std::size_t kHistoryEntries = std::size_t(1) << 22;
 
 // Weights kept outside the allocator (plain vectors), so that holding the
 // initial and the trained weights between strategies counts in no peak.
