@@ -437,7 +437,10 @@ BpeTokenizer::BpeTokenizer(const std::vector<std::pair<std::string, int64_t>>& v
   }
   impl->merges.reserve(merges.size());
   for (size_t r = 0; r < merges.size(); ++r) {
-    const auto& [a, b] = merges[r];
+    // Named references, not a structured binding: clang 14 (the fuzz build)
+    // refuses a lambda that captures a binding.
+    const std::string& a = merges[r].first;
+    const std::string& b = merges[r].second;
     const std::string where = r < merge_where.size() ? merge_where[r] : str("merge ", r);
     auto part = [&](const std::string& t) {
       auto it = impl->id_of.find(t);
