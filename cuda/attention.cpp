@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The host side of the fused causal attention on CUDA, beside its kernels
-// (cuda/attention.cu): cuda/fused_api.h's causal_attention_forward /
-// _backward, which check the tensors, make their device current and queue
+// The host side of the fused attention on CUDA, beside its kernels
+// (cuda/attention.cu): cuda/fused_api.h's attention_forward / _backward
+// (causal or not, key padding or not), which check the tensors, make their
+// device current and queue
 // the warp kernels or, from T = kAttentionGemmMinT, the cuBLAS path (NOTE [
 // Attention through cuBLAS ] in cuda/attention.cu) on the current stream
 // (memory/stream.h); and CudaBackend's attention entries (core/backend.h),
@@ -50,6 +51,21 @@ void check_like(const char* op, const char* name, const Tensor& t, const Tensor&
       ValueError, "cuda::", op, ": ", name, " must be a contiguous f32 tensor of shape ", shape_str(shape), " on ",
       qkv.device().str());
 }
+// The kernels' KeyMask: key_padding undefined, or (B, T) bool on qkv's device
+// (made contiguous into `keep`, which the caller holds until the kernels are queued).
+kernels::KeyMask key_mask(const char* op, bool causal, const Tensor& key_padding, const Tensor& qkv, Tensor& keep) {
+  kernels::KeyMask km;
+  km.causal = causal;
+  if (!key_padding.defined()) return km;
+  SNUG_CHECK(key_padding.dtype() == DType::b8 && key_padding.device() == qkv.device() &&
+                 key_padding.shape() == (Shape{qkv.size(0), qkv.size(1)}),
+             ValueError, "cuda::", op, ": key_padding must be a (", qkv.size(0), ", ", qkv.size(1), ") bool tensor on ",
+             qkv.device().str(), ", got ", dtype_name(key_padding.dtype()), " ", shape_str(key_padding.shape()), " on ",
+             key_padding.device().str());
+  keep = raw::contiguous(key_padding);
+  km.pad = static_cast<const bool*>(keep.data_ptr());
+  return km;
+}
 }  // namespace
 
 namespace {
@@ -78,8 +94,8 @@ int64_t heads_per_chunk(int64_t BH, int64_t T) {
   return std::clamp<int64_t>(static_cast<int64_t>(g_score_chunk_bytes.load() / per_head), 1, BH);
 }
 
-void attention_forward_gemm(const Tensor& qkv, int64_t H, float scale, const Tensor& y, const Tensor& lse, bool tf32,
-                            std::uintptr_t stream) {
+void attention_forward_gemm(const Tensor& qkv, int64_t H, float scale, kernels::KeyMask km, const Tensor& y,
+                            const Tensor& lse, bool tf32, std::uintptr_t stream) {
   const int64_t B = qkv.size(0), T = qkv.size(1), BH = B * H;
   Backend& be = backend_for(qkv.device());
   const auto [q, k, v] = packed_qkv(qkv, H);
@@ -91,15 +107,15 @@ void attention_forward_gemm(const Tensor& qkv, int64_t H, float scale, const Ten
     const int64_t c = std::min(n, BH - h0);
     const Tensor sc = sbuf.narrow(0, 0, c);
     be.matmul(q.narrow(0, h0, c), k.narrow(0, h0, c).transpose(1, 2), sc);  // S = Q K^T   (c, T, T)
-    kernels::causal_softmax(DType::f32, c * T, T, T, scale, sc.data_ptr(), sc.data_ptr(), stream,
-                            static_cast<float*>(lse.data_ptr()) + h0 * T);  // S -> P, lse
+    kernels::attention_softmax_lse(c * T, h0 * T, T, H, scale, km, static_cast<float*>(sc.data_ptr()),
+                                   static_cast<float*>(lse.data_ptr()) + h0 * T, stream);  // S -> P, lse
     be.matmul(sc, v.narrow(0, h0, c), yh.narrow(0, h0, c));                 // Y = P V   (c, T, D)
   }
   raw::copy_(heads_of(y, H), yh.view({B, H, T, q.size(2)}));
 }
 
 void attention_backward_gemm(const Tensor& qkv, const Tensor& lse, const Tensor& gy, int64_t H, float scale,
-                             const Tensor& dqkv, bool tf32, std::uintptr_t stream) {
+                             kernels::KeyMask km, const Tensor& dqkv, bool tf32, std::uintptr_t stream) {
   const int64_t B = qkv.size(0), T = qkv.size(1), BH = B * H, D = qkv.size(2) / 3 / H;
   Backend& be = backend_for(qkv.device());
   const auto [q, k, v] = packed_qkv(qkv, H);
@@ -115,9 +131,9 @@ void attention_backward_gemm(const Tensor& qkv, const Tensor& lse, const Tensor&
     const Tensor qc = q.narrow(0, h0, c), kc = k.narrow(0, h0, c), vc = v.narrow(0, h0, c), gc = go.narrow(0, h0, c);
     be.matmul(qc, kc.transpose(1, 2), sc);  // S = Q K^T
     be.matmul(gc, vc.transpose(1, 2), dp);  // dP = dO V^T
-    kernels::causal_softmax_lse_backward(c * T, T, scale, static_cast<float*>(sc.data_ptr()),
-                                         static_cast<float*>(dp.data_ptr()),
-                                         static_cast<const float*>(lse.data_ptr()) + h0 * T, stream);
+    kernels::attention_softmax_lse_backward(c * T, h0 * T, T, H, scale, km, static_cast<float*>(sc.data_ptr()),
+                                            static_cast<float*>(dp.data_ptr()),
+                                            static_cast<const float*>(lse.data_ptr()) + h0 * T, stream);
     be.matmul(sc.transpose(1, 2), gc, dv.narrow(0, h0, c));  // dV = P^T dO
     be.matmul(dp, kc, dq.narrow(0, h0, c));                  // dQ = dS K
     be.matmul(dp.transpose(1, 2), qc, dk.narrow(0, h0, c));  // dK = dS^T Q
@@ -130,42 +146,45 @@ void attention_backward_gemm(const Tensor& qkv, const Tensor& lse, const Tensor&
 
 std::size_t set_attention_chunk_bytes(std::size_t bytes) { return g_score_chunk_bytes.exchange(bytes); }
 
-void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse,
-                              bool tf32) {
-  const int dev = check_attention("causal_attention_forward", qkv, heads);
+void attention_forward(const Tensor& qkv, int64_t heads, double scale, bool causal, const Tensor& key_padding,
+                       const Tensor& y, const Tensor& lse, bool tf32) {
+  const int dev = check_attention("attention_forward", qkv, heads);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-  check_like("causal_attention_forward", "y", y, qkv, {B, T, C});
-  check_like("causal_attention_forward", "lse", lse, qkv, {B, heads, T});
+  check_like("attention_forward", "y", y, qkv, {B, T, C});
+  check_like("attention_forward", "lse", lse, qkv, {B, heads, T});
   OnDevice guard(dev);
+  Tensor pad;  // key_padding, contiguous, alive until the kernels are queued (the allocator orders reuse by stream)
+  const kernels::KeyMask km = key_mask("attention_forward", causal, key_padding, qkv, pad);
   if (T >= kAttentionGemmMinT && B > 0) {
-    attention_forward_gemm(qkv, heads, static_cast<float>(scale), y, lse, tf32, guard.stream());
+    attention_forward_gemm(qkv, heads, static_cast<float>(scale), km, y, lse, tf32, guard.stream());
     return;
   }
-  kernels::causal_attention_forward(B, T, heads, C / heads, static_cast<float>(scale),
-                                    static_cast<const float*>(qkv.data_ptr()), static_cast<float*>(y.data_ptr()),
-                                    static_cast<float*>(lse.data_ptr()), guard.stream());
+  kernels::attention_forward(B, T, heads, C / heads, static_cast<float>(scale), km,
+                             static_cast<const float*>(qkv.data_ptr()), static_cast<float*>(y.data_ptr()),
+                             static_cast<float*>(lse.data_ptr()), guard.stream());
 }
 
-void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
-                               double scale, const Tensor& dqkv, bool tf32) {
-  const int dev = check_attention("causal_attention_backward", qkv, heads);
+void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
+                        double scale, bool causal, const Tensor& key_padding, const Tensor& dqkv, bool tf32) {
+  const int dev = check_attention("attention_backward", qkv, heads);
   const int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-  check_like("causal_attention_backward", "y", y, qkv, {B, T, C});
-  check_like("causal_attention_backward", "lse", lse, qkv, {B, heads, T});
-  check_like("causal_attention_backward", "gy", gy, qkv, {B, T, C});
-  check_like("causal_attention_backward", "dqkv", dqkv, qkv, {B, T, 3 * C});
+  check_like("attention_backward", "y", y, qkv, {B, T, C});
+  check_like("attention_backward", "lse", lse, qkv, {B, heads, T});
+  check_like("attention_backward", "gy", gy, qkv, {B, T, C});
+  check_like("attention_backward", "dqkv", dqkv, qkv, {B, T, 3 * C});
+  OnDevice guard(dev);
+  Tensor pad;
+  const kernels::KeyMask km = key_mask("attention_backward", causal, key_padding, qkv, pad);
   if (T >= kAttentionGemmMinT && B > 0) {
-    OnDevice guard(dev);
-    attention_backward_gemm(qkv, lse, gy, heads, static_cast<float>(scale), dqkv, tf32, guard.stream());
+    attention_backward_gemm(qkv, lse, gy, heads, static_cast<float>(scale), km, dqkv, tf32, guard.stream());
     return;
   }
   Tensor dsum = empty({B, heads, T}, qkv.options());  // scratch: rowsum(dO o O), from the caching allocator
-  OnDevice guard(dev);
-  kernels::causal_attention_backward(B, T, heads, C / heads, static_cast<float>(scale),
-                                     static_cast<const float*>(qkv.data_ptr()), static_cast<const float*>(y.data_ptr()),
-                                     static_cast<const float*>(lse.data_ptr()),
-                                     static_cast<const float*>(gy.data_ptr()), static_cast<float*>(dqkv.data_ptr()),
-                                     static_cast<float*>(dsum.data_ptr()), guard.stream());
+  kernels::attention_backward(B, T, heads, C / heads, static_cast<float>(scale), km,
+                              static_cast<const float*>(qkv.data_ptr()), static_cast<const float*>(y.data_ptr()),
+                              static_cast<const float*>(lse.data_ptr()), static_cast<const float*>(gy.data_ptr()),
+                              static_cast<float*>(dqkv.data_ptr()), static_cast<float*>(dsum.data_ptr()),
+                              guard.stream());
 }
 
 // ---- CudaBackend's attention entries (core/backend.h) ------------------------------------
@@ -181,19 +200,24 @@ bool takes_fused_attention(const Tensor& qkv, int64_t heads) {
 }
 }  // namespace
 
-// Masks other than causal (NOTE [ Attention masks ]) and non-causal attention
-// take the composed default too: it also keeps only y and lse between forward
-// and backward (its (B, H, T, T) scores are temporaries of each entry), but it
-// is not a fused kernel.
+// Causal or not, with or without key padding: the kernels above. A general
+// mask (NOTE [ Attention masks ]) takes the composed default: it also keeps
+// only y and lse between forward and backward (its scores are temporaries of
+// each entry, one batch element at a time), but it is not a fused kernel.
+namespace {
+bool kernels_take(const AttentionMask& mask, const Tensor& qkv, int64_t heads) {
+  return !mask.mask.defined() && takes_fused_attention(qkv, heads);
+}
+}  // namespace
+
 void CudaBackend::attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
                             const Tensor& lse) {
-  const bool causal_only = mask.causal && !mask.key_padding.defined() && !mask.mask.defined();
-  if (!causal_only || !takes_fused_attention(qkv, heads)) {
+  if (!kernels_take(mask, qkv, heads)) {
     Backend::attention(qkv, heads, scale, mask, y, lse);
     return;
   }
   if (!is_half(qkv.dtype())) {
-    cuda::causal_attention_forward(qkv, heads, scale, y, lse, false);
+    cuda::attention_forward(qkv, heads, scale, mask.causal, mask.key_padding, y, lse, false);
     return;
   }
   Tensor x32, y32;  // (B, T, 3C), (B, T, C)
@@ -202,19 +226,18 @@ void CudaBackend::attention(const Tensor& qkv, int64_t heads, double scale, cons
     x32 = raw::to_dtype(qkv, DType::f32);
     y32 = empty(y.shape(), x32.options());
   }
-  cuda::causal_attention_forward(x32, heads, scale, y32, lse, /*tf32=*/true);
+  cuda::attention_forward(x32, heads, scale, mask.causal, mask.key_padding, y32, lse, /*tf32=*/true);
   copy(y32, y);  // rounded once
 }
 
 void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
                                      int64_t heads, double scale, const AttentionMask& mask, const Tensor& grad_qkv) {
-  const bool causal_only = mask.causal && !mask.key_padding.defined() && !mask.mask.defined();
-  if (!causal_only || !takes_fused_attention(qkv, heads)) {
+  if (!kernels_take(mask, qkv, heads)) {
     Backend::attention_backward(qkv, y, lse, grad_y, heads, scale, mask, grad_qkv);
     return;
   }
   if (!is_half(qkv.dtype())) {
-    cuda::causal_attention_backward(qkv, y, lse, grad_y, heads, scale, grad_qkv, false);
+    cuda::attention_backward(qkv, y, lse, grad_y, heads, scale, mask.causal, mask.key_padding, grad_qkv, false);
     return;
   }
   Tensor x32, y32, g32, d32;  // f32 workspace
@@ -224,7 +247,7 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& y, const T
     g32 = raw::contiguous(raw::to_dtype(grad_y, DType::f32));
     d32 = empty(qkv.shape(), x32.options());
   }
-  cuda::causal_attention_backward(x32, y32, lse, g32, heads, scale, d32, /*tf32=*/true);
+  cuda::attention_backward(x32, y32, lse, g32, heads, scale, mask.causal, mask.key_padding, d32, /*tf32=*/true);
   copy(d32, grad_qkv);
 }
 

@@ -1,18 +1,22 @@
 // SPDX-License-Identifier: MIT
-// Fused causal self-attention on the GPU, the CUDA side of
-// nn::functional::causal_self_attention (NOTE [ Fused attention ] in
-// core/cpu/attention.h has the CPU side and the layout).
+// Fused self-attention on the GPU (causal or not, with or without a key
+// padding mask), the CUDA side of nn::functional::self_attention (NOTE [
+// Fused attention ] in core/cpu/attention.h has the CPU side and the layout).
 //
 // NOTE [ CUDA fused attention ]
 // One warp per row, lanes split over the head dimension (lane l holds
-// d = l, l + 32, ..., so D <= 32 * kMaxSlices). No (T x T) tensor exists:
-//   forward, warp = query row i:  for each visible key j <= i, s = scale q.k_j
+// d = l, l + 32, ..., so D <= 32 * kMaxSlices). No (T x T) tensor exists.
+// "Visible" is KeyMask::sees: j <= i when causal, and key j not padding
+// (NOTE [ Attention masks ] in core/backend.h).
+//   forward, warp = query row i:  for each visible key j, s = scale q.k_j
 //     (a warp sum), an online softmax (running max m, sum l, output rescaled
 //     when m grows), o += p v_j; then y_i = o / l and lse_i = m + log l.
+//     A row that sees no key gives y_i = 0 and lse_i = -inf.
 //   backward A, warp = query row i: D_i = dO_i . O_i (kept for B), and
-//     dQ_i = scale sum_{j<=i} p_ij (dO_i . v_j - D_i) k_j with p_ij from lse_i.
-//   backward B, warp = key row j: dV_j = sum_{i>=j} p_ij dO_i and
-//     dK_j = scale sum_{i>=j} p_ij (dO_i . v_j - D_i) q_i.
+//     dQ_i = scale sum_{visible j} p_ij (dO_i . v_j - D_i) k_j with p_ij from lse_i.
+//   backward B, warp = key row j: dV_j = sum_{i sees j} p_ij dO_i and
+//     dK_j = scale sum_{i sees j} p_ij (dO_i . v_j - D_i) q_i (zeros for a
+//     padding key, which no row sees).
 // Every output row is written by exactly one warp, in a fixed order, so the
 // results are deterministic (no atomics), and dqkv needs no zero-fill. This is
 // the simple form (each pair's dot products are warp reductions); it keeps
@@ -81,7 +85,7 @@ __device__ SNUG_INLINE float dot_slice(const float (&a)[S], const float* p, int6
 
 template <int S>
 __global__ void attention_forward_kernel(const float* __restrict__ qkv, float* __restrict__ y, float* __restrict__ lse,
-                                         Shape s) {
+                                         Shape s, KeyMask km) {
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (r >= s.B * s.H * s.T) return;  // the whole warp leaves together
@@ -93,7 +97,9 @@ __global__ void attention_forward_kernel(const float* __restrict__ qkv, float* _
 #pragma unroll
   for (int k = 0; k < S; ++k) o[k] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  for (int64_t j = 0; j <= x.t; ++j) {
+  const int64_t last = km.last_key(x.t, s.T);
+  for (int64_t j = 0; j <= last; ++j) {
+    if (km.padded(x.b, j, s.T)) continue;  // the same for the whole warp
     // The online softmax: the running max grows to m_new, and what l and o
     // summed so far is rescaled by exp(m - m_new) (0 on the first key, m = -inf).
     const float sc = s.scale * dot_slice(q, base + j * C3 + C, s.D, lane);
@@ -116,14 +122,23 @@ __global__ void attention_forward_kernel(const float* __restrict__ qkv, float* _
     const int64_t d = lane + 32 * k;
     if (d < s.D) yr[d] = softmax_row::normalize(o[k], inv);
   }
-  if (lane == 0) lse[r] = softmax_row::logsumexp(m, l);
+  // No visible key: l = 0 and o = 0, so y_i = 0 * inf would be NaN; the
+  // convention is zeros, and lse = -inf marks the row for backward.
+  if (l == 0.0f) {
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      const int64_t d = lane + 32 * k;
+      if (d < s.D) yr[d] = 0.0f;
+    }
+  }
+  if (lane == 0) lse[r] = l == 0.0f ? -INFINITY : softmax_row::logsumexp(m, l);
 }
 
 // Backward A: one warp per query row: Dsum_i and dQ_i.
 template <int S>
 __global__ void attention_backward_q_kernel(const float* __restrict__ qkv, const float* __restrict__ y,
                                             const float* __restrict__ lse, const float* __restrict__ gy,
-                                            float* __restrict__ dqkv, float* __restrict__ dsum, Shape s) {
+                                            float* __restrict__ dqkv, float* __restrict__ dsum, Shape s, KeyMask km) {
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (r >= s.B * s.H * s.T) return;
@@ -138,7 +153,9 @@ __global__ void attention_backward_q_kernel(const float* __restrict__ qkv, const
   const float li = lse[r];
 #pragma unroll
   for (int k = 0; k < S; ++k) dq[k] = 0.0f;
-  for (int64_t j = 0; j <= x.t; ++j) {
+  const int64_t last = li == -INFINITY ? -1 : km.last_key(x.t, s.T);  // a row that saw no key has no gradient
+  for (int64_t j = 0; j <= last; ++j) {
+    if (km.padded(x.b, j, s.T)) continue;
     const float* kj = base + j * C3 + C;
     const float p = attention_row::prob(s.scale * dot_slice(q, kj, s.D, lane), li, ExactExp{});
     const float ds = attention_row::score_grad(p, dot_slice(g, kj + C, s.D, lane), Di);
@@ -161,7 +178,7 @@ __global__ void attention_backward_q_kernel(const float* __restrict__ qkv, const
 template <int S>
 __global__ void attention_backward_kv_kernel(const float* __restrict__ qkv, const float* __restrict__ lse,
                                              const float* __restrict__ gy, const float* __restrict__ dsum,
-                                             float* __restrict__ dqkv, Shape s) {
+                                             float* __restrict__ dqkv, Shape s, KeyMask km) {
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (r >= s.B * s.H * s.T) return;
@@ -174,7 +191,10 @@ __global__ void attention_backward_kv_kernel(const float* __restrict__ qkv, cons
   load_slice(base + x.t * C3 + 2 * C, s.D, lane, vj);
 #pragma unroll
   for (int k = 0; k < S; ++k) dk[k] = dv[k] = 0.0f;
-  for (int64_t i = x.t; i < s.T; ++i) {
+  // The query rows that see key j: i >= j when causal, every row otherwise;
+  // none when j is padding. (A row that sees no key never sees j.)
+  const int64_t first = km.padded(x.b, x.t, s.T) ? s.T : (km.causal ? x.t : 0);
+  for (int64_t i = first; i < s.T; ++i) {
     const float* qi = base + i * C3;
     const float* gi = gy + (x.b * s.T + i) * C + x.h * s.D;
     const float p = attention_row::prob(s.scale * dot_slice(kj, qi, s.D, lane), lse[row0 + i], ExactExp{});
@@ -205,14 +225,14 @@ __global__ void attention_backward_kv_kernel(const float* __restrict__ qkv, cons
 // kernels took most of a 12-layer GPT step on an H200). cuda/attention.cpp
 // then copies q, k, v to (B H, T, D) and, for a chunk of heads at a time (the
 // chunk's (T, T) scores kept under 128 MiB), runs
-//   forward:  S = Q K^T (cuBLAS); causal_softmax (cuda/softmax.cu), in place,
-//             with its lse output: S -> P, lse; Y = P V
-//   backward: S = Q K^T again, dP = dO V^T; causal_softmax_lse_backward
-//             (beside it): S -> P, dP -> dS (scale folded in); dV = P^T dO,
-//             dQ = dS K, dK = dS^T Q
+//   forward:  S = Q K^T (cuBLAS); attention_softmax_lse (cuda/softmax.cu), in
+//             place, over the keys each row sees (KeyMask): S -> P, lse; Y = P V
+//   backward: S = Q K^T again, dP = dO V^T; attention_softmax_lse_backward
+//             (beside it): S -> P, dP -> dS (scale folded in, 0 where unseen);
+//             dV = P^T dO, dQ = dS K, dK = dS^T Q
 // so only lse is kept between the passes, as in the kernels above, and the
-// (T, T) buffers live for one chunk. The GEMMs compute the masked half too;
-// cuBLAS is fast enough that skipping it is not worth a kernel of our own.
+// (T, T) buffers live for one chunk. The GEMMs compute the masked entries too;
+// cuBLAS is fast enough that skipping them is not worth a kernel of our own.
 
 unsigned blocks_for_rows(int64_t rows) { return unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
@@ -231,32 +251,31 @@ void with_slices(int64_t D, F&& f) {
 
 }  // namespace
 
-void causal_attention_forward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const float* qkv, float* y,
-                              float* lse, StreamHandle st) {
+void attention_forward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, KeyMask km, const float* qkv,
+                       float* y, float* lse, StreamHandle st) {
   const int64_t rows = B * H * T;
   if (rows == 0) return;
   const Shape s{B, T, H, D, scale};
   with_slices(D, [&](auto S) {
     attention_forward_kernel<decltype(S)::value>
-        <<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, y, lse, s);
+        <<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, y, lse, s, km);
   });
-  check_launch("causal_attention_forward");
+  check_launch("attention_forward");
 }
 
-void causal_attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const float* qkv,
-                               const float* y, const float* lse, const float* gy, float* dqkv, float* dsum,
-                               StreamHandle st) {
+void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, KeyMask km, const float* qkv,
+                        const float* y, const float* lse, const float* gy, float* dqkv, float* dsum, StreamHandle st) {
   const int64_t rows = B * H * T;
   if (rows == 0) return;
   const Shape s{B, T, H, D, scale};
   with_slices(D, [&](auto S) {
     attention_backward_q_kernel<decltype(S)::value>
-        <<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, y, lse, gy, dqkv, dsum, s);
-    check_launch("causal_attention_backward (queries)");
+        <<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, y, lse, gy, dqkv, dsum, s, km);
+    check_launch("attention_backward (queries)");
     // Same stream: B starts after A has written every dsum.
     attention_backward_kv_kernel<decltype(S)::value>
-        <<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, lse, gy, dsum, dqkv, s);
-    check_launch("causal_attention_backward (keys and values)");
+        <<<blocks_for_rows(rows), 32 * kWarpsPerBlock, 0, as_stream(st)>>>(qkv, lse, gy, dsum, dqkv, s, km);
+    check_launch("attention_backward (keys and values)");
   });
 }
 

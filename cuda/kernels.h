@@ -69,12 +69,30 @@ void softmax_backward(DType t, bool log, const Geometry<3>& rows, int64_t len, i
 // or null: each row's log sum exp(scale x) over its visible columns.
 void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y, StreamHandle s,
                     float* lse = nullptr);
-// causal_softmax's backward for f32 rows of T (Tq = Tk) from its lse, for the
-// attention's cuBLAS path (NOTE [ Attention through cuBLAS ]): s holds the
-// raw scores of (rows / T) heads and becomes P; dp = dO V^T becomes
-// dS = scale P (dp - D_r), D_r = sum_j P_rj dp_rj.
-void causal_softmax_lse_backward(int64_t rows, int64_t T, float scale, float* s, float* dp, const float* lse,
-                                 StreamHandle st);
+
+// Which keys a query row of the attention kernels sees (NOTE [ Attention
+// masks ] in core/backend.h): j <= i when causal; none of batch b's padding
+// keys when pad, (B, T) bool in device memory, is given (true = padding).
+struct KeyMask {
+  bool causal = true;
+  const bool* pad = nullptr;
+  SNUG_HOST_DEVICE int64_t last_key(int64_t i, int64_t T) const { return causal ? i : T - 1; }
+  SNUG_HOST_DEVICE bool padded(int64_t b, int64_t j, int64_t T) const { return pad != nullptr && pad[b * T + j]; }
+  SNUG_HOST_DEVICE bool sees(int64_t b, int64_t i, int64_t j, int64_t T) const {
+    return j <= last_key(i, T) && !padded(b, j, T);
+  }
+};
+// The attention's cuBLAS path (NOTE [ Attention through cuBLAS ]) on f32
+// (rows, T) scores of rows / T heads of a (B, H) grid, the chunk's first row
+// being row0 of B H T (which gives each row's batch element for km).
+// Forward, in place: s -> P = softmax(scale s) over the keys the row sees
+// (0 elsewhere), lse (rows) its logsumexp (-inf for a row that sees none).
+void attention_softmax_lse(int64_t rows, int64_t row0, int64_t T, int64_t H, float scale, KeyMask km, float* s,
+                           float* lse, StreamHandle st);
+// Backward from lse: s holds the raw scores again and becomes P; dp = dO V^T
+// becomes dS = scale P (dp - D_r), D_r = sum_j P_rj dp_rj (0 where unseen).
+void attention_softmax_lse_backward(int64_t rows, int64_t row0, int64_t T, int64_t H, float scale, KeyMask km,
+                                    float* s, float* dp, const float* lse, StreamHandle st);
 
 // ---- layer_norm.cu -------------------------------------------------------------
 // x, y (R, C) contiguous; w, b (C) or null; mean, rstd (R) f32.
@@ -107,15 +125,15 @@ void fused_sgd(DType gt, int64_t n, float* p, const void* g, float* buf, const u
 void unscale_check(DType gt, DType out_t, int64_t n, const void* g, void* out, double inv, int32_t* flag,
                    StreamHandle s);
 
-// ---- attention.cu: fused causal self-attention (NOTE [ CUDA fused attention ]) ----
+// ---- attention.cu: fused self-attention (NOTE [ CUDA fused attention ]) ----
 // qkv (B, T, 3 H D), y (B, T, H D), lse and dsum (B, H, T), gy (B, T, H D),
-// dqkv (B, T, 3 H D): f32, contiguous. D <= 32 * kAttentionMaxSlices.
+// dqkv (B, T, 3 H D): f32, contiguous. D <= 32 * kAttentionMaxSlices. km:
+// causal or not, key padding or not.
 constexpr int kAttentionMaxSlices = 8;
-void causal_attention_forward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const float* qkv, float* y,
-                              float* lse, StreamHandle s);
+void attention_forward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, KeyMask km, const float* qkv,
+                       float* y, float* lse, StreamHandle s);
 // Writes every element of dqkv; dsum is scratch (B, H, T).
-void causal_attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, const float* qkv,
-                               const float* y, const float* lse, const float* gy, float* dqkv, float* dsum,
-                               StreamHandle s);
+void attention_backward(int64_t B, int64_t T, int64_t H, int64_t D, float scale, KeyMask km, const float* qkv,
+                        const float* y, const float* lse, const float* gy, float* dqkv, float* dsum, StreamHandle s);
 
 }  // namespace snug::cuda::kernels

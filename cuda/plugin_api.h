@@ -18,7 +18,7 @@
       X(copy_to_host) X(synchronize) X(create_stream) X(destroy_stream) X(synchronize_stream) X(stream_wait)         \
           X(record_event) X(event_done) X(synchronize_event) X(elapsed_ms) X(destroy_event) X(ensure_registered)     \
               X(pinned_allocate) X(pinned_free) X(pinned_record_stream) X(unary_f32) X(binary_f32)                   \
-                  X(causal_attention_forward) X(causal_attention_backward) X(set_attention_chunk_bytes)
+                  X(attention_forward) X(attention_backward) X(set_attention_chunk_bytes)
 // ... and of snug::distributed (the NCCL group, cuda/nccl/, or its stand-in).
 #define SNUG_CUDA_PLUGIN_NCCL_FUNCTIONS(X) X(nccl_available) X(make_nccl_group)
 
@@ -29,7 +29,9 @@ namespace snug::cuda {
 // its virtual methods, so a plugin built against another layout must be refused).
 //   2: the fused ops became Backend methods (linear_act, causal_attention, ...).
 //   3: causal_attention became attention, with an AttentionMask.
-inline constexpr uint32_t kPluginAbiVersion = 3;
+//   4: cuda::attention_forward / _backward (causal or not, key padding)
+//      replaced causal_attention_forward / _backward.
+inline constexpr uint32_t kPluginAbiVersion = 4;
 inline constexpr const char* kPluginEntry = "snug_cuda_plugin";
 
 struct PluginApi {

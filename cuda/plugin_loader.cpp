@@ -151,13 +151,13 @@ void binary_f32(BinaryOp op, const float* x, const float* y, float* out, int64_t
 }
 
 // ---- cuda/fused_api.h ------------------------------------------------------------
-void causal_attention_forward(const Tensor& qkv, int64_t heads, double scale, const Tensor& y, const Tensor& lse,
-                              bool tf32) {
-  need("causal_attention_forward").causal_attention_forward(qkv, heads, scale, y, lse, tf32);
+void attention_forward(const Tensor& qkv, int64_t heads, double scale, bool causal, const Tensor& key_padding,
+                       const Tensor& y, const Tensor& lse, bool tf32) {
+  need("attention_forward").attention_forward(qkv, heads, scale, causal, key_padding, y, lse, tf32);
 }
-void causal_attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
-                               double scale, const Tensor& dqkv, bool tf32) {
-  need("causal_attention_backward").causal_attention_backward(qkv, y, lse, gy, heads, scale, dqkv, tf32);
+void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
+                        double scale, bool causal, const Tensor& key_padding, const Tensor& dqkv, bool tf32) {
+  need("attention_backward").attention_backward(qkv, y, lse, gy, heads, scale, causal, key_padding, dqkv, tf32);
 }
 std::size_t set_attention_chunk_bytes(std::size_t bytes) {
   return need("set_attention_chunk_bytes").set_attention_chunk_bytes(bytes);

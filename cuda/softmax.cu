@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Softmax row kernels (the CUDA twin of core/cpu/softmax.cpp): softmax /
-// log_softmax forward and backward, the causal attention softmax, and that
-// softmax's backward from its logsumexp for the attention's cuBLAS path. One
+// log_softmax forward and backward, the causal softmax, and the attention's
+// masked softmax with its logsumexp and that softmax's backward from it, for
+// the attention's cuBLAS path. One
 // block per row; each thread strides over the row, then block_reduce combines
 // the partial results in a fixed order. The formulas are core/softmax_math.h's
 // (softmax_row::), the same functions the CPU loops call:
@@ -117,24 +118,50 @@ __global__ void causal_softmax_kernel(int64_t rows, int64_t Tq, int64_t Tk, comp
   }
 }
 
-// The backward of causal_softmax for square f32 rows (Tq = Tk = T) from its
-// lse, for the attention's cuBLAS path (NOTE [ Attention through cuBLAS ] in
-// cuda/attention.cu): s holds the raw scores and becomes P; dp = dO V^T becomes
-// dS = scale P (dp - D_r), D_r = sum_j P_rj dp_rj (= dO_r . O_r): the
-// backward row of NOTE [ Attention row math ] (core/attention_math.h).
-__global__ void causal_softmax_lse_backward_kernel(float* __restrict__ s, float* __restrict__ dp,
-                                                   const float* __restrict__ lse, int64_t T, float scale) {
+// NOTE [ Attention through cuBLAS ]'s two row kernels (cuda/attention.cu):
+// one block per (chunk) row r, the global row row0 + r = (b H + h) T + i,
+// the keys it sees from km.
+__global__ void attention_softmax_lse_kernel(int64_t rows, int64_t row0, int64_t T, int64_t H, float scale,
+                                             KeyMask km, float* __restrict__ s, float* __restrict__ lse) {
+  using S = softmax_row::sum_t<float>;
+  __shared__ float mbuf[kThreads];
+  __shared__ S sbuf[kThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t g = row0 + r, i = g % T, b = g / T / H;
+    float* row = s + r * T;
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
+      if (km.sees(b, i, j, T)) m = MaxOp<float>{}(m, scale * row[j]);
+    m = block_reduce(m, MaxOp<float>{}, mbuf);
+    S sum = 0;
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
+      if (km.sees(b, i, j, T)) sum += S(softmax_row::shifted_exp(scale * row[j], m, FastExp{}));
+    sum = block_reduce(sum, SumOp<S>{}, sbuf);
+    const float inv = softmax_row::inverse_sum<float>(sum);  // unused when the row sees no key (sum = 0)
+    for (int64_t j = threadIdx.x; j < T; j += blockDim.x)  // each thread rewrites only what it read
+      row[j] = km.sees(b, i, j, T) ? softmax_row::softmax_at(scale * row[j], m, inv, FastExp{}) : 0.0f;
+    if (threadIdx.x == 0) lse[r] = sum == 0 ? -INFINITY : float(softmax_row::logsumexp(double(m), double(sum)));
+  }
+}
+
+// The backward row of NOTE [ Attention row math ] (core/attention_math.h)
+// from lse: s (raw scores) -> P, dp -> dS with the scale folded in.
+__global__ void attention_softmax_lse_backward_kernel(int64_t row0, int64_t T, int64_t H, float scale, KeyMask km,
+                                                      float* __restrict__ s, float* __restrict__ dp,
+                                                      const float* __restrict__ lse) {
   extern __shared__ float buf[];  // blockDim.x floats
-  const int64_t r = blockIdx.x, i = r % T;
+  const int64_t r = blockIdx.x, g = row0 + r, i = g % T, b = g / T / H;
   float* srow = s + r * T;
   float* drow = dp + r * T;
   const float L = lse[r];
+  const bool any = L != -INFINITY;  // a row that saw no key has zero gradients
   float d = 0.0f;
-  for (int64_t j = threadIdx.x; j <= i; j += blockDim.x)
-    d += attention_row::correction_term(attention_row::prob(scale * srow[j], L, ExactExp{}), drow[j]);
+  for (int64_t j = threadIdx.x; j < T; j += blockDim.x)
+    if (any && km.sees(b, i, j, T))
+      d += attention_row::correction_term(attention_row::prob(scale * srow[j], L, ExactExp{}), drow[j]);
   d = block_reduce(d, SumOp<float>{}, buf);
   for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
-    if (j <= i) {
+    if (any && km.sees(b, i, j, T)) {
       const float p = attention_row::prob(scale * srow[j], L, ExactExp{});
       srow[j] = p;
       drow[j] = attention_row::score_grad(scale * p, drow[j], d);  // scale folded into p
@@ -184,12 +211,20 @@ void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale,
   });
 }
 
-void causal_softmax_lse_backward(int64_t rows, int64_t T, float scale, float* s, float* dp, const float* lse,
-                                 StreamHandle st) {
+void attention_softmax_lse(int64_t rows, int64_t row0, int64_t T, int64_t H, float scale, KeyMask km, float* s,
+                           float* lse, StreamHandle st) {
+  if (rows == 0 || T == 0) return;
+  attention_softmax_lse_kernel<<<row_grid(rows), kThreads, 0, as_stream(st)>>>(rows, row0, T, H, scale, km, s, lse);
+  check_launch("attention_softmax_lse");
+}
+
+void attention_softmax_lse_backward(int64_t rows, int64_t row0, int64_t T, int64_t H, float scale, KeyMask km,
+                                    float* s, float* dp, const float* lse, StreamHandle st) {
   if (rows == 0 || T == 0) return;
   const int t = row_threads(T);
-  causal_softmax_lse_backward_kernel<<<unsigned(rows), t, t * sizeof(float), as_stream(st)>>>(s, dp, lse, T, scale);
-  check_launch("causal_softmax_lse_backward");
+  attention_softmax_lse_backward_kernel<<<unsigned(rows), t, t * sizeof(float), as_stream(st)>>>(row0, T, H, scale,
+                                                                                                  km, s, dp, lse);
+  check_launch("attention_softmax_lse_backward");
 }
 
 }  // namespace snug::cuda::kernels

@@ -282,25 +282,45 @@ TEST_CASE("cuda parity: fused causal self-attention, forward and backward (head 
 TEST_CASE("cuda parity: masked and non-causal self-attention (key padding, bool and additive masks)") {
   if (skip_without_gpu()) return;
   manual_seed(21);
-  const int64_t B = 3, T = 70, C = 64, H = 4;
-  Tensor pad = zeros({B, T}, DType::b8);  // batch b: its last 9 b keys are padding
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = T - 9 * b; t < T; ++t) pad.data<bool>()[b * T + t] = true;
-  const Tensor band = gt(abs(arange(T).view({T, 1}) - arange(T).view({1, T})), full({1}, 20.0, kInt64));  // (T, T)
-  const Tensor additive = randn({B, 1, T, T});
-  const Tensor qkv = randn({B, T, 3 * C}), w = randn({B, T, C});
-  for (int k = 0; k < 4; ++k) {
-    CAPTURE(k);
-    auto run = [&](const std::vector<Tensor>& v) {
-      Tensor x = v[0].detach();
-      x.requires_grad_();
-      const Tensor p = v[2], m = k == 2 ? v[3] : (k == 3 ? v[4] : Tensor());
-      Tensor y = nn::functional::self_attention(x, H, /*causal=*/k == 1, m, k == 2 ? Tensor() : p);
-      sum(mul(y, v[1])).backward();
-      return cat({y.detach().flatten(), x.grad().flatten()});
-    };
-    parity("self_attention with masks", {qkv, w, pad, band, additive}, run, 1e-4);
+  const int64_t B = 3, C = 64, H = 4;
+  // T = 45: the warp kernels (causal or not, key padding); T = 70: the cuBLAS
+  // path, whole and in chunks of one head. A bool or additive mask takes the
+  // composed default. Batch b's last 9 b keys are padding, and batch 2's
+  // first 7 too (causal rows 0..6 there see no key: zeros, no NaN, among rows
+  // that see some); with `all`, batch element 1 is padding throughout.
+  const std::size_t chunk0 = cuda::set_attention_chunk_bytes(std::size_t{128} << 20);
+  for (int64_t T : {int64_t{45}, int64_t{70}}) {
+    for (bool all : {false, true}) {
+      Tensor pad = zeros({B, T}, DType::b8);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          pad.data<bool>()[b * T + t] = t >= T - 9 * b || (b == 2 && t < 7) || (all && b == 1);
+      const Tensor band = gt(abs(arange(T).view({T, 1}) - arange(T).view({1, T})), full({1}, 20.0, kInt64));  // (T, T)
+      const Tensor additive = randn({B, 1, T, T});
+      const Tensor qkv = randn({B, T, 3 * C}), w = randn({B, T, C});
+      for (std::size_t chunk : {std::size_t{128} << 20, std::size_t(T * T * 4)}) {
+        if (T < cuda::kAttentionGemmMinT && chunk != (std::size_t{128} << 20)) continue;
+        cuda::set_attention_chunk_bytes(chunk);
+        for (int k = 0; k < 5; ++k) {  // 0 padding, 1 causal + padding, 2 bool mask, 3 additive + padding, 4 neither
+          if (all && (k == 2 || k == 4)) continue;  // no padding: the same as without `all`
+          CAPTURE(T);
+          CAPTURE(all);
+          CAPTURE(chunk);
+          CAPTURE(k);
+          auto run = [&](const std::vector<Tensor>& v) {
+            Tensor x = v[0].detach();
+            x.requires_grad_();
+            const Tensor p = (k == 2 || k == 4) ? Tensor() : v[2], m = k == 2 ? v[3] : (k == 3 ? v[4] : Tensor());
+            Tensor y = nn::functional::self_attention(x, H, /*causal=*/k == 1, m, p);
+            sum(mul(y, v[1])).backward();
+            return cat({y.detach().flatten(), x.grad().flatten()});
+          };
+          parity("self_attention with masks", {qkv, w, pad, band, additive}, run, 1e-4);
+        }
+      }
+    }
   }
+  cuda::set_attention_chunk_bytes(chunk0);
 }
 
 TEST_CASE("cuda parity: batch norm through cuDNN (training, evaluation, f16 input, no affine), forward and backward") {
