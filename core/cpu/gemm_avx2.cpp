@@ -54,8 +54,18 @@ struct Avx2Tile {
   template <int64_t SI, int64_t SK>
   static void run_layout(int64_t kc, const float* __restrict a, const float* __restrict b, int m, int n, float* c,
                          int64_t ldc, float alpha, float beta, const float* bias) {
+    // C's rows are read after the k loop (beta != 0: every K block past the
+    // first); asked for now, they arrive while the FMAs run. Without this the
+    // load of C missed L2 on 1024^3 (C is 4 MiB): 13% of the product's samples
+    // on Zen 3 sat on it (perf annotate).
+    if (beta != 0.0f)
+      for (int i = 0; i < m; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+      }
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
            c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; ++k) {
       const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
       __m256 ai = _mm256_broadcast_ss(a + 0 * SI);
