@@ -3,6 +3,7 @@
 // each against a naive double-precision computation, with gradchecks.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -147,6 +148,38 @@ TEST_CASE("layer_norm: matches a naive computation, affine and not, any leading 
   CHECK((v[0] * v[0] + v[1] * v[1] + v[2] * v[2]) / 3 == doctest::Approx(1));
   CHECK_THROWS_AS(F::layer_norm(zeros({2, 4}), zeros({3}), Tensor()), ShapeError);
   CHECK_THROWS_AS(F::layer_norm(zeros({2, 4}, kInt64), Tensor(), Tensor()), DTypeError);
+}
+
+// The f32 rows run each level's vector bodies (AVX-512, AVX2, NEON: NOTE [
+// Layer norm rows in AVX-512 ] and its twins) and their tails: widths below,
+// at and past one vector and one unrolled block; f64 takes the plain loops.
+TEST_CASE("layer_norm: f32 rows (vector bodies and tails) match f64, forward and backward, affine or not") {
+  for (int64_t C : {1, 3, 4, 7, 8, 16, 19, 37, 64, 128, 131}) {
+    for (bool affine : {true, false}) {
+      CAPTURE(C);
+      CAPTURE(affine);
+      const Tensor x64 = rnd({33, C}, 21 + uint64_t(C)) * 3.0 + 0.5, g64 = rnd({33, C}, 22 + uint64_t(C));
+      const Tensor w64 = rnd({C}, 23), b64 = rnd({C}, 24);
+      auto run = [&](DType dt, Tensor& gx, Tensor& gw, Tensor& gb) {
+        Tensor x = x64.to(dt).requires_grad_(true);
+        Tensor w = affine ? w64.to(dt).requires_grad_(true) : Tensor();
+        Tensor b = affine ? b64.to(dt).requires_grad_(true) : Tensor();
+        Tensor y = F::layer_norm(x, w, b);
+        y.backward(g64.to(dt));
+        gx = x.grad().to(kFloat64);
+        if (affine) gw = w.grad().to(kFloat64), gb = b.grad().to(kFloat64);
+        return y.detach().to(kFloat64);
+      };
+      Tensor gx32, gw32, gb32, gx64, gw64, gb64;
+      const Tensor y32 = run(kFloat32, gx32, gw32, gb32), y64 = run(kFloat64, gx64, gw64, gb64);
+      CHECK(testing::max_abs_diff(y32, y64) <= 1e-5 * std::max(1.0, testing::max_abs(y64)));
+      CHECK(testing::max_abs_diff(gx32, gx64) <= 1e-4 * std::max(1.0, testing::max_abs(gx64)));
+      if (affine) {
+        CHECK(testing::max_abs_diff(gw32, gw64) <= 1e-4 * std::max(1.0, testing::max_abs(gw64)));
+        CHECK(testing::max_abs_diff(gb32, gb64) <= 1e-4 * std::max(1.0, testing::max_abs(gb64)));
+      }
+    }
+  }
 }
 
 TEST_CASE("layer_norm: gradcheck of x, weight and bias; and without affine") {

@@ -24,6 +24,8 @@
 #include <snug/core/cpu/simd_avx512.h>
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <snug/core/cpu/simd_avx2.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 namespace snug::inline SNUG_CPU_LEVEL::cpu {
@@ -67,6 +69,15 @@ SNUG_INLINE T correction(const T* p, const T* dp, int64_t n) {
       acc = _mm256_fmadd_ps(_mm256_maskload_ps(p + j, m), _mm256_maskload_ps(dp + j, m), acc);
     }
     return kernels::detail::reduce_add8(acc);
+  }
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  if constexpr (std::is_same_v<T, float>) {  // the NEON twin: one 4-lane accumulator, a scalar tail
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) acc = vfmaq_f32(acc, vld1q_f32(p + j), vld1q_f32(dp + j));
+    float s = vaddvq_f32(acc);
+    for (; j < n; ++j) s += attention_row::correction_term(p[j], dp[j]);
+    return s;
   }
 #endif
   T acc = 0;
@@ -243,6 +254,67 @@ float exp_row<float>(float* row, int64_t vis, int64_t n, float sub) {
   }
   for (; j < n; j += 8) _mm256_maskstore_ps(row + j, head_mask8(n - j), _mm256_setzero_ps());
   return reduce_add8(_mm256_add_ps(s0, s1));
+}
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+// The NEON twins (NOTE [ Attention rows in AVX-512 ]): exp_approx's formula
+// over 4 lanes, n rounded by vrndnq, 2^n built in the exponent bits; the
+// lanes past the last whole vector take the scalar formula (the same one).
+SNUG_INLINE float32x4_t exp4(float32x4_t x) {
+  const float32x4_t lo = vdupq_n_f32(fmath::kExpMin);
+  const uint32x4_t keep = vmvnq_u32(vcltq_f32(x, lo));  // not below lo: x >= lo, or NaN
+  x = vmaxq_f32(lo, x);                                 // NaN stays NaN
+  const float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(fmath::kLog2e)));
+  float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(fmath::kLn2Hi));
+  r = vfmsq_f32(r, n, vdupq_n_f32(fmath::kLn2Lo));
+  float32x4_t p = vdupq_n_f32(1.0f / 5040);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 720), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 120), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 24), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f / 6), p, r);
+  p = vfmaq_f32(vdupq_n_f32(0.5f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+  p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+  const int32x4_t bits = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+  const float32x4_t e = vmulq_f32(p, vreinterpretq_f32_s32(bits));
+  return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(e), keep));  // NaN lanes: p is NaN
+}
+
+template <>
+float row_max<float>(const float* row, int64_t vis) {
+  float32x4_t m0 = vdupq_n_f32(-std::numeric_limits<float>::infinity()), m1 = m0;
+  int64_t j = 0;
+  for (; j + 8 <= vis; j += 8) {
+    m0 = vmaxq_f32(m0, vld1q_f32(row + j));
+    m1 = vmaxq_f32(m1, vld1q_f32(row + j + 4));
+  }
+  for (; j + 4 <= vis; j += 4) m0 = vmaxq_f32(m0, vld1q_f32(row + j));
+  float m = vmaxvq_f32(vmaxq_f32(m0, m1));
+  for (; j < vis; ++j) m = softmax_row::max_nan(m, row[j]);
+  return m;
+}
+
+template <>
+float exp_row<float>(float* row, int64_t vis, int64_t n, float sub) {
+  const float32x4_t sv = vdupq_n_f32(sub);
+  float32x4_t s0 = vdupq_n_f32(0.0f), s1 = s0;
+  int64_t j = 0;
+  for (; j + 8 <= vis; j += 8) {
+    const float32x4_t e0 = exp4(vsubq_f32(vld1q_f32(row + j), sv));
+    const float32x4_t e1 = exp4(vsubq_f32(vld1q_f32(row + j + 4), sv));
+    vst1q_f32(row + j, e0);
+    vst1q_f32(row + j + 4, e1);
+    s0 = vaddq_f32(s0, e0);
+    s1 = vaddq_f32(s1, e1);
+  }
+  for (; j + 4 <= vis; j += 4) {
+    const float32x4_t e = exp4(vsubq_f32(vld1q_f32(row + j), sv));
+    vst1q_f32(row + j, e);
+    s0 = vaddq_f32(s0, e);
+  }
+  float s = vaddvq_f32(vaddq_f32(s0, s1));
+  for (; j < vis; ++j) s += (row[j] = softmax_row::shifted_exp(row[j], sub, FastExp{}));
+  for (; j < n; ++j) row[j] = 0.0f;
+  return s;
 }
 #endif
 

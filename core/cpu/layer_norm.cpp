@@ -6,7 +6,8 @@
 //     gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat))
 //     gw = sum_rows(g * xhat),  gb = sum_rows(g)
 // The formulas are core/layer_norm_math.h's (layer_norm_row::), shared with
-// the CUDA kernels; the AVX-512 rows below are the same formulas in vectors.
+// the CUDA kernels; the AVX-512, AVX2 and NEON rows below are the same
+// formulas in vectors.
 #include <omp.h>
 
 #include <cmath>
@@ -17,6 +18,8 @@
 #include <snug/core/cpu/simd_avx512.h>
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <snug/core/cpu/simd_avx2.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 #include <snug/core/cpu/cpu_backend.h>
@@ -221,6 +224,92 @@ void ln_backward_row_f32(const float* g, const float* x, const float* w, float m
       const __m256 t = _mm256_fnmadd_ps(xh, vm2, _mm256_sub_ps(ghat(c, m), vm1));
       _mm256_maskstore_ps(gx + c, m, _mm256_mul_ps(vrs, t));
     }
+  }
+}
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+// The NEON twins of NOTE [ Layer norm rows in AVX-512 ]: four 4-float
+// partial sums folded in a fixed order; NEON has no masked loads, so the
+// columns past the last whole vector take the scalar formulas of
+// core/layer_norm_math.h (added to the folded sum, again in a fixed order).
+#define SNUG_LN_ROWS 1
+
+// sum over c < C of f(c): vec(c) gives columns c..c+3, one(c) column c.
+template <class V, class S>
+inline float row_sum4(int64_t C, V vec, S one) {
+  float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+  int64_t c = 0;
+  for (; c + 16 <= C; c += 16) {
+    a0 = vaddq_f32(a0, vec(c));
+    a1 = vaddq_f32(a1, vec(c + 4));
+    a2 = vaddq_f32(a2, vec(c + 8));
+    a3 = vaddq_f32(a3, vec(c + 12));
+  }
+  for (; c + 4 <= C; c += 4) a0 = vaddq_f32(a0, vec(c));
+  float s = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
+  for (; c < C; ++c) s += one(c);
+  return s;
+}
+
+void ln_forward_row_f32(const float* x, const float* w, const float* b, float* y, int64_t C, float eps, float* mean,
+                        float* rstd) {
+  const float mu = layer_norm_row::mean(
+      row_sum4(C, [&](int64_t c) { return vld1q_f32(x + c); }, [&](int64_t c) { return x[c]; }), C);
+  const float32x4_t vmu = vdupq_n_f32(mu);
+  const float sq = row_sum4(
+      C,
+      [&](int64_t c) {
+        const float32x4_t d = vsubq_f32(vld1q_f32(x + c), vmu);
+        return vmulq_f32(d, d);
+      },
+      [&](int64_t c) { return (x[c] - mu) * (x[c] - mu); });
+  const float rs = layer_norm_row::rstd(sq, C, eps);
+  *mean = mu;
+  *rstd = rs;
+  const float32x4_t vrs = vdupq_n_f32(rs);
+  int64_t c = 0;
+  for (; c + 4 <= C; c += 4) {  // layer_norm_row::normalize_at, 4 columns at a time
+    float32x4_t h = vmulq_f32(vsubq_f32(vld1q_f32(x + c), vmu), vrs);
+    if (w) h = vmulq_f32(h, vld1q_f32(w + c));
+    if (b) h = vaddq_f32(h, vld1q_f32(b + c));
+    vst1q_f32(y + c, h);
+  }
+  for (; c < C; ++c) y[c] = layer_norm_row::normalize_at(x[c], mu, rs, w, b, c);
+}
+
+void ln_backward_row_f32(const float* g, const float* x, const float* w, float mu, float rs, int64_t C, float* gx,
+                         float* pw, float* pb) {
+  const float32x4_t vmu = vdupq_n_f32(mu), vrs = vdupq_n_f32(rs);
+  auto xhat = [&](int64_t c) { return vmulq_f32(vsubq_f32(vld1q_f32(x + c), vmu), vrs); };
+  auto ghat = [&](int64_t c) {  // g * w
+    const float32x4_t gv = vld1q_f32(g + c);
+    return w ? vmulq_f32(gv, vld1q_f32(w + c)) : gv;
+  };
+  auto xhat1 = [&](int64_t c) { return layer_norm_row::xhat(x[c], mu, rs); };
+  auto ghat1 = [&](int64_t c) { return layer_norm_row::ghat(g[c], w, c); };
+  const float m1 = layer_norm_row::mean(row_sum4(C, ghat, ghat1), C);
+  const float m2 = layer_norm_row::mean(row_sum4(
+                                            C, [&](int64_t c) { return vmulq_f32(ghat(c), xhat(c)); },
+                                            [&](int64_t c) { return ghat1(c) * xhat1(c); }),
+                                        C);
+  const float32x4_t vm1 = vdupq_n_f32(m1), vm2 = vdupq_n_f32(m2);
+  int64_t c = 0;
+  for (; c + 4 <= C; c += 4) {
+    const float32x4_t xh = xhat(c);
+    if (pw) {
+      const float32x4_t gv = vld1q_f32(g + c);
+      vst1q_f32(pw + c, vfmaq_f32(vld1q_f32(pw + c), gv, xh));
+      vst1q_f32(pb + c, vaddq_f32(vld1q_f32(pb + c), gv));
+    }
+    // layer_norm_row::grad_x_at: rs * (gh - m1 - xh * m2), the last two fused
+    if (gx) vst1q_f32(gx + c, vmulq_f32(vrs, vfmsq_f32(vsubq_f32(ghat(c), vm1), xh, vm2)));
+  }
+  for (; c < C; ++c) {
+    const float xh = xhat1(c);
+    if (pw) {
+      pw[c] += g[c] * xh;
+      pb[c] += g[c];
+    }
+    if (gx) gx[c] = layer_norm_row::grad_x_at(ghat1(c), xh, m1, m2, rs);
   }
 }
 #endif

@@ -26,6 +26,10 @@
 
 #if defined(__AVX512F__)
 #include <snug/core/cpu/simd_avx512.h>
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <snug/core/cpu/simd_avx2.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 namespace snug::inline SNUG_CPU_LEVEL {
@@ -66,6 +70,47 @@ struct Rows {
 };
 
 constexpr int kLanes = 16;  // independent partial results, so the loops vectorize
+static_assert(kLanes == 16, "fold_max and fold_add fold 16 lanes");
+
+// The 16 lanes folded by a fixed vector tree, the same order every call:
+// folded one scalar op after another they were a chain of 16 dependent
+// compares (and 16 adds) per row, most of a short row's time (W-GPT's
+// log-softmax rows hold 65 logits). A NaN lane may be dropped by the x86 max
+// (it returns its second operand); the row still comes out NaN (exp of NaN).
+inline float fold_max(const float* ml) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_max_ps(_mm512_loadu_ps(ml));
+#elif defined(__AVX2__) && defined(__FMA__)
+  return kernels::detail::reduce_max8(_mm256_max_ps(_mm256_loadu_ps(ml), _mm256_loadu_ps(ml + 8)));
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  return vmaxvq_f32(
+      vmaxq_f32(vmaxq_f32(vld1q_f32(ml), vld1q_f32(ml + 4)), vmaxq_f32(vld1q_f32(ml + 8), vld1q_f32(ml + 12))));
+#else
+  float m = ml[0];
+  for (int j = 1; j < kLanes; ++j) m = softmax_row::max_nan(m, ml[j]);
+  return m;
+#endif
+}
+inline double fold_add(const double* sl) {
+#if defined(__AVX512F__)
+  return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_loadu_pd(sl), _mm512_loadu_pd(sl + 8)));
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256d a = _mm256_add_pd(_mm256_add_pd(_mm256_loadu_pd(sl), _mm256_loadu_pd(sl + 4)),
+                                  _mm256_add_pd(_mm256_loadu_pd(sl + 8), _mm256_loadu_pd(sl + 12)));
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+  float64x2_t v[8];
+  for (int k = 0; k < 8; ++k) v[k] = vld1q_f64(sl + 2 * k);
+  for (int w = 4; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) v[k] = vaddq_f64(v[k], v[k + w]);
+  return vaddvq_f64(v[0]);
+#else
+  double s = 0;
+  for (int j = 0; j < kLanes; ++j) s += sl[j];
+  return s;
+#endif
+}
 
 // The backward of one contiguous f32 row: c = sum_j backward_term(g_j, y_j)
 // in 16 lanes of f64 partial sums (as the forward's sums, NOTE [ One f32
@@ -83,9 +128,7 @@ void softmax_backward_row_f32(const float* g, const float* y, float* d, int64_t 
       for (int j = 0; j < kLanes; ++j) sl[j] += softmax_row::backward_term(g[i + j], y[i + j], false);
     for (int j = 0; i + j < L; ++j) sl[j] += softmax_row::backward_term(g[i + j], y[i + j], false);
   }
-  double s = 0;
-  for (double v : sl) s += v;
-  const float cs = static_cast<float>(s);
+  const float cs = static_cast<float>(fold_add(sl));
   if (log) {
     for (i = 0; i < L; ++i) d[i] = softmax_row::log_softmax_backward_at(g[i], y[i], cs, FastExp{});
   } else {
@@ -152,17 +195,7 @@ void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log)
   for (; i + kLanes <= L; i += kLanes)
     for (int j = 0; j < kLanes; ++j) ml[j] = softmax_row::max_nan(ml[j], scale * x[i + j]);
   for (int j = 0; i + j < L; ++j) ml[j] = softmax_row::max_nan(ml[j], scale * x[i + j]);
-    // The lanes folded by a fixed vector tree: folded one scalar op after another
-    // they were a chain of 16 dependent compares (and 16 adds below) per row,
-    // most of a short row's time (W-GPT's log-softmax rows hold 65 logits). A
-    // NaN lane may be dropped here; the row still comes out NaN (exp of NaN).
-#if defined(__AVX512F__)
-  static_assert(kLanes == 16, "one zmm of lanes");
-  float m = _mm512_reduce_max_ps(_mm512_loadu_ps(ml));
-#else
-  float m = ml[0];
-  for (int j = 1; j < kLanes; ++j) m = softmax_row::max_nan(m, ml[j]);
-#endif
+  const float m = fold_max(ml);
   // exp into y first (log_softmax overwrites it below): a loop without a
   // reduction vectorizes; the sum then runs over y.
   for (i = 0; i < L; ++i) y[i] = softmax_row::shifted_exp(scale * x[i], m, FastExp{});
@@ -170,12 +203,7 @@ void softmax_row_f32(const float* x, float* y, int64_t L, float scale, bool log)
   for (i = 0; i + kLanes <= L; i += kLanes)
     for (int j = 0; j < kLanes; ++j) sl[j] += y[i + j];
   for (int j = 0; i + j < L; ++j) sl[j] += y[i + j];
-#if defined(__AVX512F__)
-  const double s = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_loadu_pd(sl), _mm512_loadu_pd(sl + 8)));
-#else
-  double s = 0;
-  for (double v : sl) s += v;
-#endif
+  const double s = fold_add(sl);
   if (log) {
     const float ls = softmax_row::log_sum<float>(s);
     for (i = 0; i < L; ++i) y[i] = softmax_row::log_softmax_at(scale * x[i], m, ls);
