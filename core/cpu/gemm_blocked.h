@@ -86,6 +86,19 @@ constexpr int64_t a_panel_floats(int64_t kp) {
   return a_row_stride<Tile>() > 0 ? Tile::MR * a_row_stride<Tile>() : kp * Tile::MR;
 }
 
+// sums[i] += the sum of a k-major panel's row i (i < m), k upward in f64, as
+// for a row-major A's rows. The rows' sums advance side by side: one row at a
+// time, each sum was a chain of dependent f64 adds, K = 2048 long for W-GPT's
+// weight gradients (a third of this packer's time on Zen 3); side by side
+// the chains overlap, and each row's order, so its result, is unchanged.
+template <int MR>
+void add_panel_sums(const float* dst, int64_t kc, int m, double* sums) {
+  double s[MR] = {};
+  for (int64_t k = 0; k < kc; ++k)
+    for (int i = 0; i < MR; ++i) s[i] += dst[k * MR + i];  // rows past m are zeros: unused
+  for (int i = 0; i < m; ++i) sums[i] += s[i];
+}
+
 // dst[k * MR + i] (AS 0) or, for a row-major A only, dst[i * AS + k] (AS > 0)
 // = op(A)(i0 + i, p0 + k) for k < kc, i < MR (0 past M); op(A) is M x K:
 // A[i * lda + k], or A[k * lda + i] when transposed. With sums, sums[i0 + i]
@@ -116,18 +129,22 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
       for (int i = 0; i < MR; ++i) dst[k * MR + i] = r[i][k];
     return;
   }
-  if (ta && m == MR && i0 + 8 <= M && MR <= 8 && !sums) {
+  if (ta && m == MR && i0 + 8 <= M && MR <= 8) {
     // A whole panel of a transposed A: MR contiguous floats per k, moved as
     // one 8-float copy each (the MR scalar moves per k were 7% of a W-GPT
     // step at AVX2, its weight-gradient products having K = 2048). The 8 - MR
     // floats past each step are written over by the next step, the last
     // step's by the next panel or the buffer's slack (gemm_blocked_with);
-    // i0 + 8 <= M keeps the reads inside A.
+    // i0 + 8 <= M keeps the reads inside A. Each k reads another row of A,
+    // lda floats on: the row 8 steps ahead is asked for now (the load stalls
+    // were a quarter of this packer's time on Zen 3, `perf annotate`).
     for (int64_t k = 0; k < kc; ++k) {
+      if (k + 8 < kc) __builtin_prefetch(A + (p0 + k + 8) * lda + i0);
       float tmp[8];
       std::copy_n(A + (p0 + k) * lda + i0, 8, tmp);
       std::copy_n(tmp, 8, dst + k * MR);
     }
+    if (sums) add_panel_sums<MR>(dst, kc, m, sums + i0);
     return;
   }
   if (ta) {  // op(A)(i, k) = A[k * lda + i]: m contiguous floats per k, read in order
@@ -136,12 +153,7 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
       for (int i = 0; i < m; ++i) dst[k * MR + i] = src[i];
       for (int i = m; i < MR; ++i) dst[k * MR + i] = 0.0f;
     }
-    if (sums)  // k upward per row, as for a row-major A
-      for (int i = 0; i < m; ++i) {
-        double s = 0;
-        for (int64_t k = 0; k < kc; ++k) s += dst[k * MR + i];
-        sums[i0 + i] += s;
-      }
+    if (sums) add_panel_sums<MR>(dst, kc, m, sums + i0);
     return;
   }
   for (int i = 0; i < MR; ++i) {
