@@ -65,10 +65,8 @@ void softmax(DType t, bool log, const Geometry<2>& rows, int64_t len, int64_t xs
 // rows: (grad_out, y, grad_in) row starts.
 void softmax_backward(DType t, bool log, const Geometry<3>& rows, int64_t len, int64_t gstep, int64_t ystep,
                       int64_t dstep, const void* g, const void* y, void* d, StreamHandle s);
-// x, y (rows, Tk) contiguous (x may be y), row r is query r % Tq. lse (rows)
-// or null: each row's log sum exp(scale x) over its visible columns.
-void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y, StreamHandle s,
-                    float* lse = nullptr);
+// x, y (rows, Tk) contiguous (x may be y), row r is query r % Tq.
+void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y, StreamHandle s);
 
 // Which keys a query row of the attention kernels sees (NOTE [ Attention
 // masks ] in core/backend.h): j <= i when causal; none of batch b's padding

@@ -90,10 +90,9 @@ __global__ void softmax_backward_kernel(bool log, Geometry<3> rows, int64_t len,
 }
 
 // x, y (rows, Tk); row r is query i = r % Tq and sees columns j <= i + Tk - Tq.
-// x may be y. lse (rows) or null: log sum_j exp(scale x_rj) over the visible j.
+// x may be y.
 template <class T>
-__global__ void causal_softmax_kernel(int64_t rows, int64_t Tq, int64_t Tk, compute_t<T> scale, const T* x, T* y,
-                                      float* lse) {
+__global__ void causal_softmax_kernel(int64_t rows, int64_t Tq, int64_t Tk, compute_t<T> scale, const T* x, T* y) {
   using A = compute_t<T>;
   using S = softmax_row::sum_t<T>;
   __shared__ A mbuf[kThreads];
@@ -114,7 +113,6 @@ __global__ void causal_softmax_kernel(int64_t rows, int64_t Tq, int64_t Tk, comp
     const A inv = softmax_row::inverse_sum<A>(s);  // unused when no column is visible (s = 0)
     for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x)
       yr[j] = j < visible ? T(softmax_row::softmax_at(scale * A(xr[j]), m, inv, FastExp{})) : T(0);
-    if (lse && threadIdx.x == 0) lse[r] = float(softmax_row::logsumexp(double(m), double(s)));
   }
 }
 
@@ -201,12 +199,11 @@ void softmax_backward(DType t, bool log, const Geometry<3>& rows, int64_t len, i
   });
 }
 
-void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y, StreamHandle s,
-                    float* lse) {
+void causal_softmax(DType t, int64_t rows, int64_t Tq, int64_t Tk, double scale, const void* x, void* y, StreamHandle s) {
   if (rows == 0 || Tk == 0) return;
   dispatch_floating(t, "causal_softmax", [&]<class T>() {
     causal_softmax_kernel<T><<<row_grid(rows), kThreads, 0, as_stream(s)>>>(
-        rows, Tq, Tk, compute_t<T>(scale), static_cast<const T*>(x), static_cast<T*>(y), lse);
+        rows, Tq, Tk, compute_t<T>(scale), static_cast<const T*>(x), static_cast<T*>(y));
     check_launch("causal_softmax");
   });
 }
