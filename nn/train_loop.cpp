@@ -57,7 +57,8 @@ TrainSummary TrainLoop::run() {
   SNUG_CHECK(static_cast<bool>(step_), ValueError, "TrainLoop::run: no step function (call step(fn) first)");
   TrainSummary sum;
   eval_ = NAN;
-  for (int64_t s = opt_.start; s < opt_.steps; ++s) {
+  const int64_t end = opt_.stop > 0 ? std::min(opt_.stop, opt_.steps) : opt_.steps;
+  for (int64_t s = opt_.start; s < end; ++s) {
     if (before_) before_(s);
     const auto t0 = std::chrono::steady_clock::now();
     const double loss = step_(s);
@@ -67,7 +68,7 @@ TrainSummary TrainLoop::run() {
                   .loss = loss,
                   .ms = std::chrono::duration<double, std::milli>(t1 - t0).count(),
                   .eval = eval_,
-                  .last = s + 1 == opt_.steps};
+                  .last = s + 1 == end};
     sum.step_ms.push_back(info.ms);
     for (auto& fn : after_) fn(info);
     for (auto& p : periodic_)

@@ -40,12 +40,17 @@ struct StepInfo {
   double loss = NAN;  // what the step function returned (after_step hooks may change it)
   double ms = 0;      // the step function's wall time
   double eval = NAN;  // the latest evaluate() result so far (NaN before the first)
-  bool last = false;  // step == total
+  bool last = false;  // the last step of this run: step == total, or TrainLoopOptions::stop
 };
 
 struct TrainLoopOptions {
   int64_t steps = 0;  // run steps start, ..., steps - 1 (step s counted from 0)
   int64_t start = 0;  // the first step to run: a resumed run's step
+  // > 0: this run ends after step `stop` (when below `steps`), as a job
+  // preempted there would; its hooks see that step as the last (the final
+  // save happens then), while `steps` stays the total the schedule and the
+  // progress count. A run resumed from that save continues to `steps`.
+  int64_t stop = 0;
 };
 
 // What run() returns.

@@ -4,6 +4,7 @@
 // the progress line (memory now and at peak).
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <snug/memory/allocator.h>
@@ -53,6 +54,35 @@ TEST_CASE("train loop: every(n) runs after each n-th step counted from 0, and af
   // Resumed at step 4: the cadence stays that of the whole run (6, 9), not 4 + 3.
   CHECK(steps_seen(3, true, 4, 10) == std::vector<int64_t>{6, 9, 10});
   CHECK(steps_seen(3, true, 10, 10).empty());  // nothing left to run
+}
+
+TEST_CASE("train loop: stop ends a run early, its last step's hooks run, and a resume finishes the total") {
+  auto run = [](int64_t start, int64_t stop) {
+    std::vector<int64_t> stepped, last_hooks;
+    std::vector<int64_t> totals;
+    nn::TrainLoop loop({.steps = 10, .start = start, .stop = stop});
+    loop.step([&](int64_t s) {
+      stepped.push_back(s);
+      return 0.0;
+    });
+    loop.every(0, [&](const nn::StepInfo& i) {  // only the last: where a program saves
+      last_hooks.push_back(i.step);
+      totals.push_back(i.total);
+    });
+    const nn::TrainSummary sum = loop.run();
+    CHECK(sum.steps_run == static_cast<int64_t>(stepped.size()));
+    return std::make_tuple(stepped, last_hooks, totals);
+  };
+  auto [a, a_last, a_total] = run(0, 4);  // preempted after step 4 of 10
+  CHECK(a == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(a_last == std::vector<int64_t>{4});
+  CHECK(a_total == std::vector<int64_t>{10});  // the total stays the schedule's
+  auto [b, b_last, b_total] = run(4, 0);       // resumed: on to the end
+  CHECK(b == std::vector<int64_t>{4, 5, 6, 7, 8, 9});
+  CHECK(b_last == std::vector<int64_t>{10});
+  auto [c, c_last, c_total] = run(0, 25);  // a stop past the total changes nothing
+  CHECK(c.size() == 10);
+  CHECK(c_last == std::vector<int64_t>{10});
 }
 
 TEST_CASE("train loop: evaluate() feeds the later hooks and the summary; after_step may change the loss") {

@@ -12,6 +12,10 @@ resuming each time from the checkpoint on disk. Checks that
   - the final checkpoint equals the reference's tensor for tensor, bit for bit.
 
     python3 tools/kill_resume_test.py --charlm build/release/examples/charlm [--kills 20] [--seed 1]
+                                      [--device cpu|cuda|cuda:N]
+
+--device trains (and resumes) on that device: on a GPU the final checkpoint
+must still equal the uninterrupted GPU run's bit for bit.
 
 Exits non-zero on any failure. docs/reliability.md.
 """
@@ -61,11 +65,12 @@ def main():
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="charlm --device (default cpu)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     tmp = tempfile.mkdtemp(prefix="snug_kill_")
-    steps = ["--steps", str(a.steps)]
+    steps = ["--steps", str(a.steps), "--device", a.device]
 
     ref = os.path.join(tmp, "ref.ckpt")
     t0 = time.time()
@@ -124,7 +129,7 @@ def main():
     if diff:
         print(f"FAIL: {len(diff)} tensors differ from the uninterrupted run, e.g. {diff[:5]}", file=sys.stderr)
         return 1
-    print(json.dumps({"kills": kills, "kills_during_save": during_save, "resumes": resumes,
+    print(json.dumps({"device": a.device, "kills": kills, "kills_during_save": during_save, "resumes": resumes,
                       "tensors_compared": len(ref_tensors), "steps": a.steps, "lost": 0,
                       "temporaries_cleaned": len(seen_torn),
                       "uninterrupted_run_s": round(full_time, 2)}))

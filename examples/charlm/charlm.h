@@ -45,11 +45,11 @@ struct Flags {
   std::string data;
   int64_t steps = 3000, layers = 4, heads = 4, embd = 128, block = 128, batch = 16, seed = 1337;
   int64_t eval_every = 250, eval_batches = 50, save_every = 0, threads = 0, generate = 300, profile_steps = 5;
-  int64_t accum = 1, micro_batches = 1, memory_budget = -1, capacity = -1;
+  int64_t accum = 1, micro_batches = 1, memory_budget = -1, capacity = -1, stop_at = 0;
   double lr = 1e-3, dropout = 0.0, bucket_mb = 25.0;
   std::string save, resume, profile, checkpoint = "none", devices, schedule = "gpipe", placement = "memory";
-  std::string optim = "adamw", amp;
-  bool json = false;
+  std::string optim = "adamw", amp, device = "cpu";
+  bool json = false, half_params = false;
   std::set<std::string> given;  // long names without "--"
   bool has(const std::string& k) const { return given.count(k) != 0; }
 };
@@ -76,6 +76,8 @@ struct Setup {
   parallel::Policy placement{};
   int64_t budget = -1;  // --memory-budget in bytes, or -1
   Amp amp;
+  bool half_params = false;  // --half-params: the model's weights in the --amp dtype, f32 masters in the optimizer
+  Device device = kCPU;      // --device: where the model, its optimizer and the batches live (without --devices)
   uint64_t seed = 0;
 };
 Setup check_setup(const Flags& fl, int64_t block, int world, int rank);
@@ -111,8 +113,10 @@ class TrainWindows : public data::Dataset {
 // the union is what one process with --batch N*B would train on.
 data::DataLoader train_loader(const Corpus& corpus, const Setup& st);
 
-// B random windows of `data` from gen: x (B, T), y (B, T) (validation batches).
-std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B, int64_t T, Generator& gen);
+// B random windows of `data` from gen: x (B, T), y (B, T) (validation
+// batches), on `device` (the windows are drawn on the host either way).
+std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B, int64_t T, Generator& gen,
+                                    Device device = kCPU);
 
 // ---- model.cpp -------------------------------------------------------------
 
@@ -134,7 +138,9 @@ using LogitsFn = std::function<Tensor(const Tensor&)>;
 double evaluate(nn::models::GPT& model, const LogitsFn& logits_of, const std::vector<int64_t>& data, int64_t B,
                 int64_t T, int64_t batches, uint64_t seed, Amp amp);
 // n characters sampled from the model, starting from a newline.
-std::string generate(nn::models::GPT& model, const LogitsFn& logits_of, const Corpus& c, int64_t n, uint64_t seed);
+// Under --amp's autocast scope, as evaluation (needed with --half-params).
+std::string generate(nn::models::GPT& model, const LogitsFn& logits_of, const Corpus& c, int64_t n, uint64_t seed,
+                     Amp amp);
 
 // ---- memory.cpp ------------------------------------------------------------
 
@@ -169,8 +175,9 @@ class StepProfiler {
 
 // ---- step.cpp --------------------------------------------------------------
 
-// The model as it trains: on cpu:0, or its layer stack pipelined over
-// --devices (place_model); --checkpoint sqrt's segments are set here.
+// The model as it trains: on --device (cpu:0 by default), or its layer stack
+// pipelined over --devices (place_model); with --half-params its weights in
+// the --amp dtype; --checkpoint sqrt's segments are set here.
 // Not movable: the stack and the pipeline point into it.
 struct TrainModel {
   TrainModel(const nn::models::GPTConfig& cfg, const Flags& fl, const Corpus& corpus, const Setup& st);

@@ -42,7 +42,8 @@ data::Sample TrainWindows::get(int64_t) const {
   return {from_vector(x), from_vector(y)};
 }
 
-std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B, int64_t T, Generator& gen) {
+std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B, int64_t T, Generator& gen,
+                                    Device device) {
   int64_t hi = static_cast<int64_t>(data.size()) - T - 1;
   SNUG_CHECK(hi > 0, ValueError, "charlm: the split has ", data.size(), " tokens, too few for block size ", T);
   std::vector<int64_t> offs = randint(0, hi, {B}, DType::i64, &gen).to_vector<int64_t>();
@@ -52,7 +53,7 @@ std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& data, int64_t B,
       xs[b * T + t] = data[offs[b] + t];
       ys[b * T + t] = data[offs[b] + t + 1];
     }
-  return {from_vector(xs, {B, T}), from_vector(ys, {B, T})};
+  return {from_vector(xs, {B, T}).to(device), from_vector(ys, {B, T}).to(device)};
 }
 
 data::DataLoader train_loader(const Corpus& corpus, const Setup& st) {

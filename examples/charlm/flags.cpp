@@ -4,6 +4,7 @@
 // naming the flags (docs/programs.md).
 #include <fstream>
 
+#include <snug/cuda/cuda_api.h>
 #include <snug/memory/allocator.h>
 
 #include "charlm/charlm.h"
@@ -50,6 +51,11 @@ void add_flags(CLI::App& app, Flags& f) {
       ->transform(integer(0));
   app.add_option("--resume", f.resume, "continue from a --save file (its model shape and --optim are used)")
       ->type_name("PATH");
+  app.add_option("--stop-at", f.stop_at,
+                 "end this run after step N (saving first with --save), as a preempted job would; --resume "
+                 "continues to --steps [default: none]")
+      ->transform(integer(1))
+      ->default_str("");
   app.add_option("--threads", f.threads, "compute threads")->transform(integer(1, 65536));
   app.add_option("--generate", f.generate, "characters to sample at the end (0: none)")->transform(integer(0));
   app.add_option("--profile", f.profile, "write a Chrome trace of --profile-steps steps to FILE")->type_name("FILE");
@@ -86,6 +92,13 @@ void add_flags(CLI::App& app, Flags& f) {
                  "[default: none, f32]")
       ->check(CLI::IsMember({"f16", "bf16"}))
       ->default_str("");
+  app.add_option("--device", f.device,
+                 "train on this device: cpu, cuda, cuda:N (or a virtual cpu:N); the model, the optimizer, the "
+                 "loss scaler, evaluation and sampling all run there")
+      ->transform(cli::device());
+  app.add_flag("--half-params", f.half_params,
+               "with --amp: keep the model's weights in the --amp dtype (half the parameter bytes); the optimizer "
+               "updates f32 master copies");
   app.add_option("--bucket-mb", f.bucket_mb, "under mpirun: gradient all-reduce bucket size in MiB")
       ->transform(number({.lo = 0, .lo_open = true}));
 }
@@ -124,7 +137,7 @@ Setup check_setup(const Flags& fl, int64_t block, int world, int rank) {
                   " ranks) yet");
   SNUG_FLAG_CHECK(st.micro_batches <= st.B, "--micro-batches ", st.micro_batches, " must be at most --batch ", st.B);
   if (fl.has("capacity"))
-    for (const Device& d : st.placed ? st.devices : std::vector<Device>{kCPU})
+    for (const Device& d : st.placed ? st.devices : std::vector<Device>{Device(fl.device)})
       memory::set_capacity(d, static_cast<std::size_t>(fl.capacity));
   st.budget = fl.has("memory-budget") ? fl.memory_budget : -1;
   if (fl.has("amp")) {
@@ -132,6 +145,16 @@ Setup check_setup(const Flags& fl, int64_t block, int world, int rank) {
     st.amp = fl.amp == "f16" ? DType::f16 : DType::bf16;
   }
   SNUG_FLAG_CHECK(ckpt_mode != "auto" || st.budget > 0, "--checkpoint auto needs --memory-budget BYTES");
+  // One device, or a pipeline over several (--devices cuda:0,cpu offloads to the host).
+  st.device = Device(fl.device);
+  SNUG_FLAG_CHECK(!st.placed || !fl.has("device"), "--device and --devices do not go together: --devices ",
+                  fl.devices, " already says where every layer goes");
+  // Under mpirun, "--device cuda" gives each rank a GPU of its own: rank r takes cuda:(r mod GPUs).
+  if (st.device.is_cuda() && world > 1 && fl.device == "cuda")
+    st.device = Device(DeviceType::CUDA, rank % std::max(1, cuda::device_count()));
+  st.half_params = fl.half_params;
+  SNUG_FLAG_CHECK(!st.half_params || st.amp, "--half-params needs --amp f16 or --amp bf16 (the weights' dtype)");
+  SNUG_FLAG_CHECK(!st.half_params || fl.optim == "adamw", "--half-params needs --optim adamw (f32 masters)");
   return st;
 }
 

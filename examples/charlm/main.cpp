@@ -101,6 +101,12 @@ int run(int argc, char** argv) {
   const std::map<std::string, std::string> resume_md =
       fl.has("resume") ? nn::read_training_state_metadata(fl.resume) : std::map<std::string, std::string>{};
   const nn::models::GPTConfig cfg = model_config(fl, corpus, resume_md);
+  // NOTE [ charlm resume ]: a run saved with --half-params resumes with its 16-bit weights.
+  if (const auto it = resume_md.find("charlm.half_params"); it != resume_md.end() && it->second != "none") {
+    SNUG_FLAG_CHECK(fl.amp == it->second, "the checkpoint ", fl.resume, " was trained with --half-params --amp ",
+                    it->second, "; resume it with --amp ", it->second);
+    fl.half_params = true;
+  }
   const Setup st = check_setup(fl, cfg.block, pg->size(), pg->rank());
   const int64_t B = st.B, T = st.T, steps = fl.steps, world = st.world;
   const bool lead = st.lead, tty = isatty(fileno(stderr));
@@ -144,19 +150,21 @@ int run(int argc, char** argv) {
   const int64_t prof_from = std::min(start + 2, steps - 1);  // after two warm-up steps
   StepProfiler profiler(fl.profile, prof_from, prof_from + fl.profile_steps, steps, tty);
   Trainer trainer(m, opt, sched, scaler, dp ? &*dp : nullptr, *pg, st, tty);
-  memory::reset_peak(kCPU);
+  memory::reset_peak(st.device);
   for (const Device& d : st.devices) memory::reset_peak(d);
   auto val_loss_now = [&] {
     return evaluate(model, m.logits_of, corpus.val, B * world, T, fl.eval_batches, seed + 2000, st.amp);
   };
   Tensor x, y;  // (B, T) each
-  nn::TrainLoop loop({.steps = steps, .start = start});
+  SNUG_FLAG_CHECK(fl.stop_at == 0 || fl.stop_at > start, "--stop-at ", fl.stop_at, " is not after the resumed step ",
+                  start);
+  nn::TrainLoop loop({.steps = steps, .start = start, .stop = fl.stop_at});
   loop.before_step([&](int64_t step) {
     x = y = Tensor();  // the last step's batch is freed before this one is made
     loader.set_epoch(step);
     auto batch = loader.begin();
-    x = (*batch)[0];
-    y = (*batch)[1];
+    x = (*batch)[0].to(st.device);  // no copy on cpu:0
+    y = (*batch)[1].to(st.device);
     profiler.before_step(step);
   });
   loop.step([&](int64_t step) { return trainer.step(x, y, step); });
@@ -166,7 +174,7 @@ int run(int argc, char** argv) {
   });
   if (lead) {
     loop.every(tty ? 1 : 50, [&](const nn::StepInfo& i) {
-      const std::vector<Device> where = st.placed ? st.devices : std::vector<Device>{kCPU};
+      const std::vector<Device> where = st.placed ? st.devices : std::vector<Device>{st.device};
       const double tok_s = double(B * T * world) / (i.ms / 1000.0);
       nn::print_progress(stderr, nn::progress_line(i.step, steps, i.loss, tok_s, "tok/s", where), tty);
     });
@@ -184,6 +192,7 @@ int run(int argc, char** argv) {
       std::map<std::string, std::string> md = cfg.to_metadata();
       md["model"] = model.repr();
       md["charlm.optim"] = optim.name;
+      md["charlm.half_params"] = st.half_params ? fl.amp : "none";
       nn::save_training_state(fl.save, parts, i.step, md);
     });
   const nn::TrainSummary sum = loop.run();
@@ -195,12 +204,12 @@ int run(int argc, char** argv) {
   // The sample is text: on stdout, or on stderr when stdout is for JSON alone.
   if (fl.generate > 0)
     std::fprintf(fl.json ? stderr : stdout, "---- sample ----\n%s\n----------------\n",
-                 generate(model, m.logits_of, corpus, fl.generate, seed + 3000).c_str());
+                 generate(model, m.logits_of, corpus, fl.generate, seed + 3000, st.amp).c_str());
   const Results r{.val_loss = val_loss,
                   .train_loss = sum.loss,
                   .median_ms = sum.median_ms(),
                   .median_recompute_ms = nn::TrainSummary{.step_ms = trainer.recompute_ms}.median_ms(),
-                  .steps = steps,
+                  .steps = start + sum.steps_run,
                   .skipped_steps = trainer.skipped_steps,
                   .checkpoint = fl.checkpoint,
                   .optim = optim.name,

@@ -46,14 +46,14 @@ MemoryPlan plan_memory(nn::models::GPT& model, const Corpus& corpus, nn::optim::
   }
   const int64_t budget = st.budget, accum = st.accum;
   Generator sample_gen(st.seed + 4000);
-  auto [sx, sy] = get_batch(corpus.train, st.micro_B, st.T, sample_gen);
+  auto [sx, sy] = get_batch(corpus.train, st.micro_B, st.T, sample_gen, st.device);
   // Measured as training will run: under the step's autocast scope (its
   // activations' dtypes and the cached 16-bit weight casts), with the
   // optimizer's real state (8-bit moments with --optim adamw8bit).
   nn::ChainProfile prof;
   {
     AutocastGuard ac(st.amp.value_or(DType::bf16), st.amp.has_value());
-    prof = nn::profile_chain(model.chain(sx, sy), kCPU, opt, {.micro_batches = static_cast<int>(accum)});
+    prof = nn::profile_chain(model.chain(sx, sy), st.device, opt, {.micro_batches = static_cast<int>(accum)});
   }
   // A budget below what a step needs is an impossible request (exit 2).
   try {

@@ -97,8 +97,10 @@ double evaluate(nn::models::GPT& model, const LogitsFn& logits_of, const std::ve
   return total / static_cast<double>(batches);
 }
 
-std::string generate(nn::models::GPT& model, const LogitsFn& logits_of, const Corpus& c, int64_t n, uint64_t seed) {
+std::string generate(nn::models::GPT& model, const LogitsFn& logits_of, const Corpus& c, int64_t n, uint64_t seed,
+                     Amp amp) {
   NoGradGuard ng;
+  AutocastGuard ac(amp.value_or(DType::bf16), amp.has_value());
   model.eval();
   Generator gen(seed);
   std::vector<int64_t> ctx = {c.stoi.count('\n') ? c.stoi.at('\n') : 0};
@@ -107,7 +109,7 @@ std::string generate(nn::models::GPT& model, const LogitsFn& logits_of, const Co
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ctx.size()) - model.cfg.block);
     std::vector<int64_t> window(ctx.begin() + start, ctx.end());
     Tensor x = from_vector(window, {1, static_cast<int64_t>(window.size())});
-    Tensor logits = logits_of(x).select(1, -1).select(0, 0).to(kCPU);  // (V)
+    Tensor logits = logits_of(x).select(1, -1).select(0, 0).to(kCPU).to(DType::f32);  // (V)
     std::vector<float> p = softmax(logits, 0).to_vector<float>();
     double u = rand({1}, DType::f64, &gen).item(), acc = 0;
     int64_t pick = static_cast<int64_t>(p.size()) - 1;

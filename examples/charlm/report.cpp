@@ -29,12 +29,15 @@ void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const
   const double med = r.median_ms;
   int64_t ckpt_layers = 0;
   for (const auto& sg : model.checkpointing.segments) ckpt_layers += sg.checkpoint ? sg.end - sg.begin : 0;
-  const memory::DeviceStats ds = memory::stats(kCPU);
+  const Device dev = placed ? kCPU : st.device;  // the one device's memory (cpu:0's beside a pipeline)
+  const memory::DeviceStats ds = memory::stats(dev);
+  std::size_t param_bytes = 0;  // halved by --half-params
+  for (const Tensor& p : model.parameters()) param_bytes += p.nbytes();
   // {"cpu:1": bytes, ...}: measured peaks (or the plan's predictions) of the
   // devices the model ran on.
   auto per_device = [&](bool predicted) {
     std::string out = "{";
-    const std::vector<Device> ds_list = placed ? devices : std::vector<Device>{kCPU};
+    const std::vector<Device> ds_list = placed ? devices : std::vector<Device>{dev};
     for (size_t k = 0; k < ds_list.size(); ++k) {
       const long long v = predicted ? (pipe ? (long long)pipe->placement().predicted_peak[k] : -1)
                                     : (long long)(placed ? r.step_peaks[k] : memory::peak_allocated(ds_list[k]));
@@ -52,9 +55,10 @@ void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const
       "\"checkpointed_layers\": %lld, \"devices\": %lld, \"micro_batches\": %lld, \"schedule\": \"%s\", "
       "\"peak_allocated_bytes_per_device\": %s, \"predicted_peak_bytes_per_device\": %s, \"optim\": \"%s\", "
       "\"optimizer_state_bytes\": %zu, \"amp\": \"%s\", \"loss_scale\": %.1f, \"skipped_steps\": %lld, "
-      "\"world_size\": %d, \"dp_wait_ms_per_step\": %.3f, \"cpu_isa\": \"%s\"}\n",
+      "\"world_size\": %d, \"dp_wait_ms_per_step\": %.3f, \"cpu_isa\": \"%s\", \"device\": \"%s\", "
+      "\"param_bytes\": %zu, \"half_params\": %s}\n",
       r.val_loss, r.train_loss, med, med > 0 ? double(B * T * world) / (med / 1000.0) : 0.0,
-      (long long)model.num_parameters(), memory::peak_allocated(kCPU), static_cast<size_t>(ds.reserved_bytes.peak),
+      (long long)model.num_parameters(), memory::peak_allocated(dev), static_cast<size_t>(ds.reserved_bytes.peak),
       (long long)r.steps, get_num_threads(), r.checkpoint.c_str(), (long long)st.accum, (long long)st.budget,
       (long long)ds.tag_bytes[act].peak, (long long)ds.tag_at_peak[act], r.median_recompute_ms,
       (long long)r.plan.predicted_peak, r.plan.predicted_recompute_ms, (long long)r.plan.minimum_budget,
@@ -63,7 +67,8 @@ void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const
       placed ? parallel::schedule_name(st.schedule) : "none", per_device(false).c_str(), per_device(true).c_str(),
       r.optim.c_str(), opt.state_bytes(), st.amp ? dtype_name(*st.amp) : "none", scaler.get_scale(),
       (long long)r.skipped_steps, st.world,
-      dp ? dp->stats().wait_ms / double(std::max<int64_t>(dp->stats().syncs, 1)) : 0.0, cpu_isa().c_str());
+      dp ? dp->stats().wait_ms / double(std::max<int64_t>(dp->stats().syncs, 1)) : 0.0, cpu_isa().c_str(),
+      placed ? "pipeline" : st.device.str().c_str(), param_bytes, st.half_params ? "true" : "false");
 }
 
 }  // namespace charlm

@@ -17,15 +17,18 @@ namespace charlm {
 TrainModel::TrainModel(const nn::models::GPTConfig& cfg, const Flags& fl, const Corpus& corpus, const Setup& st)
     : gpt([&] {
         memory::TagScope tag(memory::Tag::parameter);  // the timeline's "parameter" colour
-        return std::make_unique<nn::models::GPT>(cfg);
+        auto g = std::make_unique<nn::models::GPT>(cfg);  // made on the host: the same weights on every device
+        if (!st.placed && st.device != kCPU) g->to(st.device);
+        if (st.half_params) g->to(*st.amp);  // the optimizer keeps f32 masters (NOTE [ Master weights ])
+        return g;
       }()),
       stack(parallel::gpt_stack(*gpt)) {
   if (fl.checkpoint == "sqrt") gpt->checkpointing = nn::sqrt_plan(cfg.layers);
   if (st.placed) place_model(stack, corpus, st, fl.checkpoint == "stage", pipe);
   if (st.placed)
     logits_of = [this](const Tensor& t) { return parallel::run_stack(stack, t); };
-  else
-    logits_of = [this](const Tensor& t) { return gpt->forward(t); };
+  else  // tokens made on the host (evaluation, sampling) go to the model's device
+    logits_of = [this, d = st.device](const Tensor& t) { return gpt->forward(t.to(d)); };
 }
 
 Trainer::Trainer(TrainModel& m, nn::optim::Optimizer& opt, nn::optim::LRScheduler& sched,

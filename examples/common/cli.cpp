@@ -9,6 +9,8 @@
 #include <sstream>
 #include <vector>
 
+#include <snug/base/device.h>
+#include <snug/cuda/cuda_api.h>
 #include <snug/nn/planner.h>  // nn::parse_bytes
 
 namespace snug::cli {
@@ -202,6 +204,23 @@ CLI::Validator accepted_by(std::function<void(const std::string&)> accept, const
         }
       },
       description);
+}
+
+CLI::Validator device() {
+  return accepted_by(
+      [](const std::string& s) {
+        const Device d = Device::parse(s);
+        if (!d.is_cuda()) return;
+        const int n = cuda::device_count();
+        if (n == 0) {
+          const std::string why = cuda::plugin_error();
+          throw DeviceError(str(d.str(), ": no CUDA GPU here (",
+                                why.empty() ? "the CUDA backend is loaded but sees no device" : why, ")"));
+        }
+        SNUG_CHECK(d.index < n, DeviceError, d.str(), ": no such CUDA device (", n, " present: cuda:0 to cuda:", n - 1,
+                   ")");
+      },
+      "DEVICE");
 }
 
 }  // namespace snug::cli

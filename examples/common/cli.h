@@ -91,4 +91,12 @@ CLI::Validator bytes();
 // wrong. For the library's own parsers (parallel::parse_devices, ...).
 CLI::Validator accepted_by(std::function<void(const std::string&)> accept, const std::string& description);
 
+// --device: the one device a program trains on: "cpu", "cuda", "cuda:N", or
+// a virtual CPU device "cpu:N" (its own memory pool, docs/placement.md; a
+// run on cpu:1 shows that nothing stays behind on cpu:0). The name must
+// parse (Device::parse) and a CUDA device must exist, so that `--device cuda`
+// on a machine without a GPU stops at once with exit 2 and says why (no GPU,
+// or a build without the CUDA backend). "cuda" means cuda:0.
+CLI::Validator device();
+
 }  // namespace snug::cli
