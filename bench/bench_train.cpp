@@ -43,16 +43,24 @@ struct StepResult {
 
 struct Common {
   int64_t steps, warmup, threads, seed;
+  Device device;  // where the model, its optimizer and the batches live
 };
+
+// --device cpu|cuda|cuda:N (or a virtual cpu:N), checked as the programs check it (cli::device).
+Flag device_flag() {
+  Flag f = text_flag("device", "cpu", "run the steps on this device: cpu, cuda, cuda:N (or a virtual cpu:N)", "DEVICE");
+  f.check = cli::device();
+  return f;
+}
 
 // The flags of gpt, cnn and mlp (bench/ratios.py and the PyTorch peers take the same).
 #define SNUG_TRAIN_FLAGS                                                                                          \
   int_flag("steps", 20, "timed steps (the median is reported)"), int_flag("warmup", 3, "untimed steps first", 0), \
       int_flag("threads", 2, "compute threads"),                                                                  \
-      int_flag("seed", 1337, "seed of the weights and the random batches", 0)
+      int_flag("seed", 1337, "seed of the weights and the random batches", 0), device_flag()
 
 Common common(const Args& a) {
-  Common c{a.get_int("steps"), a.get_int("warmup"), a.get_int("threads"), a.get_int("seed")};
+  Common c{a.get_int("steps"), a.get_int("warmup"), a.get_int("threads"), a.get_int("seed"), Device(a.get("device"))};
   set_num_threads(static_cast<int>(c.threads));
   manual_seed(static_cast<uint64_t>(c.seed));
   return c;
@@ -67,10 +75,12 @@ StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt
   nn::amp::GradScaler scaler({.enabled = amp == DType::f16});
   StepResult r;
   r.params = net.num_parameters();
-  memory::reset_peak(kCPU);
+  net.to(c.device);  // in place: the optimizer's handles stay, its state is made on the first step
+  memory::reset_peak(c.device);
   for (int64_t s = 0; s < c.warmup + c.steps; ++s) {
-    const Batch& b = batches[static_cast<size_t>(s)];
+    const Batch& hb = batches[static_cast<size_t>(s)];  // made on the host (the same on every device)
     const double t0 = now_seconds();
+    const Batch b{hb.x.to(c.device), hb.y.to(c.device)};  // the copy is part of the step, as in training
     opt.zero_grad();
     Tensor loss;
     {
@@ -86,8 +96,8 @@ StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt
     r.loss_last = l;
     if (s >= c.warmup) r.ms.push_back(ms);
   }
-  r.peak_allocated = memory::peak_allocated(kCPU);
-  r.peak_reserved = static_cast<size_t>(memory::stats(kCPU).reserved_bytes.peak);
+  r.peak_allocated = memory::peak_allocated(c.device);
+  r.peak_reserved = static_cast<size_t>(memory::stats(c.device).reserved_bytes.peak);
   return r;
 }
 
@@ -100,10 +110,10 @@ void report(const Args& a, const char* name, const Common& c, const StepResult& 
         "{\"bench\": \"%s\", \"ms_per_step\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, \"%s\": %.1f, "
         "\"loss_first\": %.5f, \"loss_last\": %.5f, \"params\": %lld, \"peak_allocated_bytes\": %zu, "
         "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld, \"cpu_isa\": \"%s\", "
-        "\"amp\": \"%s\"}\n",
+        "\"amp\": \"%s\", \"device\": \"%s\"}\n",
         name, ms, lo, hi, rate_name, items_per_step / (ms / 1e3), r.loss_first, r.loss_last, (long long)r.params,
         r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup, (long long)c.threads,
-        cpu_isa().c_str(), amp);
+        cpu_isa().c_str(), amp, c.device.str().c_str());
   } else {
     std::printf(
         "%s: median %.2f ms/step (min %.2f, max %.2f) over %lld steps, %.0f %s, loss %.4f -> %.4f, "

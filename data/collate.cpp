@@ -38,6 +38,16 @@ void check_fields(const std::vector<Sample>& samples, const char* who) {
 
 }  // namespace
 
+Batch Batch::to(Device device) const {
+  Batch out;
+  out.fields.reserve(fields.size());
+  for (const Tensor& f : fields) out.fields.push_back(f.defined() ? f.to(device) : f);
+  if (lengths.defined()) out.lengths = lengths.to(device);
+  if (padding_mask.defined()) out.padding_mask = padding_mask.to(device);
+  out.indices = indices;
+  return out;
+}
+
 Batch stack_collate(std::vector<Sample> samples) {
   check_fields(samples, "stack_collate");
   const auto B = int64_t(samples.size());

@@ -27,6 +27,10 @@ struct Batch {
   Tensor& operator[](size_t k) { return fields.at(k); }
   const Tensor& operator[](size_t k) const { return fields.at(k); }
   int64_t size() const { return fields.empty() ? 0 : fields[0].size(0); }  // B
+  // The batch on `device`: every field, lengths and padding_mask copied there
+  // (Tensor::to: no copy for a tensor already there; from a pinned batch
+  // the copy to a GPU reads page-locked memory). Indices stay as they are.
+  Batch to(Device device) const;
 };
 
 using CollateFn = std::function<Batch(std::vector<Sample>)>;

@@ -64,3 +64,23 @@ TEST_CASE("pad_collate: padded values, lengths and mask") {
   s[1][2] = ones({1, 3});
   CHECK_THROWS_WITH_AS(pad_collate()(s), doctest::Contains("only dim 0 may differ"), ShapeError);
 }
+
+TEST_CASE("Batch::to moves every field, the lengths and the mask; indices stay") {
+  std::vector<Sample> s = {{from_vector<int64_t>({1, 2, 3}), scalar_tensor(0, DType::i64)},
+                           {from_vector<int64_t>({4}), scalar_tensor(1, DType::i64)}};
+  Batch b = pad_collate({.pad_values = {0, 0}})(s);
+  b.indices = {7, 9};
+  const Device d("cpu:1");  // a virtual CPU device: its own pool, the CPU's kernels
+  const Batch m = b.to(d);
+  REQUIRE(m.fields.size() == 2);
+  for (const Tensor& t : {m[0], m[1], m.lengths, m.padding_mask}) CHECK(t.device() == d);
+  CHECK(m[0].to_vector<int64_t>() == b[0].to_vector<int64_t>());
+  CHECK(m.padding_mask.to_vector<int64_t>() == b.padding_mask.to_vector<int64_t>());
+  CHECK(m.indices == b.indices);
+  CHECK(b[0].device() == kCPU);  // the original stays
+  // A stacked batch has no lengths or mask: they stay undefined.
+  const Batch st = stack_collate({{ones({2})}, {zeros({2})}}).to(d);
+  CHECK(st[0].device() == d);
+  CHECK_FALSE(st.lengths.defined());
+  CHECK_FALSE(st.padding_mask.defined());
+}

@@ -60,6 +60,7 @@ struct Flags {
   int64_t steps = 600, stage_steps = 20, finetune_steps = 100, batch = 32, accum = 4, max_len = 64;
   int64_t layers = 2, heads = 4, hidden = 128, intermediate = 512, threads = 2, workers = 1, seed = 1234;
   int64_t eval_every = 0;
+  std::string device = "cpu";  // where the model, its optimizer and the batches live (int8 runs on the CPU)
   double lr = 1e-3, weight_decay = 0.01, dropout = 0.0, prune = 0.5;
   bool json = false;
 };
@@ -96,6 +97,7 @@ std::unique_ptr<data::DataLoader> loader(const Run& r, int64_t micro_batch) {
   o.num_workers = int(r.f.workers);
   o.collate = data::pad_collate({.pad_values = {double(kPad), -100.0}});
   o.sampler = std::make_shared<MixSampler>(r.train_set->size(), uint64_t(r.f.seed), r.f.batch);
+  o.pin_memory = Device(r.f.device).is_cuda();  // staged for the copy to the GPU
   return std::make_unique<data::DataLoader>(r.train_set, o);
 }
 
@@ -114,9 +116,11 @@ double validate(Bert& m, const Run& r) {
   o.batch_size = 64;
   o.collate = data::pad_collate({.pad_values = {double(kPad), -100.0}});
   data::DataLoader dl(r.val_set, o);
+  const Device dev = m.parameters().front().device();  // the model's: the int8 stage runs on the CPU
   double sum = 0;
   int64_t n = 0;
-  for (data::Batch& b : dl) {
+  for (data::Batch& hb : dl) {
+    const data::Batch b = hb.to(dev);
     const Tensor logits = m.mlm_logits(m.encode(b[0], Tensor(), b.padding_mask));
     sum += nn::functional::cross_entropy(logits.view({-1, r.cfg.vocab}), b[1].reshape({-1}), -100, 0.0,
                                          nn::functional::Reduction::sum)
@@ -142,12 +146,13 @@ Stage train(const std::string& name, Bert& m, nn::optim::AdamW& opt, const Run& 
   auto dl = loader(r, f.batch / accum);
   nn::amp::GradScaler scaler({.enabled = amp == Amp::f16});
   std::vector<double> ms;
-  memory::reset_peak(kCPU);
+  const Device dev = m.parameters().front().device();
+  memory::reset_peak(dev);
   int64_t step = 0;
   std::vector<data::Batch> micro;
   for (int64_t epoch = 0; step < steps; ++epoch) {
     for (data::Batch& b : *dl) {
-      micro.push_back(std::move(b));
+      micro.push_back(b.to(dev));
       if (int64_t(micro.size()) < accum) continue;
       const double t0 = now_ms();
       int64_t total = 0;
@@ -181,7 +186,7 @@ Stage train(const std::string& name, Bert& m, nn::optim::AdamW& opt, const Run& 
       if (step >= steps) break;
     }
   }
-  const memory::DeviceStats st = memory::stats(kCPU);
+  const memory::DeviceStats st = memory::stats(dev);
   s.peak_allocated = st.allocated_bytes.peak;
   for (int t = 0; t < memory::kNumTags; ++t) s.tag_peak[size_t(t)] = st.tag_bytes[size_t(t)].peak;
   std::vector<double> timed(ms.begin() + std::min<size_t>(2, ms.size() / 2), ms.end());  // past the warm-up
@@ -201,7 +206,7 @@ double accumulation_gradient_difference(Bert& m, const Run& r, int64_t accum) {
     auto dl = loader(r, r.f.batch / k);
     std::vector<data::Batch> micro;
     for (data::Batch& b : *dl) {
-      micro.push_back(std::move(b));
+      micro.push_back(b.to(m.parameters().front().device()));
       if (int64_t(micro.size()) == k) break;
     }
     int64_t total = 0;
@@ -286,6 +291,10 @@ int main(int argc, char** argv) {
       ->transform(cli::number({.lo = 0, .hi = 1, .hi_open = true}))
       ->capture_default_str();
   app.add_option("--threads", f.threads, "compute threads")->transform(cli::integer(1))->capture_default_str();
+  app.add_option("--device", f.device,
+                 "train on this device: cpu, cuda, cuda:N (or a virtual cpu:N); the int8 stage runs on the CPU")
+      ->transform(cli::device())
+      ->capture_default_str();
   app.add_option("--workers", f.workers, "DataLoader worker threads")->transform(cli::integer(0))->capture_default_str();
   app.add_option("--seed", f.seed, "seed of the weights, the masks and the order")
       ->transform(cli::integer(0))
@@ -327,6 +336,7 @@ int main(int argc, char** argv) {
       auto m = std::make_shared<Bert>(c);
       autograd::NoGradGuard ng;
       for (auto& [n, t] : m->named_parameters()) t.copy_(init_state.at(n));
+      if (const Device d(f.device); d != kCPU) m->to(d);
       return m;
     };
 
@@ -365,8 +375,9 @@ int main(int argc, char** argv) {
     const double val_compacted = validate(*trained, r);
     Stage pruned = train("pruned", *trained, opt, r, std::max<int64_t>(f.finetune_steps, 1), 1, Amp::none);
     stages.push_back(pruned);
-    // int8: the pruned encoder's Linears quantized.
+    // int8: the pruned encoder's Linears quantized, on the CPU (quant/: int8 kernels are CPU kernels).
     prune::remove_all(*trained);
+    trained->to(kCPU);
     quant::quantize_dynamic(*trained);
     Stage q;
     q.name = "int8";
@@ -386,12 +397,12 @@ int main(int argc, char** argv) {
       std::string st;
       for (const Stage& s : stages) st += (st.empty() ? "" : ",") + stage_json(s);
       std::printf(
-          "{\"program\":\"bert\",\"cpu_isa\":\"%s\",\"steps\":%lld,\"stage_steps\":%lld,\"batch\":%lld,\"accum\":%lld,"
+          "{\"program\":\"bert\",\"device\":\"%s\",\"cpu_isa\":\"%s\",\"steps\":%lld,\"stage_steps\":%lld,\"batch\":%lld,\"accum\":%lld,"
           "\"vocab\":%lld,\"val_loss\":%.6f,\"accum_grad_rel_diff\":%.3e,\"batch32_stage\":%s,"
           "\"activation_ratio_accum\":%.4f,\"activation_ratio_bf16\":%.4f,\"activation_ratio_f16\":%.4f,"
           "\"params_trained\":%lld,\"params_pruned\":%lld,\"val_loss_pruned_before_compact\":%.6f,"
           "\"val_loss_compacted\":%.6f,\"stages\":[%s]}\n",
-          cpu_isa().c_str(), (long long)f.steps, (long long)short_steps, (long long)f.batch, (long long)f.accum,
+          Device(f.device).str().c_str(), cpu_isa().c_str(), (long long)f.steps, (long long)short_steps, (long long)f.batch, (long long)f.accum,
           (long long)c.vocab, stages[0].val_loss, grad_diff, stage_json(ref32).c_str(), act_accum, act_bf16, act_f16,
           (long long)params_trained, (long long)pruned.params, val_pruned, val_compacted, st.c_str());
     } else {

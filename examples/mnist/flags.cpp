@@ -52,6 +52,10 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--amp", a.amp, "train and evaluate under autocast to f16 (with loss scaling) or bf16 [default: none]")
       ->check(CLI::IsMember({"f16", "bf16"}));
   app.add_flag("--half-params", a.half_params, "with --amp: store the parameters in that dtype (f32 master weights)");
+  app.add_option("--device", a.device,
+                 "train on this device: cpu, cuda, cuda:N (or a virtual cpu:N); batches are staged in pinned "
+                 "memory for a GPU")
+      ->transform(cli::device());
   app.add_option("--prune", a.prune,
                  "after training, prune: l1:F, random:F, global:F, structured:F (F in [0, 1]) or 2:4")
       ->check(cli::accepted_by([](const std::string& s) { parse_prune(s); }, "SPEC"));
@@ -77,6 +81,8 @@ void check_flags(const Args& a) {
   SNUG_FLAG_CHECK(!a.half_params || !a.amp.empty(), "--half-params needs --amp f16 or --amp bf16");
   SNUG_FLAG_CHECK(a.amp.empty() || (a.prune.empty() && a.quantize.empty()),
                   "--amp does not combine with --prune or --quantize yet");
+  SNUG_FLAG_CHECK(Device(a.device) == kCPU || (a.prune.empty() && a.quantize.empty()),
+                  "--prune and --quantize run on the CPU (cpu:0) yet: drop --device ", a.device);
   SNUG_FLAG_CHECK(a.observer.empty() || a.quantize == "static" || a.quantize == "qat",
                   "--observer goes with --quantize static or qat");
 }

@@ -121,9 +121,10 @@ struct Trainer {
       seen += (*it)->size();
       m.opt->set_lr(decay ? lr0 * (1.0 - double(step) / double(total_steps)) : lr0);
     });
+    const Device dev(args.device);
     loop.step([&](int64_t) {
-      const Tensor& x = (**it)[0];  // (B, 1, 28, 28)
-      const Tensor& y = (**it)[1];  // (B)
+      const Tensor x = (**it)[0].to(dev);  // (B, 1, 28, 28); no copy on cpu:0
+      const Tensor y = (**it)[1].to(dev);  // (B)
       m.opt->zero_grad();
       Tensor loss;
       {
@@ -151,7 +152,7 @@ struct Trainer {
             std::fprintf(g_text, "%s epoch %lld step %lld (%lld/%lld): loss %.4f, %.0f samples/s, peak allocated %s\n",
                          label, (long long)((i.step - 1) / per_epoch + 1), (long long)i.step, (long long)(seen * world),
                          (long long)n_train, loss_sum / double(loss_count), sps,
-                         memory::format_bytes(memory::peak_allocated(kCPU)).c_str());
+                         memory::format_bytes(memory::peak_allocated(dev)).c_str());
           std::fflush(g_text);
           loss_sum = 0;
           loss_count = 0;
@@ -164,8 +165,8 @@ struct Trainer {
       SNUG_CHECK(*it == loader.end(), ValueError, "mnist: the loader has more than ", per_epoch, " batches an epoch");
       it.reset();
       ph.last_epoch_loss = epoch_loss / double(std::max<int64_t>(epoch_batches, 1));
-      train_peak = std::max(train_peak, memory::peak_allocated(kCPU));  // the evaluation below is not counted
-      ph.accuracy = accuracy(model, test, args.amp);
+      train_peak = std::max(train_peak, memory::peak_allocated(dev));  // the evaluation below is not counted
+      ph.accuracy = accuracy(model, test, args.amp, dev);
       if (lead)
         std::fprintf(g_text, "%s epoch %lld: train loss %.4f, test accuracy %.2f%%, %.1f s so far\n", label,
                      (long long)(i.step / per_epoch), ph.last_epoch_loss, 100 * ph.accuracy, seconds_since(t_start));
@@ -243,10 +244,13 @@ int run(int argc, char** argv) {
                                     .seed = static_cast<uint64_t>(args.seed),
                                     .num_workers = args.workers,
                                     .persistent_workers = true,
+                                    .pin_memory = Device(args.device).is_cuda(),
                                     .sampler = shard});
   const double base_lr = m.opt->lr();
   m.base_lr = base_lr;
   const DType amp_dtype = args.amp == "f16" ? DType::f16 : DType::bf16;
+  const Device dev(args.device);
+  if (dev != kCPU) net.to(dev);           // in place, as below (the optimizer's state is made on first use)
   if (args.half_params) net.to(amp_dtype);  // in place: the optimizer keeps its handles and makes f32 masters
   // Several ranks: rank 0's parameters everywhere, gradients averaged in backward.
   std::optional<distributed::DataParallel> dp;
@@ -265,7 +269,7 @@ int run(int argc, char** argv) {
                   .lead = lead,
                   .n_train = n_train,
                   .t_start = std::chrono::steady_clock::now()};
-  memory::reset_peak(kCPU);
+  memory::reset_peak(dev);
   const Phase main_phase = trainer.run(net, args.epochs, base_lr, "train");
   const std::size_t model_bytes_before = prune::parameter_bytes(net) + prune::buffer_bytes(net);
   Compressed c = compress(args, m, train, test, [&](nn::Module& model, int epochs, double lr0, const char* label) {
@@ -282,13 +286,14 @@ int run(int argc, char** argv) {
         "\"test_accuracy\": %.4f, \"train_loss\": %.4f, \"loss_first\": %.4f, \"ms_per_step\": %.3f, "
         "\"samples_per_s\": %.1f, \"params\": %lld, \"peak_allocated_bytes\": %zu, \"seconds\": %.1f, "
         "\"test_accuracy_before\": %.4f, \"model_bytes\": %zu, \"model_bytes_before\": %zu, \"amp\": \"%s\", "
-        "\"half_params\": %s, \"loss_scale\": %.1f, \"skipped_steps\": %lld, \"world_size\": %d, \"cpu_isa\": \"%s\"%s}\n",
+        "\"half_params\": %s, \"loss_scale\": %.1f, \"skipped_steps\": %lld, \"world_size\": %d, \"cpu_isa\": \"%s\", "
+        "\"device\": \"%s\"%s}\n",
         args.model.c_str(), args.epochs, (long long)main_phase.steps, (long long)args.batch, args.threads, acc,
         main_phase.last_epoch_loss, main_phase.loss_first, median_ms,
         median_ms > 0 ? 1e3 * double(args.batch * world) / median_ms : 0, (long long)params, trainer.train_peak,
         total_s, main_phase.accuracy, c.done ? c.model_bytes : model_bytes_before, model_bytes_before,
         args.amp.empty() ? "none" : args.amp.c_str(), args.half_params ? "true" : "false", scaler.get_scale(),
-        (long long)trainer.skipped, world, cpu_isa().c_str(), c.json.c_str());
+        (long long)trainer.skipped, world, cpu_isa().c_str(), dev.str().c_str(), c.json.c_str());
   }
   return 0;
 }

@@ -38,6 +38,7 @@ struct Args {
   bool json = false;
   std::string amp;  // "", "f16" or "bf16"
   bool half_params = false;
+  std::string device = "cpu";  // where the model, its optimizer and the batches live
   // Compression (docs/compression.md).
   std::string prune;         // "l1:0.9", "random:0.5", "global:0.9", "structured:0.5", "2:4"
   bool compact = false;      // after structured pruning: physically remove the pruned channels
@@ -71,8 +72,9 @@ struct Model {
 };
 // --model's network and its optimizer (SGD, or AdamW for vit) at --lr or the model's default.
 Model make_model(const Args& a);
-// Fraction of `split` classified correctly, in batches of 500, eval mode, no grad.
-double accuracy(nn::Module& net, const data::MnistSplit& split, const std::string& amp = "");
+// Fraction of `split` classified correctly, in batches of 500 (each copied to
+// `device`, the model's), eval mode, no grad.
+double accuracy(nn::Module& net, const data::MnistSplit& split, const std::string& amp = "", Device device = kCPU);
 // The upper median (0 for none).
 double median(std::vector<double> v);
 

@@ -43,7 +43,7 @@ Model make_model(const Args& a) {
 }
 
 // Fraction of `split` classified correctly, in batches of 500, eval mode, no grad.
-double accuracy(nn::Module& net, const data::MnistSplit& split, const std::string& amp) {
+double accuracy(nn::Module& net, const data::MnistSplit& split, const std::string& amp, Device device) {
   net.eval();
   NoGradGuard ng;
   AutocastGuard ac(amp == "f16" ? DType::f16 : DType::bf16, !amp.empty());
@@ -51,8 +51,8 @@ double accuracy(nn::Module& net, const data::MnistSplit& split, const std::strin
   int64_t correct = 0;
   for (int64_t s = 0; s < N; s += 500) {
     const int64_t e = std::min(N, s + 500);
-    Tensor pred = net.forward(split.images.slice(0, s, e)).argmax(1);
-    correct += static_cast<int64_t>(sum(eq(pred, split.labels.slice(0, s, e)).to(DType::i64)).item());
+    Tensor pred = net.forward(split.images.slice(0, s, e).to(device)).argmax(1);
+    correct += static_cast<int64_t>(sum(eq(pred, split.labels.slice(0, s, e).to(device)).to(DType::i64)).item());
   }
   net.train();
   return double(correct) / double(N);

@@ -47,6 +47,7 @@ namespace {
 
 struct Flags {
   std::string data = SNUG_EXAMPLES_DIR "/../../shared/data/mnist", chunks = "vit_chunks", make_chunks, amp = "none";
+  std::string device = "cpu";  // where the model, its optimizer and the batches live
   int64_t epochs = 3, batch = 64, accum = 1, patch = 7, embd = 64, layers = 4, heads = 4, mlp_ratio = 2;
   int64_t threads = 2, workers = 2, seed = 1, warmup = 100, probe_steps = 3, limit = 0;
   int64_t chunk_bytes = 1 << 20, resident_chunks = 2, rss_bound = 8 << 20;
@@ -89,6 +90,7 @@ std::unique_ptr<data::DataLoader> train_loader(const Run& r) {
   o.drop_last = true;  // every step has --batch images, so --accum splits it evenly
   o.num_workers = int(r.f.workers);
   o.sampler = r.train_set->sampler(uint64_t(r.f.seed));  // chunk by chunk (NOTE [ Chunk residency ])
+  o.pin_memory = Device(r.f.device).is_cuda();            // staged for the copy to the GPU
   return std::make_unique<data::DataLoader>(r.train_set, o);
 }
 
@@ -116,7 +118,8 @@ DataPass data_pass(const Run& r) {
 std::shared_ptr<VisionTransformer> fresh_model(const Run& r, bool checkpoint) {
   memory::TagScope tag(memory::Tag::parameter);
   manual_seed(uint64_t(r.f.seed));  // the same initial weights in every stage
-  auto m = nn::models::make_vit(r.cfg);
+  auto m = nn::models::make_vit(r.cfg);  // on the host, the same weights for every device
+  if (const Device d(r.f.device); d != kCPU) m->to(d);
   // Each block its own segment, recomputed in backward; the last is kept (its
   // recomputation would come first in backward and lower no peak).
   if (checkpoint) m->checkpointing = nn::balanced_plan(r.cfg.depth, r.cfg.depth);
@@ -134,11 +137,13 @@ double test_accuracy(VisionTransformer& m, const Run& r) {
   o.batch_size = 500;
   o.num_workers = int(r.f.workers);
   o.sampler = r.test_set->sampler(0, /*shuffle=*/false);
+  o.pin_memory = Device(r.f.device).is_cuda();
   data::DataLoader dl(r.test_set, o);
+  const Device dev(r.f.device);
   int64_t correct = 0, n = 0;
   for (data::Batch& b : dl) {
-    const Tensor pred = m.forward(b[0]).argmax(1);
-    correct += sum(eq(pred, b[1]).to(DType::i64)).item<int64_t>();
+    const Tensor pred = m.forward(b[0].to(dev)).argmax(1);
+    correct += sum(eq(pred, b[1].to(dev)).to(DType::i64)).item<int64_t>();
     n += b[0].size(0);
   }
   m.train();
@@ -160,7 +165,8 @@ Stage train(const std::string& name, VisionTransformer& m, const Run& r, int64_t
   std::vector<double> ms;
   double epoch_loss = 0;
   int64_t epoch_steps = 0;
-  memory::reset_peak(kCPU);
+  const Device dev(f.device);
+  memory::reset_peak(dev);
   int64_t step = 0;
   for (int64_t epoch = 0; step < total; ++epoch) {
     epoch_loss = 0, epoch_steps = 0;
@@ -172,7 +178,7 @@ Stage train(const std::string& name, VisionTransformer& m, const Run& r, int64_t
                                                             double(std::max<int64_t>(1, total - f.warmup))));
       opt.set_lr(lr);
       const double t0 = now_ms();
-      const std::vector<Tensor> xs = nn::split_batch(b[0], f.accum), ys = nn::split_batch(b[1], f.accum);
+      const std::vector<Tensor> xs = nn::split_batch(b[0].to(dev), f.accum), ys = nn::split_batch(b[1].to(dev), f.accum);
       nn::GradAccumulator acc(double(b[0].size(0)));
       {
         // One autocast scope per step: the 16-bit weight casts are made once for all micro-batches.
@@ -205,7 +211,7 @@ Stage train(const std::string& name, VisionTransformer& m, const Run& r, int64_t
       std::fprintf(stderr, "  %s epoch %lld: mean loss %.4f\n", name.c_str(), (long long)epoch + 1,
                    epoch_loss / double(std::max<int64_t>(1, epoch_steps)));
   }
-  const memory::DeviceStats st = memory::stats(kCPU);
+  const memory::DeviceStats st = memory::stats(dev);
   s.steps = step;
   s.peak_allocated = st.allocated_bytes.peak;
   for (int t = 0; t < memory::kNumTags; ++t) s.tag_peak[size_t(t)] = st.tag_bytes[size_t(t)].peak;
@@ -297,6 +303,11 @@ int main(int argc, char** argv) {
   app.add_option("--layers", f.layers, "transformer blocks")->transform(cli::integer(1))->capture_default_str();
   app.add_option("--heads", f.heads, "attention heads")->transform(cli::integer(1))->capture_default_str();
   app.add_option("--mlp-ratio", f.mlp_ratio, "MLP width / --embd")->transform(cli::integer(1))->capture_default_str();
+  app.add_option("--device", f.device,
+                 "train on this device: cpu, cuda, cuda:N (or a virtual cpu:N); the loader stages batches in pinned "
+                 "memory for a GPU")
+      ->transform(cli::device())
+      ->capture_default_str();
   app.add_flag("--checkpoint", f.checkpoint, "recompute each transformer block (but the last) in backward");
   app.add_option("--amp", f.amp, "autocast to bf16 or f16 (f16 with dynamic loss scaling)")
       ->check(CLI::IsMember({"none", "bf16", "f16"}))
@@ -369,7 +380,7 @@ int main(int argc, char** argv) {
       std::string st;
       for (const Stage& s : stages) st += (st.empty() ? "" : ",") + stage_json(s);
       std::printf(
-          "{\"program\":\"vit\",\"cpu_isa\":\"%s\",\"threads\":%lld,\"workers\":%lld,\"epochs\":%lld,\"batch\":%lld,"
+          "{\"program\":\"vit\",\"device\":\"%s\",\"cpu_isa\":\"%s\",\"threads\":%lld,\"workers\":%lld,\"epochs\":%lld,\"batch\":%lld,"
           "\"accum\":%lld,\"amp\":\"%s\",\"checkpoint\":%s,\"patch\":%lld,\"embd\":%lld,\"layers\":%lld,\"heads\":%lld,"
           "\"test_accuracy\":%s,\"activation_peak_bytes\":%lld,\"activation_peak_bytes_plain\":%lld,"
           "\"activation_peak_bytes_checkpoint\":%lld,\"checkpoint_activation_ratio\":%s,"
@@ -377,7 +388,7 @@ int main(int argc, char** argv) {
           "\"data_batches\":%lld,\"data_ms\":%.1f,\"rss_data_bytes\":%lld,\"rss_bound_bytes\":%lld,"
           "\"chunk_files_over_bound\":%s,\"rss_within_bound\":%s,\"rss_hwm_reset\":%s,\"rss_process_peak_bytes\":%lld,"
           "\"stages\":[%s]}\n",
-          cpu_isa().c_str(), (long long)f.threads, (long long)f.workers, (long long)f.epochs, (long long)f.batch,
+          Device(f.device).str().c_str(), cpu_isa().c_str(), (long long)f.threads, (long long)f.workers, (long long)f.epochs, (long long)f.batch,
           (long long)f.accum, f.amp.c_str(), f.checkpoint ? "true" : "false", (long long)f.patch, (long long)f.embd,
           (long long)f.layers, (long long)f.heads, trained ? num(trained->test_accuracy).c_str() : "null",
           (long long)(trained ? tag_peak(*trained, memory::Tag::activation) : 0),
