@@ -70,6 +70,12 @@ class DeviceMemoryBackend final : public memory::RawBackend {
     SNUG_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
     return total;
   }
+  std::size_t free_memory() const override {
+    DeviceGuard g(device_);
+    std::size_t free_b = 0, total = 0;
+    SNUG_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+    return free_b;
+  }
   EventHandle record_event(StreamId stream) override {
     DeviceGuard g(device_);
     return record_cuda_event(stream);

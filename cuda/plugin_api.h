@@ -25,13 +25,15 @@
 namespace snug::cuda {
 
 // Bump when the table changes (a field added, removed or retyped) or the
-// Backend interface of core/backend.h does (the plugin's CudaBackend overrides
+// Backend interface of core/backend.h, or memory::RawBackend's, does (the plugin's CudaBackend overrides
 // its virtual methods, so a plugin built against another layout must be refused).
 //   2: the fused ops became Backend methods (linear_act, causal_attention, ...).
 //   3: causal_attention became attention, with an AttentionMask.
 //   4: cuda::attention_forward / _backward (causal or not, key padding)
 //      replaced causal_attention_forward / _backward.
-inline constexpr uint32_t kPluginAbiVersion = 4;
+//   5: memory::RawBackend (the plugin's DeviceMemoryBackend derives from it)
+//      gained free_memory().
+inline constexpr uint32_t kPluginAbiVersion = 5;
 inline constexpr const char* kPluginEntry = "snug_cuda_plugin";
 
 struct PluginApi {

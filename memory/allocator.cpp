@@ -134,6 +134,7 @@ DeviceStats stats(Device d) { return allocator_for(d).stats(); }
 void set_capacity(Device d, std::size_t bytes) { allocator_for(d).set_capacity(bytes); }
 void set_capacity_fraction(Device d, double f) { allocator_for(d).set_capacity_fraction(f); }
 std::size_t capacity(Device d) { return allocator_for(d).capacity(); }
+std::size_t available(Device d) { return allocator_for(d).available(); }
 void set_settings(Device d, const AllocatorSettings& s) { allocator_for(d).set_settings(s); }
 
 void record_history(bool enabled, std::size_t max_entries) {

@@ -87,6 +87,10 @@ void set_capacity(Device d, std::size_t bytes);
 // fraction in (0, 1] of the backend's total memory (physical RAM for cpu).
 void set_capacity_fraction(Device d, double fraction);
 std::size_t capacity(Device d);
+// What device d may use in all: its capacity when set, else (a GPU) the pool's
+// reservation plus the device's free memory, else SIZE_MAX
+// (CachingAllocator::available). Placement's default capacities.
+std::size_t available(Device d);
 // Replaces device d's settings (validated; throws ValueError). Every device
 // starts with the settings in SNUG_ALLOC_CONF (or the defaults).
 void set_settings(Device d, const AllocatorSettings& s);

@@ -456,6 +456,15 @@ std::size_t CachingAllocator::capacity() const {
   return capacity_;
 }
 
+std::size_t CachingAllocator::available() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (capacity_ != kNoLimit) return capacity_;
+  const std::size_t free_b = backend_->free_memory();
+  if (free_b == 0) return kNoLimit;
+  // The pool's own segments are already gone from the device's free memory.
+  return free_b + static_cast<std::size_t>(stats_.reserved_bytes.current);
+}
+
 void CachingAllocator::set_settings(const AllocatorSettings& s) {
   s.validate();
   std::lock_guard<std::mutex> lock(mu_);

@@ -64,6 +64,11 @@ class CachingAllocator {
   void set_capacity(std::size_t bytes);  // kNoLimit: none; frees the cache if over
   void set_capacity_fraction(double f);  // f in (0, 1] of backend().total_memory()
   std::size_t capacity() const;
+  // The bytes this device may use in all: the capacity when one is set, else
+  // what the pool has reserved plus the backend's free memory when it knows
+  // it (a GPU's cudaMemGetInfo), else kNoLimit. Placement plans with it
+  // (parallel/placement.h).
+  std::size_t available() const;
   void set_settings(const AllocatorSettings& s);  // validates; cached blocks stay
   AllocatorSettings settings() const;
 

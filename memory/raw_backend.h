@@ -36,6 +36,11 @@ class RawBackend {
   // Total memory of the device (physical RAM for the host), for
   // set_capacity_fraction; 0 when unknown.
   virtual std::size_t total_memory() const = 0;
+  // Bytes the device could still hand out now (CUDA: cudaMemGetInfo's free,
+  // which other processes' use lowers too); 0 when unknown (the host: RAM is
+  // shared and swapped, so no figure would be honest). What a placement may
+  // plan for on a device without a capacity (CachingAllocator::available).
+  virtual std::size_t free_memory() const { return 0; }
 
   // Events. The defaults suit a device with one stream whose work is done
   // when the call returns (the CPU): an event is complete as soon as recorded.

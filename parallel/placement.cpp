@@ -259,7 +259,7 @@ Placement plan_placement(const StackProfile& prof, const std::vector<Device>& de
   SNUG_CHECK(K <= N, ValueError, "plan_placement: ", K, " devices but only ", N, " layers (every stage needs one)");
   if (caps.empty())
     for (const Device& d : devices) {
-      const std::size_t c = memory::capacity(d);
+      const std::size_t c = memory::available(d);  // the capacity, or a GPU's free memory
       caps.push_back(c > static_cast<std::size_t>(std::numeric_limits<int64_t>::max())
                          ? std::numeric_limits<int64_t>::max()
                          : static_cast<int64_t>(c));

@@ -33,6 +33,7 @@ class FakeBackend : public RawBackend {
   }
   void free(void*, std::size_t) override { ++frees; }
   std::size_t total_memory() const override { return 1024 * MiB; }
+  std::size_t free_memory() const override { return free_now; }
   EventHandle record_event(StreamId s) override {
     ++events_recorded;
     return next_event++;
@@ -44,6 +45,7 @@ class FakeBackend : public RawBackend {
   EventHandle next_event = 1;
   std::set<EventHandle> done;
   bool fail_next = false;
+  std::size_t free_now = 0;  // what free_memory() reports (0: unknown, as on the host)
   int allocs = 0, frees = 0, events_recorded = 0;
 };
 
@@ -63,6 +65,22 @@ struct GrowthFixture {
 std::uintptr_t addr(void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
 }  // namespace
+
+TEST_CASE("available(): the capacity when set, else the pool's reservation plus the device's free memory") {
+  Fixture f;
+  CHECK(f.a.available() == kNoLimit);  // nothing known, no capacity: the host's case
+  f.fake->free_now = 300 * MiB;        // a GPU with 300 MiB free (cudaMemGetInfo)
+  CHECK(f.a.available() == 300 * MiB);
+  void* p = f.a.allocate(5 * MiB);  // a 20 MiB segment is reserved...
+  f.fake->free_now = 280 * MiB;     // ...and leaves the device's free memory
+  CHECK(f.a.available() == 300 * MiB);  // the pool's own memory still counts
+  f.a.set_capacity(100 * MiB);          // a user's capacity wins
+  CHECK(f.a.available() == 100 * MiB);
+  f.a.set_capacity(kNoLimit);
+  f.fake->free_now = 0;
+  CHECK(f.a.available() == kNoLimit);
+  f.a.deallocate(p);
+}
 
 TEST_CASE("requests are rounded to 512 bytes and small ones share a 2 MiB segment") {
   Fixture f;

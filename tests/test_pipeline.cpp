@@ -12,6 +12,7 @@
 
 #include <snug/autograd/engine.h>
 #include <snug/core/generator.h>
+#include <snug/cuda/cuda_api.h>
 #include <snug/memory/allocator.h>
 #include <snug/nn/accumulate.h>
 #include <snug/nn/models/gpt.h>
@@ -407,6 +408,49 @@ TEST_CASE("placement: the fill (offload) policy keeps all it can on the first de
   CHECK_THROWS_AS(plan_placement(prof, devs, Policy::fill, shape, {1024, cap1}), OutOfMemoryError);
   CHECK(parse_policy("offload") == Policy::fill);
   for (const Device& d : devs) reset_device(d);
+}
+
+TEST_CASE("placement on a GPU: cuda:0 plus CPU offload, capacities from the GPU's free memory") {
+  if (cuda::device_count() == 0) {
+    MESSAGE("skipped: no CUDA GPU (", cuda::compiled() ? "none visible" : cuda::plugin_error(), ")");
+    return;
+  }
+  set_num_threads(1);
+  nn::models::GPTConfig cfg = small_cfg(6);
+  cfg.embd = 64;
+  cfg.block = 64;
+  const Batch b = make_batch(8, cfg.block, 5);
+  manual_seed(3);
+  nn::models::GPT gpt(cfg);
+  LayerStack s = gpt_stack(gpt);
+  StackProfile prof = profile_stack(s, b.x, b.y, 2);
+  const auto N = static_cast<int64_t>(prof.layers.size());
+  const Device gpu("cuda:0");
+  const std::vector<Device> devs{gpu, kCPU};
+  const StepShape shape{.micro_batches = 1};
+  // No capacity set: the GPU's is its free memory (plus the pool's own), far
+  // more than this model needs, so fill keeps all but the last layer there.
+  const std::size_t avail = memory::available(gpu);
+  CHECK(avail > 0);
+  CHECK(avail <= cuda::properties(0).total_memory);
+  Placement roomy = plan_placement(prof, devs, Policy::fill, shape);
+  CHECK(roomy.bounds[1] == N - 1);
+  // A capacity that holds half the stack: the rest is offloaded to the host, and it trains.
+  Placement half = manual_placement(devs, {0, N / 2, N}, N);
+  predict(prof, shape, half);
+  const int64_t cap0 = half.predicted_peak[0] + 1024;
+  memory::set_capacity(gpu, static_cast<std::size_t>(cap0 + (4 << 20)));
+  Placement p = plan_placement(prof, devs, Policy::fill, shape, {cap0, int64_t(1) << 40});
+  MESSAGE("cuda:0 + cpu: ", p.str());
+  CHECK(p.bounds[1] >= N / 2);
+  CHECK(p.bounds[1] < N);
+  place(s, p);
+  nn::optim::AdamW opt(s.parameters(), {.lr = 1e-3});
+  Pipeline pipe(s, p, {.micro_batches = 2});
+  const auto [first, last] = train_same_batch(pipe, opt, b, 3);
+  CHECK(last < first);
+  CHECK(static_cast<double>(memory::peak_allocated(gpu)) <= 1.10 * static_cast<double>(cap0));
+  memory::set_capacity(gpu, SIZE_MAX);  // no limit again
 }
 
 TEST_CASE("pipeline: a stage that fails stops the others with the error instead of hanging") {
