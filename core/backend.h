@@ -176,6 +176,11 @@ struct Backend {
 
   // Copies between devices (at least one on this backend's type). Contiguous.
   virtual void copy_across(const Tensor& src, const Tensor& dst) = 0;
+  // copy_across without waiting for it: queued on the current stream
+  // (memory::current_stream) of the non-CPU side. The caller keeps src
+  // unchanged until that stream has done the copy (raw::to_device_async
+  // records a pinned source's block on it). The default copies and waits.
+  virtual void copy_across_async(const Tensor& src, const Tensor& dst) { copy_across(src, dst); }
   // Blocks until queued work on device finishes (CPU: no-op).
   virtual void synchronize(Device d) = 0;
 

@@ -7,6 +7,8 @@
 #include <numeric>
 
 #include <snug/core/profiler.h>
+#include <snug/memory/pinned.h>
+#include <snug/memory/stream.h>
 
 namespace snug::raw {
 
@@ -363,6 +365,18 @@ Tensor to_device(const Tensor& x, Device device) {
   // The non-CPU side's backend knows how to move bytes to and from the host.
   Device other = device.is_cpu() ? x.device() : device;
   backend_for(other).copy_across(src, out);
+  return out;
+}
+
+Tensor to_device_async(const Tensor& x, Device device) {
+  if (x.device() == device || device.is_cpu()) return to_device(x, device);
+  profiler::RecordOp rec("to_device_async", device);
+  Tensor src = contiguous(x);
+  Tensor out = empty(x.shape(), TensorOptions(x.dtype(), device));  // from the current stream's pool
+  backend_for(device).copy_across_async(src, out);
+  // A pinned source: its block waits for the copy before it is reused (NOTE [ Stream-aware reuse ]).
+  if (void* base = src.storage()->data(); src.device().is_cpu() && memory::is_pinned(base))
+    memory::pinned_record_stream(base, memory::current_stream(device));
   return out;
 }
 

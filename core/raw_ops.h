@@ -53,6 +53,13 @@ Tensor contiguous(const Tensor& x);
 Tensor clone(const Tensor& x);                  // always a fresh contiguous copy
 Tensor to_dtype(const Tensor& x, DType dtype);  // x itself if already dtype
 Tensor to_device(const Tensor& x, Device device);
+// x on `device`, the copy queued on device's current stream without waiting
+// for it (Backend::copy_across_async): that stream may use the result at
+// once, another stream after memory::wait_stream. A pinned host source's
+// block is not reused until the copy is done (memory::pinned_record_stream);
+// a pageable one is staged by the driver, as good as synchronous. Where no
+// asynchronous copy exists (CPU devices) it is to_device.
+Tensor to_device_async(const Tensor& x, Device device);
 void copy_(const Tensor& dst, const Tensor& src);  // broadcast + convert + cross-device
 void fill_(const Tensor& dst, double value);
 

@@ -63,6 +63,9 @@ void synchronize();                                                  // waits fo
 using StreamHandle = std::uintptr_t;
 using EventHandle = std::uintptr_t;
 StreamHandle create_stream();  // an ordinary stream (it orders with the legacy default stream)
+// A stream that does not order with the legacy default stream
+// (cudaStreamNonBlocking): for copies that overlap kernels; ordered by stream_wait.
+StreamHandle create_copy_stream();
 void destroy_stream(StreamHandle s);
 void synchronize_stream(StreamHandle s);
 // Makes `waiter` wait (on the device) for the work queued on `s` so far.

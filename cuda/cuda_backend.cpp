@@ -319,6 +319,17 @@ void CudaBackend::copy_across(const Tensor& src, const Tensor& dst) {
   }
 }
 
+void CudaBackend::copy_across_async(const Tensor& src, const Tensor& dst) {
+  const Device s = src.device(), d = dst.device();
+  if (!(s.is_cpu() && d.is_cuda())) return copy_across(src, dst);  // only host -> device is worth queuing
+  SNUG_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
+             ValueError, "copy_across_async: expected contiguous tensors of one dtype and size");
+  if (dst.nbytes() == 0) return;
+  OnDevice g(d.index);
+  SNUG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyHostToDevice,
+                                  reinterpret_cast<cudaStream_t>(g.stream())));
+}
+
 void CudaBackend::synchronize(Device d) {
   DeviceGuard g(d.index);
   SNUG_CUDA_CHECK(cudaDeviceSynchronize());

@@ -55,6 +55,7 @@ struct CudaBackend final : Backend {
   void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y, int64_t heads,
                           double scale, const AttentionMask& mask, const Tensor& grad_qkv) override;  // attention.cpp
   void copy_across(const Tensor& src, const Tensor& dst) override;
+  void copy_across_async(const Tensor& src, const Tensor& dst) override;
   void synchronize(Device d) override;
 
   // ---- fused ops: batch norm, optimizer updates, loss-scaler unscale

@@ -89,6 +89,14 @@ class DeviceMemoryBackend final : public memory::RawBackend {
     DeviceGuard g(device_);
     return cuda::create_stream();
   }
+  StreamId create_copy_stream() override {
+    DeviceGuard g(device_);
+    return cuda::create_copy_stream();
+  }
+  void wait_stream(StreamId waiter, StreamId s) override {
+    DeviceGuard g(device_);
+    cuda::stream_wait(waiter, s);
+  }
   void destroy_stream(StreamId s) override {
     DeviceGuard g(device_);
     cuda::synchronize_stream(s);

@@ -15,7 +15,7 @@
 #define SNUG_CUDA_PLUGIN_FUNCTIONS(X)                                                                                \
   X(device_count)                                                                                                    \
   X(runtime_version) X(current_device) X(set_device) X(properties) X(device_malloc) X(device_free) X(copy_to_device) \
-      X(copy_to_host) X(synchronize) X(create_stream) X(destroy_stream) X(synchronize_stream) X(stream_wait)         \
+      X(copy_to_host) X(synchronize) X(create_stream) X(create_copy_stream) X(destroy_stream) X(synchronize_stream) X(stream_wait)         \
           X(record_event) X(event_done) X(synchronize_event) X(elapsed_ms) X(destroy_event) X(ensure_registered)     \
               X(pinned_allocate) X(pinned_free) X(pinned_record_stream) X(unary_f32) X(binary_f32)                   \
                   X(attention_forward) X(attention_backward) X(set_attention_chunk_bytes)
@@ -32,7 +32,8 @@ namespace snug::cuda {
 //   4: cuda::attention_forward / _backward (causal or not, key padding)
 //      replaced causal_attention_forward / _backward.
 //   5: memory::RawBackend (the plugin's DeviceMemoryBackend derives from it)
-//      gained free_memory().
+//      gained free_memory(), create_copy_stream() and wait_stream(); the
+//      table create_copy_stream; Backend copy_across_async.
 inline constexpr uint32_t kPluginAbiVersion = 5;
 inline constexpr const char* kPluginEntry = "snug_cuda_plugin";
 

@@ -106,6 +106,7 @@ void copy_to_device(void* dst, const void* src, std::size_t bytes) {
 void copy_to_host(void* dst, const void* src, std::size_t bytes) { need("copy_to_host").copy_to_host(dst, src, bytes); }
 void synchronize() { need("synchronize").synchronize(); }
 StreamHandle create_stream() { return need("create_stream").create_stream(); }
+StreamHandle create_copy_stream() { return need("create_copy_stream").create_copy_stream(); }
 void destroy_stream(StreamHandle s) {
   if (s) need("destroy_stream").destroy_stream(s);
 }

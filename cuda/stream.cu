@@ -19,6 +19,12 @@ StreamHandle create_stream() {
   SNUG_CUDA_CHECK(cudaStreamCreate(&s));
   return reinterpret_cast<StreamHandle>(s);
 }
+StreamHandle create_copy_stream() {
+  require_device("create_copy_stream", 0);
+  cudaStream_t s = nullptr;
+  SNUG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return reinterpret_cast<StreamHandle>(s);
+}
 void destroy_stream(StreamHandle s) {
   if (s) SNUG_CUDA_CHECK(cudaStreamDestroy(st(s)));
 }

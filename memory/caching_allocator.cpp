@@ -536,6 +536,11 @@ DeviceSnapshot CachingAllocator::snapshot() const {
   return d;
 }
 
+bool CachingAllocator::owns(const void* p) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.find(const_cast<void*>(p)) != nullptr;
+}
+
 std::size_t CachingAllocator::block_size(void* p) const {
   std::lock_guard<std::mutex> lock(mu_);
   Block* const* found = live_.find(p);

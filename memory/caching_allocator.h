@@ -81,6 +81,7 @@ class CachingAllocator {
   RawBackend& backend() { return *backend_; }
   std::size_t round_size(std::size_t nbytes) const;
   std::size_t block_size(void* p) const;  // rounded size of a live allocation
+  bool owns(const void* p) const;         // p is a live allocation of this allocator
   // Throws snug::Error describing the first broken invariant (tests call it).
   void check_invariants() const;
 

@@ -43,5 +43,9 @@ void pinned_free(void* p) {
   if (p) pool("pinned_free").deallocate(p);
 }
 void pinned_record_stream(void* p, StreamId stream) { pool("pinned_record_stream").record_stream(p, stream); }
+bool is_pinned(const void* p) {
+  const CachingAllocator* a = g_pool.load(std::memory_order_acquire);
+  return a != nullptr && p != nullptr && a->owns(p);
+}
 
 }  // namespace snug::memory

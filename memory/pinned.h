@@ -24,5 +24,7 @@ void pinned_free(void* p);  // nullptr is a no-op
 // p (from pinned_allocate) is read by an asynchronous copy on `stream`: it is
 // reused only after that work is done (NOTE [ Stream-aware reuse ]).
 void pinned_record_stream(void* p, StreamId stream);
+// Whether p is the start of a live pinned allocation (false without a pool).
+bool is_pinned(const void* p);
 
 }  // namespace snug::memory

@@ -52,6 +52,13 @@ class RawBackend {
   // Streams of one's own (memory/stream.h). The defaults suit a device with
   // one stream (the CPU): there is no other to make, and no device to bind.
   virtual StreamId create_stream() { return 0; }
+  // A stream for copies that overlap the kernels of every other stream, the
+  // legacy default one included (CUDA: cudaStreamNonBlocking); its work is
+  // ordered only by waits (wait_stream). 0 on the CPU.
+  virtual StreamId create_copy_stream() { return 0; }
+  // Work queued on `waiter` from now on waits (on the device, not the host)
+  // for the work queued on `s` so far. Nothing to do on the CPU.
+  virtual void wait_stream(StreamId /*waiter*/, StreamId /*s*/) {}
   // Waits for the work queued on s, then releases it.
   virtual void destroy_stream(StreamId /*s*/) {}
   // Makes this device the calling thread's current one (CUDA: cudaSetDevice).

@@ -38,6 +38,10 @@ StreamGuard::StreamGuard(Device d, StreamId s) : device_(d), prev_(0) {
 StreamGuard::~StreamGuard() { t_current[static_cast<std::size_t>(device_.index)] = prev_; }
 
 StreamId create_stream(Device d) { return allocator_for(d).backend().create_stream(); }
+StreamId create_copy_stream(Device d) { return allocator_for(d).backend().create_copy_stream(); }
+void wait_stream(Device d, StreamId waiter, StreamId s) {
+  if (waiter != s) allocator_for(d).backend().wait_stream(waiter, s);
+}
 void destroy_stream(Device d, StreamId s) {
   if (s) allocator_for(d).backend().destroy_stream(s);
 }

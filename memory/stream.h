@@ -49,6 +49,14 @@ class StreamGuard {
 // stream, ordered with the legacy default stream); 0 on devices that have
 // one stream (CPU), so callers need not ask which kind d is.
 StreamId create_stream(Device d);
+// A stream for copies that overlap every other stream's work, the default
+// stream's included (CUDA: non-blocking); ordered only by wait_stream. 0 on
+// CPU devices.
+StreamId create_copy_stream(Device d);
+// Work queued on d's stream `waiter` after this call waits, on the device,
+// for the work queued on stream `s` so far (the host does not wait). A no-op
+// on CPU devices, whose work is done when queued.
+void wait_stream(Device d, StreamId waiter, StreamId s);
 // Waits for the work queued on s, then releases it; 0 is a no-op.
 void destroy_stream(Device d, StreamId s);
 // Makes d the calling thread's current device, so that work on d that follows
