@@ -60,7 +60,9 @@ data::DataLoader train_loader(const Corpus& corpus, const Setup& st) {
   auto windows = std::make_shared<TrainWindows>(corpus.train, st.T, st.B * st.world);
   auto shard = std::make_shared<data::ShardedSampler>(
       st.B * st.world, data::ShardOptions{.num_shards = st.world, .rank = st.rank, .shuffle = false});
-  return data::DataLoader(windows, {.batch_size = st.B, .seed = st.seed + 1000, .sampler = shard});
+  // On a GPU the batches are staged in pinned memory for the asynchronous copy (data/device_prefetch.h).
+  return data::DataLoader(
+      windows, {.batch_size = st.B, .seed = st.seed + 1000, .pin_memory = st.device.is_cuda(), .sampler = shard});
 }
 
 }  // namespace charlm

@@ -69,6 +69,7 @@
 #include <cstdio>
 
 #include <snug/data/dataloader.h>
+#include <snug/data/device_prefetch.h>
 #include <snug/memory/allocator.h>
 #include <snug/nn/train_loop.h>
 #include <snug/nn/training_state.h>
@@ -159,12 +160,22 @@ int run(int argc, char** argv) {
   SNUG_FLAG_CHECK(fl.stop_at == 0 || fl.stop_at > start, "--stop-at ", fl.stop_at, " is not after the resumed step ",
                   start);
   nn::TrainLoop loop({.steps = steps, .start = start, .stop = fl.stop_at});
+  // Batches reach --device one step ahead (data/device_prefetch.h): on a GPU
+  // the copy of batch s+1 runs on a copy stream while step s computes. On
+  // cpu:0 nothing is copied.
+  data::DevicePrefetcher prefetch(st.device);
+  auto host_batch = [&](int64_t step) -> data::Batch {
+    loader.set_epoch(step);
+    return *loader.begin();
+  };
+  const int64_t end = fl.stop_at > 0 ? std::min(fl.stop_at, steps) : steps;
   loop.before_step([&](int64_t step) {
     x = y = Tensor();  // the last step's batch is freed before this one is made
-    loader.set_epoch(step);
-    auto batch = loader.begin();
-    x = (*batch)[0].to(st.device);  // no copy on cpu:0
-    y = (*batch)[1].to(st.device);
+    if (prefetch.empty()) prefetch.push(host_batch(step));
+    data::Batch b = prefetch.pop();
+    x = b[0];
+    y = b[1];
+    if (step + 1 < end) prefetch.push(host_batch(step + 1));
     profiler.before_step(step);
   });
   loop.step([&](int64_t step) { return trainer.step(x, y, step); });
