@@ -188,7 +188,8 @@ void Profile::write_chrome_trace(const std::string& path) const {
       const Event& e = ev[i];
       std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"pid\": 0, \"tid\": %u, \"ts\": %.3f, \"dur\": %.3f", e.thread,
                     static_cast<double>(e.start_ns) / 1e3, static_cast<double>(e.dur_ns) / 1e3);
-      f << "{\"name\": \"" << json_escape(e.name) << "\", \"cat\": \"" << (e.kind == EventKind::op ? "op" : "range")
+      const char* cat = e.kind == EventKind::op ? "op" : e.kind == EventKind::range ? "range" : "device";
+      f << "{\"name\": \"" << json_escape(e.name) << "\", \"cat\": \"" << cat
         << "\", " << buf << ", \"args\": {\"device\": \"" << e.device.str() << "\", \"bytes\": " << e.bytes
         << ", \"flops\": " << static_cast<uint64_t>(e.flops) << "}}" << (i + 1 < ev.size() ? ",\n" : "\n");
     }
@@ -199,6 +200,23 @@ void Profile::write_chrome_trace(const std::string& path) const {
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   SNUG_CHECK(!ec, IOError, "profiler: cannot rename ", tmp, " to ", path, ": ", ec.message());
+}
+
+int64_t clock_ns() { return enabled() ? now_ns() : 0; }
+
+void record_device_interval(std::string name, Device device, int64_t start_ns, int64_t dur_ns, uint32_t track) {
+  if (!enabled()) return;
+  Event e;
+  e.name = std::move(name);
+  e.kind = EventKind::device;
+  e.device = device;
+  e.start_ns = start_ns;
+  e.dur_ns = dur_ns;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!detail::g_enabled.load(std::memory_order_relaxed)) return;
+  e.thread = 1000 + track;  // a track of its own, not a host thread's number
+  s.events.push_back(std::move(e));
 }
 
 void RecordOp::begin(const char* name, Device device, double flops) {

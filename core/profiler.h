@@ -34,7 +34,9 @@
 
 namespace snug::profiler {
 
-enum class EventKind : uint8_t { op, range };
+// device: an interval a device timed itself (a GPU's events on one stream),
+// on a trace track of its own; in neither table.
+enum class EventKind : uint8_t { op, range, device };
 
 struct Event {
   std::string name;
@@ -51,6 +53,15 @@ namespace detail {
 extern std::atomic<bool> g_enabled;
 }
 inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
+
+// Nanoseconds since the running Profile started (the clock of Event::start_ns).
+int64_t clock_ns();
+// Records an interval timed elsewhere, [start_ns, start_ns + dur_ns) on
+// clock_ns()'s clock, as a device event on trace track `track` (the
+// trace's tid is 1000 + track, apart from the host threads): e.g. a GPU's
+// copy stream and compute stream, timed with its own events
+// (data/device_prefetch.h). Nothing when no Profile records.
+void record_device_interval(std::string name, Device device, int64_t start_ns, int64_t dur_ns, uint32_t track);
 
 class Profile {
  public:

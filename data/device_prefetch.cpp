@@ -3,7 +3,9 @@
 #include <snug/data/device_prefetch.h>
 
 #include <snug/base/error.h>
+#include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>
+#include <snug/cuda/cuda_api.h>
 #include <snug/memory/stream.h>
 
 namespace snug::data {
@@ -27,13 +29,67 @@ DevicePrefetcher::DevicePrefetcher(Device device, CopyFn copy) : device_(device)
 DevicePrefetcher::~DevicePrefetcher() {
   queue_.clear();
   if (stream_ != 0) memory::destroy_stream(device_, stream_);  // waits for its copies first
+  if (device_.is_cuda()) {
+    try {
+      flush_timeline(true);
+    } catch (const Error&) {  // a destructor does not throw; the trace just lacks these
+    }
+  }
+}
+
+// NOTE [ The prefetcher's GPU timeline ]
+// While a Profile records (and the device is a GPU), push() brackets its
+// copies with events on the copy stream and pop() records one on the compute
+// stream: the compute stream's step s runs between pop s and pop s+1. When an
+// interval's events are done it goes into the trace as a device interval
+// (profiler::record_device_interval; track 0 the compute stream, 1 the copy
+// stream), placed on the profile's clock through an origin event recorded
+// with the host's time (so the two tracks are exact relative to each other,
+// and shifted from the host threads by the GPU's queueing delay at the origin).
+bool DevicePrefetcher::timed() const { return device_.is_cuda() && stream_ != 0 && profiler::enabled(); }
+
+std::uintptr_t DevicePrefetcher::record(memory::StreamId s) {
+  memory::set_current_device(device_);
+  if (origin_ == 0 || profiler::clock_ns() < origin_ns_) {  // the first, or a new Profile's clock
+    origin_ = cuda::record_event(memory::current_stream(device_));
+    origin_ns_ = profiler::clock_ns();
+  }
+  return cuda::record_event(s);
+}
+
+void DevicePrefetcher::flush_timeline(bool all) {
+  std::vector<Interval> keep;
+  for (const Interval& iv : pending_) {
+    if (!all && !cuda::event_done(iv.end)) {
+      keep.push_back(iv);
+      continue;
+    }
+    if (origin_ != 0 && cuda::event_done(iv.end)) {
+      const double start_ms = cuda::elapsed_ms(origin_, iv.begin), ms = cuda::elapsed_ms(iv.begin, iv.end);
+      profiler::record_device_interval(iv.name, device_, origin_ns_ + static_cast<int64_t>(start_ms * 1e6),
+                                       static_cast<int64_t>(ms * 1e6), iv.track);
+    }
+    if (iv.owns_begin) cuda::destroy_event(iv.begin);
+    if (iv.track == 1) cuda::destroy_event(iv.end);  // a compute interval's end begins the next one
+  }
+  pending_ = std::move(keep);
+  if (all) {
+    if (last_pop_ != 0) cuda::destroy_event(last_pop_);
+    if (origin_ != 0) cuda::destroy_event(origin_);
+    last_pop_ = origin_ = 0;
+  }
 }
 
 void DevicePrefetcher::push(const Batch& b) {
   Batch out = b;
   if (stream_ != 0) {
-    memory::StreamGuard on_copy(device_, stream_);  // allocations and copies on the copy stream
-    each_tensor(out, [&](Tensor& t) { t = copy_(t, device_); });
+    const bool t = timed();
+    const std::uintptr_t begin = t ? record(stream_) : 0;
+    {
+      memory::StreamGuard on_copy(device_, stream_);  // allocations and copies on the copy stream
+      each_tensor(out, [&](Tensor& t) { t = copy_(t, device_); });
+    }
+    if (t) pending_.push_back({"h2d copy (prefetch, copy stream)", begin, record(stream_), 1, true});
   } else {
     each_tensor(out, [&](Tensor& t) { t = copy_(t, device_); });
   }
@@ -48,6 +104,12 @@ Batch DevicePrefetcher::pop() {
     const memory::StreamId compute = memory::current_stream(device_);
     memory::wait_stream(device_, compute, stream_);  // the step's kernels start after the copies
     each_tensor(b, [&](Tensor& t) { memory::record_stream(device_, t.storage()->data(), compute); });
+    if (timed()) {
+      const std::uintptr_t now = record(compute);
+      if (last_pop_ != 0) pending_.push_back({"step (compute stream)", last_pop_, now, 0, true});
+      last_pop_ = now;
+      flush_timeline(false);
+    }
   }
   return b;
 }

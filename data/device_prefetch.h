@@ -17,8 +17,10 @@
 // On a CPU device (cpu, or a virtual cpu:N) each push is Batch::to, done at
 // once, and the same calls give the same batches.
 #pragma once
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <vector>
 
 #include <snug/data/collate.h>
 #include <snug/memory/allocator.h>
@@ -37,6 +39,10 @@ namespace snug::data {
 //    batch's blocks on the compute stream (memory::record_stream), so that
 //    once the step frees them they are not handed to a later copy before the
 //    step's kernels are done with them. The host does not wait.
+// While a profiler::Profile records on a GPU, both streams are timed with the
+// GPU's own events and appear in the trace as device tracks (NOTE [ The
+// prefetcher's GPU timeline ] in device_prefetch.cpp): the copy of batch s+1
+// inside the compute stream's step s is the overlap.
 class DevicePrefetcher {
  public:
   // How one tensor reaches the device, queued on the device's current
@@ -61,6 +67,20 @@ class DevicePrefetcher {
   CopyFn copy_;
   memory::StreamId stream_ = 0;
   std::deque<Batch> queue_;
+
+  // The GPU timeline (CUDA event handles as integers; 0: none).
+  struct Interval {
+    const char* name;
+    std::uintptr_t begin, end;
+    uint32_t track;  // 0: the compute stream, 1: the copy stream
+    bool owns_begin;
+  };
+  std::uintptr_t record(memory::StreamId s);
+  void flush_timeline(bool all);
+  bool timed() const;
+  std::uintptr_t origin_ = 0, last_pop_ = 0;
+  int64_t origin_ns_ = 0;
+  std::vector<Interval> pending_;
 };
 
 }  // namespace snug::data

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The GPU check of issue 8, in one run on the device machine (one H200; nvcc
-# 13, CMake, ninja, Python with PyTorch + pip cuDNN; no Debian packages, no
-# network): build with CUDA, run every test, run the GPU benchmarks beside
-# PyTorch, and write one JSON file, all within a time budget (default 450 s).
+# The GPU check of issues 8 and 28, in one run on the device machine (one
+# H100/H200; nvcc 13, CMake, ninja, Python with PyTorch + pip cuDNN; no Debian
+# packages, no network): build with CUDA, run every test, train the examples
+# on the GPU (charlm 3000 steps beside a CPU run, mnist's CNN one epoch, f16
+# master weights, kill-and-resume, checkpoints across devices), run the GPU
+# benchmarks beside PyTorch, and write one JSON file, all within a time budget
+# (default 480 s).
 #
 #   tools/gpu_check.sh [--out DIR] [--third-party DIR] [--build-dir DIR] [--budget SECONDS]
 #                      [--jobs N] [--skip-build] [--tests-cap SECONDS] [--no-bench] [--no-torch] [--quick]
-#                      [--no-memcheck]
-#   tools/gpu_check.sh --pack DIR    (here: copy Eigen, doctest, CLI11 and zlib headers into DIR,
-#                                     the folder to put beside the tree on the GPU machine)
+#                      [--no-memcheck] [--no-train] [--train-steps N] [--mnist DIR]
+#   tools/gpu_check.sh --pack DIR    (here: copy Eigen, doctest, CLI11 and zlib headers, and
+#                                     MNIST when found, into DIR, the folder to put beside the
+#                                     tree on the GPU machine)
 #
 # --out defaults to $OUT; the JSON is $OUT/gpu_check.json, logs beside it.
 # --third-party defaults to $SNUG_THIRD_PARTY_DIR, else the first of
@@ -24,9 +28,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${OUT:-}"
 third_party="${SNUG_THIRD_PARTY_DIR:-}"
 build_dir=""
-budget=450
+budget=480
 jobs="$(nproc 2>/dev/null || echo 4)"
-skip_build=0 bench=1 torch_peer=1 quick=0 pack="" tests_cap=150 sanitize=1
+skip_build=0 bench=1 torch_peer=1 quick=0 pack="" tests_cap=150 sanitize=1 train=1 train_steps=3000 mnist_dir=""
 
 die() { echo "gpu_check: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -41,6 +45,9 @@ while [ $# -gt 0 ]; do
     --no-bench) bench=0; shift ;;
     --no-torch) torch_peer=0; shift ;;
     --no-memcheck) sanitize=0; shift ;;
+    --no-train) train=0; shift ;;
+    --train-steps) train_steps="${2:?--train-steps needs a number}"; shift 2 ;;
+    --mnist) mnist_dir="${2:?--mnist needs a directory}"; shift 2 ;;
     --quick) quick=1; shift ;;
     --pack) pack="${2:?--pack needs a directory}"; shift 2 ;;
     -h|--help) sed -n '2,/^set /p' "$0" | grep '^#'; exit 0 ;;
@@ -50,6 +57,7 @@ done
 case "$budget" in ''|*[!0-9]*) die "--budget must be a whole number of seconds, got '$budget'" ;; esac
 case "$tests_cap" in ''|*[!0-9]*) die "--tests-cap must be a whole number of seconds, got '$tests_cap'" ;; esac
 case "$jobs" in ''|*[!0-9]*) die "--jobs must be a number, got '$jobs'" ;; esac
+case "$train_steps" in ''|*[!0-9]*) die "--train-steps must be a number, got '$train_steps'" ;; esac
 
 # ---- --pack: build the third-party folder on a machine that has the packages ----
 if [ -n "$pack" ]; then
@@ -66,7 +74,11 @@ if [ -n "$pack" ]; then
   mkdir -p "$pack/cli11" && cp -r "$(dirname "$cli11_src")" "$pack/cli11/"
   for h in zlib.h zconf.h; do [ -f "/usr/include/$h" ] && cp "/usr/include/$h" "$pack/zlib/include/"; done
   cp -P /usr/lib/x86_64-linux-gnu/libz.so* "$pack/zlib/lib/" 2>/dev/null
-  echo "gpu_check: packed $(du -sh "$pack" | cut -f1) into $pack (eigen3/, doctest/, cli11/, zlib/)"
+  # MNIST for `mnist --device cuda` (the GPU machine has no ../shared).
+  for d in "$ROOT/datasets/mnist" "$ROOT/../shared/data/mnist"; do
+    if [ -f "$d/train-images-idx3-ubyte.gz" ]; then mkdir -p "$pack/mnist" && cp "$d"/*-ubyte.gz "$pack/mnist/"; break; fi
+  done
+  echo "gpu_check: packed $(du -sh "$pack" | cut -f1) into $pack (eigen3/, doctest/, cli11/, zlib/$([ -d "$pack/mnist" ] && echo ", mnist/"))"
   exit 0
 fi
 
@@ -167,7 +179,8 @@ if [ $build_ok = 1 ]; then
   # Were the CUDA tests run or skipped? (doctest prints the skip message.)
   # test_nccl is the one-GPU NCCL smoke run (a world of one through NCCL,
   # DataParallel included; docs/distributed.md); it skips without NCCL.
-  for t in test_cuda test_cuda_parity test_nccl test_cuda_host test_stream test_update_math; do
+  for t in test_cuda test_cuda_parity test_nccl test_cuda_host test_stream test_update_math test_pipeline \
+           test_device_prefetch; do
     if [ -x "$build_dir/tests/$t" ]; then
       timeout 120 "$build_dir/tests/$t" > "$out/$t.log" 2>&1
       trc=$?
@@ -191,6 +204,49 @@ if [ $build_ok = 1 ]; then
   put "build.nccl" "\"$(sed -n 's/^SNUG_NCCL_ENABLED:INTERNAL=//p' "$build_dir/CMakeCache.txt" 2>/dev/null)\""
 fi
 put "tests.ok" "$([ $tests_ok = 1 ] && echo true || echo false)"
+
+# ---- training on the GPU (issue 28; docs/cuda.md "Training on a GPU") ------------------
+# Each program's last stdout line is its JSON. The CPU run of charlm, the
+# reference for the GPU's validation loss and speed, runs in the background on
+# the cores the GPU runs leave free, from the start of this section.
+last_json() { grep '^{' "$out/$1.log" 2>/dev/null | tail -1 || true; }
+ch="$build_dir/examples/charlm" mn="$build_dir/examples/mnist"
+if [ "$train" = 1 ] && [ $build_ok = 1 ] && [ -x "$ch" ] && [ -n "$py" ]; then
+  cores="$(nproc 2>/dev/null || echo 4)"
+  cpu_threads=$(( cores > 4 ? cores - 2 : 2 ))
+  ( timeout "$(left)" env OMP_WAIT_POLICY=passive "$ch" --steps "$train_steps" --threads "$cpu_threads" --generate 0 \
+      --json > "$out/charlm_cpu.log" 2>&1 ) &
+  cpu_pid=$!
+  run_stage charlm_cuda 120 "$ch" --device cuda --steps "$train_steps" --generate 100 --json \
+    --profile "$out/charlm_cuda_trace.json" --profile-steps 3
+  put "train.charlm_cuda" "$(last_json charlm_cuda)"
+  run_stage charlm_cuda_f16_master 120 "$ch" --device cuda --steps "$train_steps" --amp f16 --half-params --generate 0 --json
+  put "train.charlm_cuda_f16_master" "$(last_json charlm_cuda_f16_master)"
+  # The memory features together on the GPU: bf16, accumulation, the planner.
+  run_stage charlm_cuda_combo 60 "$ch" --device cuda --steps 200 --amp bf16 --half-params --accum 4 \
+    --checkpoint auto --memory-budget 20MiB --generate 0 --json
+  put "train.charlm_cuda_combo" "$(last_json charlm_cuda_combo)"
+  [ -z "$mnist_dir" ] && for d in "$ROOT/datasets/mnist" "$ROOT/../shared/data/mnist" "${third_party:-/nonexistent}/mnist"; do
+    [ -f "$d/train-images-idx3-ubyte.gz" ] && { mnist_dir="$d"; break; }
+  done
+  if [ -x "$mn" ] && [ -n "$mnist_dir" ]; then
+    run_stage mnist_cnn_cuda 90 "$mn" --model cnn --device cuda --epochs 1 --workers 4 --data "$mnist_dir" --json
+    put "train.mnist_cnn_cuda" "$(last_json mnist_cnn_cuda)"
+  else
+    put "train.mnist_cnn_cuda" "\"no MNIST (pass --mnist DIR or pack it with --pack)\""
+  fi
+  run_stage kill_resume_cuda 90 "$py" "$ROOT/tools/kill_resume_test.py" --charlm "$ch" --device cuda --kills 5 --steps 40
+  put "train.kill_resume_cuda" "$(last_json kill_resume_cuda)"
+  for pair in cuda:cuda cuda:cpu cpu:cuda; do
+    run_stage "resume_${pair/:/_}" 60 "$py" "$ROOT/tools/device_resume_test.py" --charlm "$ch" \
+      --save-device "${pair%%:*}" --resume-device "${pair##*:}"
+    put "train.resume_${pair/:/_}" "$(last_json "resume_${pair/:/_}")"
+  done
+  # The CPU reference: waited for while the budget lasts.
+  while kill -0 "$cpu_pid" 2>/dev/null && [ "$(left)" -gt 5 ]; do sleep 2; done
+  kill "$cpu_pid" 2>/dev/null
+  put "train.charlm_cpu" "$(last_json charlm_cpu)"
+fi
 
 # ---- compute-sanitizer's memcheck over the parity suite (out-of-bounds and
 # misaligned device accesses that a passing comparison can still hide) ----

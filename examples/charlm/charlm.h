@@ -134,9 +134,12 @@ Optimizer make_optimizer(nn::models::GPT& model, const Flags& fl, const std::map
 // tokens (B, T) -> logits (B, T, V), wherever the model's layers live.
 using LogitsFn = std::function<Tensor(const Tensor&)>;
 
-// Mean validation loss over `batches` batches of B windows (the same batches every time).
+// Mean validation loss over `batches` batches of B windows (the same batches
+// every time), each run through the model `chunk` windows at a time (the
+// training micro-batch: with --accum the evaluation stays within the memory a
+// training step plans for).
 double evaluate(nn::models::GPT& model, const LogitsFn& logits_of, const std::vector<int64_t>& data, int64_t B,
-                int64_t T, int64_t batches, uint64_t seed, Amp amp);
+                int64_t T, int64_t batches, uint64_t seed, Amp amp, int64_t chunk);
 // n characters sampled from the model, starting from a newline.
 // Under --amp's autocast scope, as evaluation (needed with --half-params).
 std::string generate(nn::models::GPT& model, const LogitsFn& logits_of, const Corpus& c, int64_t n, uint64_t seed,

@@ -9,7 +9,7 @@
 //          [--checkpoint none|sqrt|auto|stage] [--memory-budget BYTES] [--accum K]
 //          [--devices cpu:1,cpu:2 [--micro-batches M] [--schedule gpipe|1f1b]
 //           [--placement memory|time|fill] [--capacity BYTES]] [--optim adamw|adamw8bit]
-//          [--amp f16|bf16] [--bucket-mb X]
+//          [--amp f16|bf16 [--half-params]] [--device cpu|cuda|cuda:N] [--stop-at N] [--bucket-mb X]
 //
 // Defaults are the quality settings: AdamW lr 1e-3, betas (0.9, 0.99),
 // weight decay 0.1 on matrices (not on biases and norms), 100 warmup steps
@@ -47,7 +47,16 @@
 // passes (training and evaluation) under an autocast scope; parameters, their
 // gradients and the optimizer stay f32. f16 adds a GradScaler (dynamic loss
 // scaling; its state goes into --save checkpoints); bf16 has f32's exponent
-// range and needs none. Not combined with --devices yet.
+// range and needs none. Not combined with --devices yet. --half-params keeps
+// the weights themselves in that dtype (half the parameter bytes); the
+// optimizer updates f32 master copies.
+//
+// Devices (docs/cuda.md "Training on a GPU"): --device cuda trains there (the
+// model, the optimizer, the scaler, evaluation and sampling); the batches
+// are staged in pinned memory and copied one step ahead on a copy stream
+// (data::DevicePrefetcher). A --save file holds host copies, so a run saved on
+// one device resumes on another. --stop-at N ends the run after step N, saved,
+// as a preempted job would; --resume continues it to --steps.
 //
 // Data parallel (docs/distributed.md): run unchanged under `mpirun -np N
 // charlm ...` (or srun). Each rank trains a replica on --batch windows of its
@@ -154,7 +163,8 @@ int run(int argc, char** argv) {
   memory::reset_peak(st.device);
   for (const Device& d : st.devices) memory::reset_peak(d);
   auto val_loss_now = [&] {
-    return evaluate(model, m.logits_of, corpus.val, B * world, T, fl.eval_batches, seed + 2000, st.amp);
+    return evaluate(model, m.logits_of, corpus.val, B * world, T, fl.eval_batches, seed + 2000, st.amp,
+                    st.micro_B * world);
   };
   Tensor x, y;  // (B, T) each
   SNUG_FLAG_CHECK(fl.stop_at == 0 || fl.stop_at > start, "--stop-at ", fl.stop_at, " is not after the resumed step ",

@@ -81,7 +81,7 @@ Optimizer make_optimizer(nn::models::GPT& model, const Flags& fl, const std::map
 }
 
 double evaluate(nn::models::GPT& model, const LogitsFn& logits_of, const std::vector<int64_t>& data, int64_t B,
-                int64_t T, int64_t batches, uint64_t seed, Amp amp) {
+                int64_t T, int64_t batches, uint64_t seed, Amp amp, int64_t chunk) {
   NoGradGuard ng;
   AutocastGuard ac(amp.value_or(DType::bf16), amp.has_value());
   model.eval();
@@ -89,9 +89,22 @@ double evaluate(nn::models::GPT& model, const LogitsFn& logits_of, const std::ve
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
     auto [x, y] = get_batch(data, B, T, gen);
-    Tensor logits = logits_of(x);
-    total +=
-        nn::functional::cross_entropy(logits.view({-1, model.cfg.vocab}), y.to(logits.device()).reshape({-1})).item();
+    if (chunk >= B) {  // the whole batch at once (the mean over its B * T tokens)
+      Tensor logits = logits_of(x);
+      total +=
+          nn::functional::cross_entropy(logits.view({-1, model.cfg.vocab}), y.to(logits.device()).reshape({-1})).item();
+      continue;
+    }
+    double sum = 0;  // the batch's summed loss, chunk by chunk
+    for (int64_t s = 0; s < B; s += chunk) {
+      const int64_t n = std::min(chunk, B - s);
+      Tensor logits = logits_of(x.narrow(0, s, n).contiguous());
+      sum += nn::functional::cross_entropy(logits.view({-1, model.cfg.vocab}),
+                                           y.narrow(0, s, n).contiguous().to(logits.device()).reshape({-1}))
+                 .item() *
+             static_cast<double>(n);
+    }
+    total += sum / static_cast<double>(B);
   }
   model.train();
   return total / static_cast<double>(batches);

@@ -46,6 +46,11 @@ void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const
     return out + "}";
   };
   const int act = static_cast<int>(memory::Tag::activation);
+  // {"parameter": bytes, ...}: what each tag held at the device's peak.
+  std::string at_peak = "{";
+  for (int t = 0; t < memory::kNumTags; ++t)
+    at_peak += str(t ? ", " : "", "\"", memory::tag_name(memory::Tag(t)), "\": ", ds.tag_at_peak[size_t(t)]);
+  at_peak += "}";
   std::printf(
       "{\"val_loss\": %.6f, \"train_loss\": %.6f, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"params\": %lld, "
       "\"peak_allocated_bytes\": %zu, \"peak_reserved_bytes\": %zu, \"steps\": %lld, \"threads\": %d, "
@@ -56,7 +61,7 @@ void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const
       "\"peak_allocated_bytes_per_device\": %s, \"predicted_peak_bytes_per_device\": %s, \"optim\": \"%s\", "
       "\"optimizer_state_bytes\": %zu, \"amp\": \"%s\", \"loss_scale\": %.1f, \"skipped_steps\": %lld, "
       "\"world_size\": %d, \"dp_wait_ms_per_step\": %.3f, \"cpu_isa\": \"%s\", \"device\": \"%s\", "
-      "\"param_bytes\": %zu, \"half_params\": %s}\n",
+      "\"param_bytes\": %zu, \"half_params\": %s, \"bytes_at_peak_by_tag\": %s}\n",
       r.val_loss, r.train_loss, med, med > 0 ? double(B * T * world) / (med / 1000.0) : 0.0,
       (long long)model.num_parameters(), memory::peak_allocated(dev), static_cast<size_t>(ds.reserved_bytes.peak),
       (long long)r.steps, get_num_threads(), r.checkpoint.c_str(), (long long)st.accum, (long long)st.budget,
@@ -68,7 +73,7 @@ void print_json(const Results& r, const Setup& st, nn::models::GPT& model, const
       r.optim.c_str(), opt.state_bytes(), st.amp ? dtype_name(*st.amp) : "none", scaler.get_scale(),
       (long long)r.skipped_steps, st.world,
       dp ? dp->stats().wait_ms / double(std::max<int64_t>(dp->stats().syncs, 1)) : 0.0, cpu_isa().c_str(),
-      placed ? "pipeline" : st.device.str().c_str(), param_bytes, st.half_params ? "true" : "false");
+      placed ? "pipeline" : st.device.str().c_str(), param_bytes, st.half_params ? "true" : "false", at_peak.c_str());
 }
 
 }  // namespace charlm

@@ -3,7 +3,7 @@
 //
 //   mnist [--model cnn|mlp|mobilenet|resnet|vit] [--epochs N] [--batch B] [--lr X]
 //         [--decay linear|none] [--workers W] [--data DIR] [--seed S] [--limit N]
-//         [--threads T] [--every K] [--amp f16|bf16 [--half-params]] [--json]
+//         [--threads T] [--every K] [--amp f16|bf16 [--half-params]] [--device cpu|cuda|cuda:N] [--json]
 //
 // cnn is W-CNN and mlp is W-MLP from docs/workloads.md with SGD, momentum 0.9, lr
 // 0.03; mobilenet is nn/models/cnn.h's depthwise-separable network (SGD lr
@@ -29,6 +29,11 @@
 // dtype, with f32 master weights kept by the optimizer. (Not combined with
 // --prune or --quantize.)
 //
+// --device cuda trains and evaluates on the GPU (docs/cuda.md "Training on a
+// GPU"): the loader stages batches in pinned memory and a
+// data::DevicePrefetcher copies each one step ahead on a copy stream, so the
+// copy overlaps the step before it. --prune and --quantize run on the CPU.
+//
 // Data parallel (docs/distributed.md): run unchanged under `mpirun -np N
 // mnist ...` (or srun). Each rank trains a replica on its own shard of every
 // epoch (data::ShardedSampler: a disjoint 1/N of the shuffled order) with
@@ -51,6 +56,7 @@
 #include <snug/snug.h>
 
 #include <snug/data/dataloader.h>
+#include <snug/data/device_prefetch.h>
 #include <snug/data/mnist.h>
 #include <snug/data/sampler.h>
 #include <snug/distributed/data_parallel.h>
@@ -102,7 +108,12 @@ struct Trainer {
     const int64_t total_steps = per_epoch * epochs;
     const bool decay = args.decay_name == "linear";
     const DType amp_dtype = args.amp == "f16" ? DType::f16 : DType::bf16;
-    std::optional<data::DataLoader::Iterator> it;  // into the current epoch
+    std::optional<data::DataLoader::Iterator> it;  // into the current epoch, one batch ahead of the step
+    const Device dev(args.device);
+    // Batches reach the device one step ahead (data/device_prefetch.h): on a
+    // GPU the next batch's copy (from pinned memory) overlaps this step.
+    data::DevicePrefetcher prefetch(dev);
+    data::Batch batch;  // the step's, on dev
     double loss_sum = 0, epoch_loss = 0;           // since the last progress line, since the epoch began
     int64_t loss_count = 0, epoch_batches = 0, seen = 0, window_samples = 0;
     auto t_window = std::chrono::steady_clock::now();
@@ -113,18 +124,19 @@ struct Trainer {
         epoch_loss = 0;
         epoch_batches = seen = window_samples = 0;
         t_window = std::chrono::steady_clock::now();
-      } else {
-        ++*it;
+        SNUG_CHECK(*it != loader.end(), ValueError, "mnist: the loader has no batch");
+        prefetch.push(**it);
       }
-      SNUG_CHECK(*it != loader.end(), ValueError, "mnist: the loader ended its epoch after ", step % per_epoch, " of ",
+      SNUG_CHECK(!prefetch.empty(), ValueError, "mnist: the loader ended its epoch after ", step % per_epoch, " of ",
                  per_epoch, " batches");
-      seen += (*it)->size();
+      batch = prefetch.pop();
+      if (++*it != loader.end()) prefetch.push(**it);  // the next batch starts its trip
+      seen += batch.size();
       m.opt->set_lr(decay ? lr0 * (1.0 - double(step) / double(total_steps)) : lr0);
     });
-    const Device dev(args.device);
     loop.step([&](int64_t) {
-      const Tensor x = (**it)[0].to(dev);  // (B, 1, 28, 28); no copy on cpu:0
-      const Tensor y = (**it)[1].to(dev);  // (B)
+      const Tensor& x = batch[0];  // (B, 1, 28, 28), on dev
+      const Tensor& y = batch[1];  // (B)
       m.opt->zero_grad();
       Tensor loss;
       {
@@ -142,7 +154,7 @@ struct Trainer {
       epoch_loss += i.loss;
       ++loss_count;
       ++epoch_batches;
-      window_samples += (*it)->size();
+      window_samples += batch.size();
     });
     loop.every(
         args.every,
@@ -161,9 +173,10 @@ struct Trainer {
         },
         /*and_last=*/false);
     loop.every(per_epoch, [&](const nn::StepInfo& i) {
-      ++*it;
-      SNUG_CHECK(*it == loader.end(), ValueError, "mnist: the loader has more than ", per_epoch, " batches an epoch");
+      SNUG_CHECK(*it == loader.end() && prefetch.empty(), ValueError, "mnist: the loader has more than ", per_epoch,
+                 " batches an epoch");
       it.reset();
+      batch = data::Batch();
       ph.last_epoch_loss = epoch_loss / double(std::max<int64_t>(epoch_batches, 1));
       train_peak = std::max(train_peak, memory::peak_allocated(dev));  // the evaluation below is not counted
       ph.accuracy = accuracy(model, test, args.amp, dev);
