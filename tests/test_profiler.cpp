@@ -107,6 +107,35 @@ TEST_CASE("the Chrome trace is valid JSON with one X event per recorded event") 
   std::remove(path.c_str());
 }
 
+TEST_CASE("device intervals: their own trace tracks, in neither table, nothing without a Profile") {
+  profiler::record_device_interval("dropped", Device("cuda:0"), 0, 10, 1);  // no Profile: nothing
+  profiler::Profile p;
+  Tensor c = relu(ones({8}));
+  const int64_t t = profiler::clock_ns();
+  CHECK(t > 0);
+  profiler::record_device_interval("step (compute stream)", Device("cuda:0"), t, 5000, 0);
+  profiler::record_device_interval("h2d copy (prefetch, copy stream)", Device("cuda:0"), t + 1000, 2000, 1);
+  p.stop();
+  int device_events = 0;
+  for (const auto& e : p.events())
+    if (e.kind == profiler::EventKind::device) {
+      ++device_events;
+      CHECK(e.thread >= 1000);  // apart from the host threads
+      CHECK(e.name != "dropped");
+    }
+  CHECK(device_events == 2);
+  CHECK(p.summary().find("copy stream") == std::string::npos);  // not an op or a range
+  const std::string path = "test_profiler_device.json";
+  p.write_chrome_trace(path);
+  std::ifstream f(path);
+  nlohmann::json j = nlohmann::json::parse(f);
+  int tracks = 0;
+  for (const auto& e : j.at("traceEvents"))
+    if (e.at("cat") == "device") tracks += e.at("tid").get<int>() == 1000 ? 1 : e.at("tid").get<int>() == 1001 ? 10 : 0;
+  CHECK(tracks == 11);  // one event on each of the two tracks
+  std::remove(path.c_str());
+}
+
 TEST_CASE("only one Profile records at a time, and a new one starts empty") {
   {
     profiler::Profile p;
