@@ -32,6 +32,7 @@
 #include <snug/core/raw_ops.h>
 #include <snug/data/collate.h>
 #include <snug/data/dataloader.h>
+#include <snug/data/device_prefetch.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
 #include <snug/nn/accumulate.h>
@@ -151,8 +152,14 @@ Stage train(const std::string& name, Bert& m, nn::optim::AdamW& opt, const Run& 
   int64_t step = 0;
   std::vector<data::Batch> micro;
   for (int64_t epoch = 0; step < steps; ++epoch) {
-    for (data::Batch& b : *dl) {
-      micro.push_back(b.to(dev));
+    // Micro-batches reach the device one ahead (data/device_prefetch.h): on a
+    // GPU the next one's copy overlaps this one's forward and backward.
+    data::DevicePrefetcher prefetch(dev);
+    auto it = dl->begin();
+    if (it != dl->end()) prefetch.push(*it);
+    while (!prefetch.empty()) {
+      micro.push_back(prefetch.pop());
+      if (++it != dl->end()) prefetch.push(*it);
       if (int64_t(micro.size()) < accum) continue;
       const double t0 = now_ms();
       int64_t total = 0;

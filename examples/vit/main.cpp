@@ -26,6 +26,7 @@
 #include <snug/autograd/grad_mode.h>
 #include <snug/core/cpu_isa.h>
 #include <snug/data/dataloader.h>
+#include <snug/data/device_prefetch.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/stats.h>
 #include <snug/nn/accumulate.h>
@@ -170,7 +171,14 @@ Stage train(const std::string& name, VisionTransformer& m, const Run& r, int64_t
   int64_t step = 0;
   for (int64_t epoch = 0; step < total; ++epoch) {
     epoch_loss = 0, epoch_steps = 0;
-    for (data::Batch& b : *dl) {
+    // The batches reach the device one step ahead (data/device_prefetch.h):
+    // on a GPU the next one's copy overlaps this step.
+    data::DevicePrefetcher prefetch(dev);
+    auto it = dl->begin();
+    if (it != dl->end()) prefetch.push(*it);
+    while (!prefetch.empty()) {
+      const data::Batch b = prefetch.pop();  // on dev
+      if (++it != dl->end()) prefetch.push(*it);
       // Linear warm-up, then cosine decay to 0 over the run.
       const double lr = step < f.warmup ? f.lr * double(step + 1) / double(f.warmup)
                                         : f.lr * 0.5 *
@@ -178,7 +186,7 @@ Stage train(const std::string& name, VisionTransformer& m, const Run& r, int64_t
                                                             double(std::max<int64_t>(1, total - f.warmup))));
       opt.set_lr(lr);
       const double t0 = now_ms();
-      const std::vector<Tensor> xs = nn::split_batch(b[0].to(dev), f.accum), ys = nn::split_batch(b[1].to(dev), f.accum);
+      const std::vector<Tensor> xs = nn::split_batch(b[0], f.accum), ys = nn::split_batch(b[1], f.accum);
       nn::GradAccumulator acc(double(b[0].size(0)));
       {
         // One autocast scope per step: the 16-bit weight casts are made once for all micro-batches.
