@@ -19,13 +19,13 @@
 #include <snug/memory/caching_allocator.h>
 #include <snug/memory/raw_backend.h>
 #include <snug/memory/stream.h>
+#include "fake_memory.h"
 
 using namespace snug;
 using namespace snug::data;
 
 namespace {
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // A GPU's memory without a GPU: addresses never touched, streams as numbers,
 // events complete when the test says, and a log of the stream calls.
@@ -37,16 +37,10 @@ struct Log {
 };
 Log g_log;
 
-class FakeGpuMemory final : public memory::RawBackend {
+class FakeGpuMemory final : public testing::AddressOnlyBackend {
  public:
+  FakeGpuMemory() : AddressOnlyBackend(std::uintptr_t{1} << 41) {}
   const char* name() const override { return "fake_gpu"; }
-  void* alloc(std::size_t n) override {
-    void* p = reinterpret_cast<void*>(next);
-    next += (n + (2 * MiB - 1)) / (2 * MiB) * (2 * MiB);
-    return p;
-  }
-  void free(void*, std::size_t) override {}
-  std::size_t total_memory() const override { return 1024 * MiB; }
   memory::EventHandle record_event(memory::StreamId s) override {
     g_log.events_on.insert(s);
     return next_event++;
@@ -60,7 +54,6 @@ class FakeGpuMemory final : public memory::RawBackend {
   void destroy_stream(memory::StreamId) override { ++g_log.streams_destroyed; }
   void wait_stream(memory::StreamId waiter, memory::StreamId s) override { g_log.waits.emplace_back(waiter, s); }
 
-  std::uintptr_t next = std::uintptr_t{1} << 41;
   memory::EventHandle next_event = 1;
 };
 

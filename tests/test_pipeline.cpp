@@ -364,19 +364,35 @@ TEST_CASE("placement: impossible and malformed placements get clear errors") {
   CHECK(pm.predicted_peak.size() == 2);
 }
 
+// The offload cases' model: a 6-layer GPT of width 64, its stack measured on the host.
+struct OffloadCase {
+  OffloadCase() : cfg(make_cfg()), b(make_batch(8, cfg.block, 5)), gpt((manual_seed(3), cfg)), s(gpt_stack(gpt)) {
+    prof = profile_stack(s, b.x, b.y, 2);
+    N = static_cast<int64_t>(prof.layers.size());
+  }
+  static nn::models::GPTConfig make_cfg() {
+    set_num_threads(1);
+    nn::models::GPTConfig c = small_cfg(6);
+    c.embd = 64;
+    c.block = 64;
+    return c;
+  }
+  nn::models::GPTConfig cfg;
+  Batch b;
+  nn::models::GPT gpt;
+  LayerStack s;
+  StackProfile prof;
+  int64_t N = 0;
+};
+
 TEST_CASE("placement: the fill (offload) policy keeps all it can on the first device") {
   // The offload case on virtual devices: a small first device (as a GPU short
   // of memory) and a large second one (as the host).
-  set_num_threads(1);
-  nn::models::GPTConfig cfg = small_cfg(6);
-  cfg.embd = 64;
-  cfg.block = 64;
-  const Batch b = make_batch(8, cfg.block, 5);
-  manual_seed(3);
-  nn::models::GPT gpt(cfg);
-  LayerStack s = gpt_stack(gpt);
-  StackProfile prof = profile_stack(s, b.x, b.y, 2);
-  const auto N = static_cast<int64_t>(prof.layers.size());
+  OffloadCase c;
+  const Batch& b = c.b;
+  LayerStack& s = c.s;
+  const StackProfile& prof = c.prof;
+  const int64_t N = c.N;
   const std::vector<Device> devs{Device("cpu:90"), Device("cpu:91")};
   const StepShape shape{.micro_batches = 1};
   // A first-device capacity that holds about half the stack, by the planner's own numbers.
@@ -415,16 +431,11 @@ TEST_CASE("placement on a GPU: cuda:0 plus CPU offload, capacities from the GPU'
     MESSAGE("skipped: no CUDA GPU (", cuda::compiled() ? "none visible" : cuda::plugin_error(), ")");
     return;
   }
-  set_num_threads(1);
-  nn::models::GPTConfig cfg = small_cfg(6);
-  cfg.embd = 64;
-  cfg.block = 64;
-  const Batch b = make_batch(8, cfg.block, 5);
-  manual_seed(3);
-  nn::models::GPT gpt(cfg);
-  LayerStack s = gpt_stack(gpt);
-  StackProfile prof = profile_stack(s, b.x, b.y, 2);
-  const auto N = static_cast<int64_t>(prof.layers.size());
+  OffloadCase c;
+  const Batch& b = c.b;
+  LayerStack& s = c.s;
+  const StackProfile& prof = c.prof;
+  const int64_t N = c.N;
   const Device gpu("cuda:0");
   const std::vector<Device> devs{gpu, kCPU};
   const StepShape shape{.micro_batches = 1};

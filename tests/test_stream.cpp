@@ -15,6 +15,7 @@
 #include <snug/memory/caching_allocator.h>
 #include <snug/memory/raw_backend.h>
 #include <snug/memory/stream.h>
+#include "fake_memory.h"
 
 using namespace snug;
 using namespace snug::memory;
@@ -24,16 +25,9 @@ namespace {
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // Addresses that are never dereferenced; events complete when the test says.
-class EventBackend final : public RawBackend {
+class EventBackend final : public testing::AddressOnlyBackend {
  public:
   const char* name() const override { return "fake_events"; }
-  void* alloc(std::size_t n) override {
-    void* p = reinterpret_cast<void*>(next);
-    next += (n + (2 * MiB - 1)) / (2 * MiB) * (2 * MiB);
-    return p;
-  }
-  void free(void*, std::size_t) override {}
-  std::size_t total_memory() const override { return 1024 * MiB; }
   EventHandle record_event(StreamId s) override {
     recorded_on.insert(s);
     return next_event++;
@@ -50,7 +44,6 @@ class EventBackend final : public RawBackend {
   std::set<StreamId> live_streams;
   StreamId next_stream = 0x100;
   int made_current = 0;
-  std::uintptr_t next = std::uintptr_t{1} << 40;
   EventHandle next_event = 1;
   std::set<StreamId> recorded_on;
   std::set<EventHandle>* done = nullptr;

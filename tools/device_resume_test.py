@@ -27,21 +27,11 @@ import subprocess
 import sys
 import tempfile
 
+from kill_resume_test import read_checkpoint  # {name: (dtype, shape, bytes)}, metadata
+
 ARGS = ["--layers", "2", "--embd", "32", "--heads", "2", "--block", "32", "--batch", "4", "--eval-every", "0",
         "--eval-batches", "2", "--generate", "16", "--threads", "1", "--seed", "5", "--json"]
 DTYPES = {"F32": "f", "F64": "d", "F16": "e"}
-
-
-def read_checkpoint(path):
-    """A safetensors file: {name: (dtype, shape, bytes)} and its metadata."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = blob[8 + n:]
-    return {k: (e["dtype"], tuple(e["shape"]), data[e["data_offsets"][0]:e["data_offsets"][1]])
-            for k, e in header.items()}, meta
 
 
 def values(t):
