@@ -25,6 +25,11 @@ void load_lazy(DeviceType t) {
 void register_backend(DeviceType t, Backend* b) { slot(t) = b; }
 void register_lazy_backend(DeviceType t, LazyBackend hook) { lazy(t) = hook; }
 
+int device_count(DeviceType t) {
+  if (t == DeviceType::CPU) return 1;
+  return lazy(t).device_count != nullptr ? lazy(t).device_count() : (has_backend(t) ? 1 : 0);
+}
+
 bool has_backend(DeviceType t) {
   if (t == DeviceType::CPU) return true;
   load_lazy(t);

@@ -243,6 +243,10 @@ Backend& backend_for(DeviceType t);
 inline Backend& backend_for(Device d) { return backend_for(d.type); }
 void register_backend(DeviceType t, Backend* b);  // b lives forever
 bool has_backend(DeviceType t);
+// Devices of type t that can be used: 1 for the CPU (cpu:N are its virtual
+// devices), the GPUs the CUDA plugin sees for CUDA (0 without the plugin or
+// a GPU). Never throws; asks the lazy backend (it may load the plugin).
+int device_count(DeviceType t);
 
 // A backend that loads on first use (the CUDA plugin: NOTE [ The CUDA plugin ]
 // in cuda/plugin_loader.cpp, which registers this hook). The first request for
@@ -252,6 +256,7 @@ bool has_backend(DeviceType t);
 struct LazyBackend {
   void (*load)() = nullptr;
   std::string (*why_absent)() = nullptr;  // empty: loaded, but no device present
+  int (*device_count)() = nullptr;         // devices present (never throws)
 };
 void register_lazy_backend(DeviceType t, LazyBackend hook);
 

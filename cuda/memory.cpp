@@ -97,6 +97,11 @@ class DeviceMemoryBackend final : public memory::RawBackend {
     DeviceGuard g(device_);
     cuda::stream_wait(waiter, s);
   }
+  EventHandle record_timed_event(StreamId stream) override {
+    DeviceGuard g(device_);
+    return cuda::record_event(stream);  // with timing (the allocator's events have none)
+  }
+  double elapsed_ms(EventHandle a, EventHandle b) override { return cuda::elapsed_ms(a, b); }
   void destroy_stream(StreamId s) override {
     DeviceGuard g(device_);
     cuda::synchronize_stream(s);

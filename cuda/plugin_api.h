@@ -32,8 +32,9 @@ namespace snug::cuda {
 //   4: cuda::attention_forward / _backward (causal or not, key padding)
 //      replaced causal_attention_forward / _backward.
 //   5: memory::RawBackend (the plugin's DeviceMemoryBackend derives from it)
-//      gained free_memory(), create_copy_stream() and wait_stream(); the
-//      table create_copy_stream; Backend copy_across_async.
+//      gained free_memory(), create_copy_stream(), wait_stream(),
+//      record_timed_event() and elapsed_ms(); the table create_copy_stream;
+//      Backend copy_across_async.
 inline constexpr uint32_t kPluginAbiVersion = 5;
 inline constexpr const char* kPluginEntry = "snug_cuda_plugin";
 

@@ -128,7 +128,8 @@ namespace {
 // includes nothing of cuda/. Registering it loads nothing: the plugin is opened
 // by the hook's first call.
 [[maybe_unused]] const bool hook_registered = [] {
-  register_lazy_backend(DeviceType::CUDA, {.load = &ensure_registered, .why_absent = &plugin_error});
+  register_lazy_backend(DeviceType::CUDA,
+                        {.load = &ensure_registered, .why_absent = &plugin_error, .device_count = &device_count});
   return true;
 }();
 }  // namespace

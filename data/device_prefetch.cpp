@@ -5,7 +5,6 @@
 #include <snug/base/error.h>
 #include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>
-#include <snug/cuda/cuda_api.h>
 #include <snug/memory/stream.h>
 
 namespace snug::data {
@@ -49,33 +48,34 @@ DevicePrefetcher::~DevicePrefetcher() {
 bool DevicePrefetcher::timed() const { return device_.is_cuda() && stream_ != 0 && profiler::enabled(); }
 
 std::uintptr_t DevicePrefetcher::record(memory::StreamId s) {
-  memory::set_current_device(device_);
   if (origin_ == 0 || profiler::clock_ns() < origin_ns_) {  // the first, or a new Profile's clock
-    origin_ = cuda::record_event(memory::current_stream(device_));
+    if (origin_ != 0) memory::destroy_event(device_, origin_);
+    origin_ = memory::record_timed_event(device_, memory::current_stream(device_));
     origin_ns_ = profiler::clock_ns();
   }
-  return cuda::record_event(s);
+  return memory::record_timed_event(device_, s);
 }
 
 void DevicePrefetcher::flush_timeline(bool all) {
   std::vector<Interval> keep;
   for (const Interval& iv : pending_) {
-    if (!all && !cuda::event_done(iv.end)) {
+    if (!all && !memory::event_done(device_, iv.end)) {
       keep.push_back(iv);
       continue;
     }
-    if (origin_ != 0 && cuda::event_done(iv.end)) {
-      const double start_ms = cuda::elapsed_ms(origin_, iv.begin), ms = cuda::elapsed_ms(iv.begin, iv.end);
+    if (origin_ != 0 && memory::event_done(device_, iv.end)) {
+      const double start_ms = memory::elapsed_ms(device_, origin_, iv.begin);
+      const double ms = memory::elapsed_ms(device_, iv.begin, iv.end);
       profiler::record_device_interval(iv.name, device_, origin_ns_ + static_cast<int64_t>(start_ms * 1e6),
                                        static_cast<int64_t>(ms * 1e6), iv.track);
     }
-    if (iv.owns_begin) cuda::destroy_event(iv.begin);
-    if (iv.track == 1) cuda::destroy_event(iv.end);  // a compute interval's end begins the next one
+    if (iv.owns_begin) memory::destroy_event(device_, iv.begin);
+    if (iv.track == 1) memory::destroy_event(device_, iv.end);  // a compute interval's end begins the next one
   }
   pending_ = std::move(keep);
   if (all) {
-    if (last_pop_ != 0) cuda::destroy_event(last_pop_);
-    if (origin_ != 0) cuda::destroy_event(origin_);
+    memory::destroy_event(device_, last_pop_);
+    memory::destroy_event(device_, origin_);
     last_pop_ = origin_ = 0;
   }
 }

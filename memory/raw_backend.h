@@ -59,6 +59,12 @@ class RawBackend {
   // Work queued on `waiter` from now on waits (on the device, not the host)
   // for the work queued on `s` so far. Nothing to do on the CPU.
   virtual void wait_stream(StreamId /*waiter*/, StreamId /*s*/) {}
+  // Events that keep the time the device reaches them, for profiles of the
+  // work on a stream (data::DevicePrefetcher's GPU tracks); 0: this device
+  // keeps no such times (the CPU). Destroyed with destroy_event.
+  virtual EventHandle record_timed_event(StreamId /*stream*/) { return 0; }
+  // Milliseconds from timed event a to timed event b, both done.
+  virtual double elapsed_ms(EventHandle /*a*/, EventHandle /*b*/) { return 0; }
   // Waits for the work queued on s, then releases it.
   virtual void destroy_stream(StreamId /*s*/) {}
   // Makes this device the calling thread's current one (CUDA: cudaSetDevice).

@@ -42,6 +42,12 @@ StreamId create_copy_stream(Device d) { return allocator_for(d).backend().create
 void wait_stream(Device d, StreamId waiter, StreamId s) {
   if (waiter != s) allocator_for(d).backend().wait_stream(waiter, s);
 }
+EventHandle record_timed_event(Device d, StreamId s) { return allocator_for(d).backend().record_timed_event(s); }
+bool event_done(Device d, EventHandle e) { return allocator_for(d).backend().query_event(e); }
+double elapsed_ms(Device d, EventHandle a, EventHandle b) { return allocator_for(d).backend().elapsed_ms(a, b); }
+void destroy_event(Device d, EventHandle e) {
+  if (e != 0) allocator_for(d).backend().destroy_event(e);
+}
 void destroy_stream(Device d, StreamId s) {
   if (s) allocator_for(d).backend().destroy_stream(s);
 }

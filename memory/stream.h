@@ -18,6 +18,7 @@
 #pragma once
 #include <snug/base/device.h>
 #include <snug/memory/allocator.h>
+#include <snug/memory/raw_backend.h>  // EventHandle
 
 namespace snug::memory {
 
@@ -57,6 +58,13 @@ StreamId create_copy_stream(Device d);
 // for the work queued on stream `s` so far (the host does not wait). A no-op
 // on CPU devices, whose work is done when queued.
 void wait_stream(Device d, StreamId waiter, StreamId s);
+
+// ---- timed events on d's streams (a GPU's; CPU devices keep none) -----------
+// Recorded on stream s, it keeps the time d reaches it; 0 on a CPU device.
+EventHandle record_timed_event(Device d, StreamId s);
+bool event_done(Device d, EventHandle e);                  // d has reached e
+double elapsed_ms(Device d, EventHandle a, EventHandle b);  // both done
+void destroy_event(Device d, EventHandle e);               // 0 is a no-op
 // Waits for the work queued on s, then releases it; 0 is a no-op.
 void destroy_stream(Device d, StreamId s);
 // Makes d the calling thread's current device, so that work on d that follows

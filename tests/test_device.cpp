@@ -8,6 +8,8 @@
 #include <unordered_set>
 
 #include <snug/base/device.h>
+#include <snug/core/backend.h>
+#include <snug/cuda/cuda_api.h>
 
 using namespace snug;
 
@@ -94,4 +96,15 @@ TEST_CASE("device: bad strings throw DeviceError naming the string") {
   // DeviceError is a snug::Error.
   CHECK_THROWS_AS(Device("nope"), Error);
   CHECK_THROWS_AS(Device::parse(std::string("cuda:")), DeviceError);
+}
+
+TEST_CASE("device_count: one CPU; the GPUs the CUDA plugin sees, never an exception") {
+  CHECK(snug::device_count(snug::DeviceType::CPU) == 1);
+  const int n = snug::device_count(snug::DeviceType::CUDA);
+  CHECK(n >= 0);
+  CHECK(n == snug::cuda::device_count());  // the same answer through core/ as through cuda/
+  if (n == 0) {
+    MESSAGE("skipped the GPU half: no CUDA GPU");
+    CHECK_THROWS_AS(snug::backend_for(snug::DeviceType::CUDA), snug::DeviceError);
+  }
 }

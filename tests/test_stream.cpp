@@ -137,8 +137,13 @@ TEST_CASE("streams of one's own come from the device's raw backend; CPU devices 
     b->done = &g_done;
     return b;
   });
-  // CPU devices have one stream: nothing to make, nothing to release, no device to bind.
+  // CPU devices have one stream: nothing to make, nothing to release, no device to bind,
+  // no copy stream, nothing to wait for and no timed events.
   CHECK(create_stream(kCPU) == 0);
+  CHECK(create_copy_stream(Device("cpu:2")) == 0);
+  wait_stream(kCPU, 0, 0);
+  CHECK(record_timed_event(kCPU, 0) == 0);
+  destroy_event(kCPU, 0);
   CHECK(create_stream(Device("cpu:3")) == 0);
   destroy_stream(kCPU, 0);
   set_current_device(kCPU);

@@ -4,7 +4,7 @@
 // naming the flags (docs/programs.md).
 #include <fstream>
 
-#include <snug/cuda/cuda_api.h>
+#include <snug/core/backend.h>
 #include <snug/memory/allocator.h>
 
 #include "charlm/charlm.h"
@@ -151,7 +151,7 @@ Setup check_setup(const Flags& fl, int64_t block, int world, int rank) {
                   fl.devices, " already says where every layer goes");
   // Under mpirun, "--device cuda" gives each rank a GPU of its own: rank r takes cuda:(r mod GPUs).
   if (st.device.is_cuda() && world > 1 && fl.device == "cuda")
-    st.device = Device(DeviceType::CUDA, rank % std::max(1, cuda::device_count()));
+    st.device = Device(DeviceType::CUDA, rank % std::max(1, device_count(DeviceType::CUDA)));
   st.half_params = fl.half_params;
   SNUG_FLAG_CHECK(!st.half_params || st.amp, "--half-params needs --amp f16 or --amp bf16 (the weights' dtype)");
   SNUG_FLAG_CHECK(!st.half_params || fl.optim == "adamw", "--half-params needs --optim adamw (f32 masters)");

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <snug/base/device.h>
-#include <snug/cuda/cuda_api.h>
+#include <snug/core/backend.h>
 #include <snug/nn/planner.h>  // nn::parse_bytes
 
 namespace snug::cli {
@@ -211,11 +211,14 @@ CLI::Validator device() {
       [](const std::string& s) {
         const Device d = Device::parse(s);
         if (!d.is_cuda()) return;
-        const int n = cuda::device_count();
+        const int n = device_count(DeviceType::CUDA);
         if (n == 0) {
-          const std::string why = cuda::plugin_error();
-          throw DeviceError(str(d.str(), ": no CUDA GPU here (",
-                                why.empty() ? "the CUDA backend is loaded but sees no device" : why, ")"));
+          try {
+            (void)backend_for(DeviceType::CUDA);  // its error says why (no plugin, no driver, no GPU)
+          } catch (const DeviceError& e) {
+            throw DeviceError(str(d.str(), ": no CUDA GPU here (", e.what(), ")"));
+          }
+          throw DeviceError(str(d.str(), ": no CUDA GPU here"));
         }
         SNUG_CHECK(d.index < n, DeviceError, d.str(), ": no such CUDA device (", n, " present: cuda:0 to cuda:", n - 1,
                    ")");
