@@ -99,6 +99,10 @@ int main(int argc, char** argv) {
                  "record only the first N steps (or passes) of each strategy, and its set-up and tear-down (0: all)")
       ->transform(cli::integer(0))
       ->capture_default_str();
+  app.add_option("--device", f.device,
+                 "run the strategies on this device: cpu, cuda, cuda:N (or a virtual cpu:N); int8 runs on the CPU")
+      ->transform(cli::device())
+      ->capture_default_str();
   app.add_flag("--json", f.json, "print one JSON line with every figure on stdout");
   if (int rc = cli::parse(app, argc, argv); rc >= 0) return rc;
   try {
@@ -113,17 +117,17 @@ int main(int argc, char** argv) {
                    (long long)tour.cfg.vocab, (long long)f.batch, (long long)f.steps);
     const std::vector<Result> rs = run_all(tour);
     if (!f.snapshot.empty()) {
-      memory::dump_snapshot(kCPU, f.snapshot);
+      memory::dump_snapshot(Device(f.device), f.snapshot);
       memory::record_history(false);
     }
     if (!f.chart.empty()) write_png(bar_chart(rs), f.chart);
     if (f.json) {
       std::string st;
       for (const Result& r : rs) st += (st.empty() ? "" : ",") + result_json(r);
-      std::printf("{\"program\":\"memory_tour\",\"cpu_isa\":\"%s\",\"threads\":%lld,\"steps\":%lld,\"batch\":%lld,"
+      std::printf("{\"program\":\"memory_tour\",\"device\":\"%s\",\"cpu_isa\":\"%s\",\"threads\":%lld,\"steps\":%lld,\"batch\":%lld,"
                   "\"block\":%lld,\"layers\":%lld,\"embd\":%lld,\"heads\":%lld,\"accum\":%lld,\"vocab\":%lld,"
                   "\"strategies\":[%s]}\n",
-                  cpu_isa().c_str(), (long long)f.threads, (long long)f.steps, (long long)f.batch, (long long)f.block,
+                  Device(f.device).str().c_str(), cpu_isa().c_str(), (long long)f.threads, (long long)f.steps, (long long)f.batch, (long long)f.block,
                   (long long)f.layers, (long long)f.embd, (long long)f.heads, (long long)f.accum,
                   (long long)tour.cfg.vocab, st.c_str());
     } else {

@@ -72,30 +72,34 @@ Weights to_plain(const nn::Module& m) {
   return w;
 }
 
-// A GPT holding `w`: its parameters tagged `parameter` (the timeline's colour for them).
-std::unique_ptr<GPT> make_model(const Tour& t, const Weights& w) {
+// A GPT holding `w` on `device`: its parameters tagged `parameter` (the timeline's colour for them).
+std::unique_ptr<GPT> make_model(const Tour& t, const Weights& w, Device device) {
   memory::TagScope tag(Tag::parameter);
   auto m = std::make_unique<GPT>(t.cfg);
   autograd::NoGradGuard ng;
   for (auto& [n, p] : m->named_parameters()) p.copy_(from_vector(w.at(n), p.shape()));
+  if (device != kCPU) m->to(device);
   return m;
 }
 
-std::pair<Tensor, Tensor> tensors(const Tour& t, const Batch& b) {
+Device device_of(const nn::Module& m) { return m.parameters().front().device(); }
+
+// Batch b on `device`.
+std::pair<Tensor, Tensor> tensors(const Tour& t, const Batch& b, Device device) {
   memory::TagScope tag(Tag::data);
   const int64_t B = int64_t(b.x.size()) / t.f.block;
-  return {from_vector(b.x, {B, t.f.block}), from_vector(b.y, {B, t.f.block})};
+  return {from_vector(b.x, {B, t.f.block}).to(device), from_vector(b.y, {B, t.f.block}).to(device)};
 }
 
-// The measured window: what the previous strategy left in the cache is given
-// back to the system (so reserved starts from what is live) and the peaks restart.
-void begin_measure() {
-  memory::empty_cache(kCPU);
-  memory::reset_peak(kCPU);
+// The measured window on `device`: what the previous strategy left in the cache
+// is given back to the system (so reserved starts from what is live) and the peaks restart.
+void begin_measure(Device device) {
+  memory::empty_cache(device);
+  memory::reset_peak(device);
 }
 
 void end_measure(Result& r, const nn::Module& m) {
-  const memory::DeviceStats st = memory::stats(kCPU);
+  const memory::DeviceStats st = memory::stats(device_of(m));
   r.peak_allocated = st.allocated_bytes.peak;
   r.peak_reserved = st.reserved_bytes.peak;
   for (int k = 0; k < memory::kNumTags; ++k) r.tag_peak[size_t(k)] = st.tag_bytes[size_t(k)].peak;
@@ -118,7 +122,7 @@ double evaluate(GPT& m, const Tour& t, std::vector<double>* ms = nullptr) {
   double sum = 0;
   for (const Batch& b : t.val) {
     if (ms && int64_t(ms->size()) == t.f.snapshot_steps) recording(t, false);
-    auto [x, y] = tensors(t, b);
+    auto [x, y] = tensors(t, b, device_of(m));
     const double t0 = now_ms();
     memory::TagScope tag(Tag::activation);
     sum += m.loss(x, y).item();
@@ -140,7 +144,7 @@ struct Variant {
 Result train(Tour& t, const std::string& name, const std::string& what, const Variant& v) {
   Result r;
   r.name = name, r.what = what, r.steps = t.f.steps;
-  auto m = make_model(t, v.prune ? t.trained : t.init);
+  auto m = make_model(t, v.prune ? t.trained : t.init, Device(t.f.device));
   if (v.checkpointing) m->checkpointing = nn::balanced_plan(t.cfg.layers, t.cfg.layers);
   std::unique_ptr<nn::optim::Optimizer> opt;
   if (v.adamw8bit)
@@ -160,11 +164,11 @@ Result train(Tour& t, const std::string& name, const std::string& what, const Va
       std::fprintf(stderr, "pruned: %zu layers compacted, parameters %.2f -> %.2f MiB\n", rep.layers.size(),
                    double(rep.param_bytes_before) / 1048576.0, double(rep.param_bytes_after) / 1048576.0);
   }
-  begin_measure();
+  begin_measure(device_of(*m));
   std::vector<double> ms;
   for (const Batch& b : t.train) {
     if (int64_t(ms.size()) == t.f.snapshot_steps) recording(t, false);
-    auto [x, y] = tensors(t, b);
+    auto [x, y] = tensors(t, b, device_of(*m));
     const double t0 = now_ms();
     opt->zero_grad();
     double loss = 0;
@@ -200,12 +204,12 @@ Result train(Tour& t, const std::string& name, const std::string& what, const Va
 Result eval_only(Tour& t, const std::string& name, const std::string& what, bool int8) {
   Result r;
   r.name = name, r.what = what, r.steps = int64_t(t.val.size());
-  auto m = make_model(t, t.trained);
+  auto m = make_model(t, t.trained, int8 ? kCPU : Device(t.f.device));  // int8 kernels are CPU kernels
   if (int8) {
     memory::TagScope tag(Tag::parameter);
     quant::quantize_dynamic(*m);  // says on stderr which layers stay in float, and why
   }
-  begin_measure();
+  begin_measure(device_of(*m));
   std::vector<double> ms;
   r.loss = evaluate(*m, t, &ms);
   end_measure(r, *m);

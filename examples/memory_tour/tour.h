@@ -17,7 +17,7 @@
 namespace memory_tour {
 
 struct Flags {
-  std::string data, chart, snapshot;
+  std::string data, chart, snapshot, device = "cpu";  // device: where the strategies run (int8: the CPU)
   int64_t steps = 8, batch = 16, block = 128, layers = 4, heads = 4, embd = 128, accum = 4;
   int64_t eval_batches = 8, threads = 2, seed = 1337;
   int64_t snapshot_steps = 0;  // with --snapshot: record the first N steps (passes) of each strategy; 0: all
