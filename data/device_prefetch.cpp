@@ -2,6 +2,8 @@
 // DevicePrefetcher (NOTE [ Prefetch to a device ] in data/device_prefetch.h).
 #include <snug/data/device_prefetch.h>
 
+#include <thread>
+
 #include <snug/base/error.h>
 #include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>
@@ -70,7 +72,7 @@ void DevicePrefetcher::flush_timeline(bool all) {
                                        static_cast<int64_t>(ms * 1e6), iv.track);
     }
     if (iv.owns_begin) memory::destroy_event(device_, iv.begin);
-    if (iv.track == 1) memory::destroy_event(device_, iv.end);  // a compute interval's end begins the next one
+    if (iv.owns_end) memory::destroy_event(device_, iv.end);
   }
   pending_ = std::move(keep);
   if (all) {
@@ -89,11 +91,20 @@ void DevicePrefetcher::push(const Batch& b) {
       memory::StreamGuard on_copy(device_, stream_);  // allocations and copies on the copy stream
       each_tensor(out, [&](Tensor& t) { t = copy_(t, device_); });
     }
-    if (t) pending_.push_back({"h2d copy (prefetch, copy stream)", begin, record(stream_), 1, true});
+    if (t) pending_.push_back({"h2d copy (prefetch, copy stream)", begin, record(stream_), 1, true, true});
   } else {
     each_tensor(out, [&](Tensor& t) { t = copy_(t, device_); });
   }
   queue_.push_back(std::move(out));
+}
+
+void DevicePrefetcher::end_step() {
+  if (!timed() || last_pop_ == 0) return;
+  pending_.push_back({"step (compute stream)", last_pop_, record(memory::current_stream(device_)), 0, true, true});
+  last_pop_ = 0;  // the next pop starts a new step
+  for (const Interval& iv : pending_)
+    while (!memory::event_done(device_, iv.end)) std::this_thread::yield();  // the step is queued: it ends
+  flush_timeline(false);
 }
 
 Batch DevicePrefetcher::pop() {
@@ -106,7 +117,7 @@ Batch DevicePrefetcher::pop() {
     each_tensor(b, [&](Tensor& t) { memory::record_stream(device_, t.storage()->data(), compute); });
     if (timed()) {
       const std::uintptr_t now = record(compute);
-      if (last_pop_ != 0) pending_.push_back({"step (compute stream)", last_pop_, now, 0, true});
+      if (last_pop_ != 0) pending_.push_back({"step (compute stream)", last_pop_, now, 0, true, false});
       last_pop_ = now;
       flush_timeline(false);
     }

@@ -57,6 +57,11 @@ class DevicePrefetcher {
   void push(const Batch& b);
   // The batch pushed longest ago, usable on the current stream (ValueError when none).
   Batch pop();
+  // The step that used the last popped batch is queued: while a profile records
+  // on a GPU, its compute-stream interval ends here, and the timed intervals
+  // are waited for and written into the profile (call it before the profile
+  // stops, or the last step's intervals are lost). Nothing otherwise.
+  void end_step();
   bool empty() const { return queue_.empty(); }
   std::size_t size() const { return queue_.size(); }
   Device device() const { return device_; }
@@ -73,7 +78,7 @@ class DevicePrefetcher {
     const char* name;
     std::uintptr_t begin, end;
     uint32_t track;  // 0: the compute stream, 1: the copy stream
-    bool owns_begin;
+    bool owns_begin, owns_end;  // a compute interval's end may begin the next one
   };
   std::uintptr_t record(memory::StreamId s);
   void flush_timeline(bool all);

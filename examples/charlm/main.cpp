@@ -181,16 +181,17 @@ int run(int argc, char** argv) {
   const int64_t end = fl.stop_at > 0 ? std::min(fl.stop_at, steps) : steps;
   loop.before_step([&](int64_t step) {
     x = y = Tensor();  // the last step's batch is freed before this one is made
+    profiler.before_step(step);  // first: a profile then sees this step's copy and compute streams
     if (prefetch.empty()) prefetch.push(host_batch(step));
     data::Batch b = prefetch.pop();
     x = b[0];
     y = b[1];
     if (step + 1 < end) prefetch.push(host_batch(step + 1));
-    profiler.before_step(step);
   });
   loop.step([&](int64_t step) { return trainer.step(x, y, step); });
   loop.after_step([&](nn::StepInfo& i) {
     trainer.after_step(i);
+    prefetch.end_step();  // a profile's GPU tracks get this step before the profile stops
     profiler.after_step(i.step);
   });
   if (lead) {
