@@ -14,7 +14,11 @@
 //   snug-bench pipeline [--stages 2] [--micro-batches 4] [--schedule gpipe|1f1b]
 //                       [--layers 8] [--embd 128] [--block 128] [--batch 16]
 //                       [--steps 5] [--warmup 1] [--threads-per-stage 1]
-//                       [--timeline FILE] [--json]
+//                       [--timeline FILE] [--memory-trace FILE] [--json]
+//
+// --memory-trace records every device's allocator history (each stage's
+// virtual device has its own pool, and each stage thread marks its steps)
+// and writes it as one snapshot; `snug-bench replay --device cpu:2` replays a stage.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -40,7 +44,10 @@ SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle frac
            int_flag("steps", 5, "timed steps of each kind (medians are reported)"),
            int_flag("warmup", 1, "untimed steps first", 0),
            int_flag("threads-per-stage", 1, "compute threads of each stage (the one-device run gets K times as many)"),
-           text_flag("timeline", "", "write the last step's timeline (tools/pipeline_timeline.py) to FILE", "FILE")) {
+           text_flag("timeline", "", "write the last step's timeline (tools/pipeline_timeline.py) to FILE", "FILE"),
+           text_flag("memory-trace", "", "record every device's allocator history and write it to FILE", "FILE")) {
+  const std::string trace = args.get("memory-trace");
+  if (!trace.empty()) memory::record_history(true, 4000000);
   const int64_t K = args.get_int("stages"), M = args.get_int("micro-batches"), L = args.get_int("layers"),
                 C = args.get_int("embd"), T = args.get_int("block"), B = args.get_int("batch"),
                 steps = args.get_int("steps"), warmup = args.get_int("warmup"), tps = args.get_int("threads-per-stage");
@@ -81,12 +88,17 @@ SNUG_BENCH(pipeline, "GPT over K virtual CPU devices, M micro-batches: idle frac
     single.loss(x, y).backward();
     const double t1 = now_seconds();
     gpt.zero_grad();
+    for (const Device& d : devs) memory::mark_step(d);  // each stage's pool sees the step begin
     pipe.step(x, y);
     if (s >= warmup) {
       one_ms.push_back((t1 - t0) * 1e3);
       ms.push_back(pipe.last_step_ms());
       idle.push_back(pipe.idle_fraction());
     }
+  }
+  if (!trace.empty()) {
+    memory::dump_snapshot(trace);
+    memory::record_history(false);
   }
   const std::string tl = args.get("timeline");
   if (!tl.empty()) pipe.write_timeline(tl);

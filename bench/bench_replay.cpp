@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
-// snug-bench replay TRACE [--round N --small-threshold N --small-segment N
+// snug-bench replay TRACE [--policy P] [--round N --small-threshold N --small-segment N
 //   --large-segment N --large-threshold N --large-round N --max-split N
 //   --fit best|first --conf "k=v,..." --capacity N --device cuda:0] [--layout] [--json]
 //
-// Replays the alloc/free events of a memory snapshot (memory::dump_snapshot)
-// on a simulated device with the trace's own settings, changed by the flags,
-// and reports what the allocator would have reserved. --layout also prints the
+// Replays the alloc/free/step events of a memory snapshot (memory::dump_snapshot,
+// or tools/torch_snapshot.py import) on a simulated device with the trace's own
+// settings, changed by the flags, under any allocation policy (best_fit,
+// first_fit, size_class, buddy, expandable, planned; or malloc: glibc's
+// malloc/free on this machine), and reports what it would have reserved. --layout also prints the
 // segments at the peak of allocated bytes and where the reserved-but-unallocated
 // bytes are (free tails, free holes, unsplit remainders, request rounding).
 #include <cstdio>
@@ -82,6 +84,8 @@ bench::Flag size_setting(const char* name, const char* help) {
 
 SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocator settings",
            bench::positional("trace", "the snapshot JSON (memory::dump_snapshot, snug-bench trace_gpt)"),
+           bench::choice_flag("policy", "", {"best_fit", "first_fit", "size_class", "buddy", "expandable", "planned", "malloc"},
+                              "allocation policy [default: the trace's]"),
            size_setting("round", "request rounding"), size_setting("small-threshold", "largest small-pool request"),
            size_setting("small-segment", "small-pool segment size"),
            size_setting("large-segment", "large-pool segment size"),
@@ -93,7 +97,8 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
                             "CONF"),
            bench::bytes_flag("capacity", "", "device capacity, e.g. 2GiB [default: no limit]"),
            bench::text_flag("device", "", "the trace's device to replay [default: the first with events]", "DEVICE"),
-           bench::switch_flag("layout", "print the segments at peak allocated and where the slack is (stderr)")) {
+           bench::switch_flag("layout", "print the segments at peak allocated and where the slack is (stderr)"),
+           bench::int_flag("repeats", 1, "run the trace this many times (steady_* figures: from its second step on)", 1)) {
   const std::string path = args.get("trace");
   Snapshot snap = load_snapshot(path);
   SNUG_CHECK(!snap.devices.empty(), ValueError, path, ": the snapshot has no devices");
@@ -124,6 +129,8 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
   size_flag("large-round", s.large_round);
   size_flag("max-split", s.max_split_size);
   if (args.has("fit")) s = parse_settings("fit=" + args.get("fit"), s);
+  const std::string policy = args.has("policy") ? args.get("policy") : policy_name(s.policy);
+  if (policy != "malloc") s.policy = parse_policy(policy);
   try {
     s.validate();
   } catch (const ValueError& e) {
@@ -133,27 +140,53 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
   if (args.has("capacity")) capacity = static_cast<std::size_t>(args.get_int("capacity"));
 
   const bool layout = args.has("layout");
-  ReplayResult r = replay(dev->events, s, capacity, layout);
+  if (policy == "malloc" && (layout || capacity != kNoLimit)) cli::fail("--policy malloc takes neither --layout nor --capacity");
+  const int repeats = static_cast<int>(args.get_int("repeats"));
+  ReplayResult r = policy == "malloc" ? replay_malloc(dev->events)
+                                      : replay(dev->events, s, capacity, layout, repeats);
   if (layout) print_layout(r.at_peak, s);
+  auto ratio = [](int64_t a, int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+  // Fragmentation: the share of the peak reservation that never held a
+  // requested byte at the peak (1 - requested / reserved).
+  const double frag = r.peak_reserved_bytes > 0 ? 1.0 - ratio(r.peak_requested_bytes, r.peak_reserved_bytes) : 0.0;
+  const std::string settings = policy == "malloc" ? "glibc malloc" : s.to_string();
   if (args.json()) {
     std::printf(
-        "{\"bench\":\"replay\",\"trace\":\"%s\",\"device\":\"%s\",\"settings\":\"%s\",\"events\":%zu,"
-        "\"ops\":%lld,\"peak_allocated_bytes\":%lld,\"peak_reserved_bytes\":%lld,\"raw_allocs\":%lld,"
-        "\"num_ooms\":%lld,\"skipped_frees\":%lld,\"ns_per_op\":%.1f}\n",
-        path.c_str(), dev->device.c_str(), s.to_string().c_str(), dev->events.size(), static_cast<long long>(r.ops),
-        static_cast<long long>(r.peak_allocated_bytes), static_cast<long long>(r.peak_reserved_bytes),
-        static_cast<long long>(r.raw_allocs), static_cast<long long>(r.num_ooms),
-        static_cast<long long>(r.skipped_frees), r.ns_per_op);
+        "{\"bench\":\"replay\",\"trace\":\"%s\",\"device\":\"%s\",\"policy\":\"%s\",\"settings\":\"%s\","
+        "\"events\":%zu,\"ops\":%lld,\"peak_allocated_bytes\":%lld,\"peak_requested_bytes\":%lld,"
+        "\"peak_reserved_bytes\":%lld,\"reserved_over_allocated\":%.4f,\"reserved_over_requested\":%.4f,"
+        "\"fragmentation\":%.4f,\"raw_allocs\":%lld,\"steps\":%lld,\"steady_peak_reserved_bytes\":%lld,"
+        "\"steady_raw_allocs\":%lld,\"num_ooms\":%lld,\"skipped_frees\":%lld,\"ns_per_op\":%.1f,"
+        "\"ns_per_alloc_free\":%.1f,\"steady_ns_per_alloc_free\":%.1f,\"planned_peak_bytes\":%zu,\"planned_hits\":%lld,\"planned_fallbacks\":%lld,\"planned_kept_out\":%lld,"
+        "\"planned_arena_bytes\":%zu,\"planned_lower_bound_bytes\":%zu}\n",
+        path.c_str(), dev->device.c_str(), policy.c_str(), settings.c_str(), dev->events.size(),
+        static_cast<long long>(r.ops), static_cast<long long>(r.peak_allocated_bytes),
+        static_cast<long long>(r.peak_requested_bytes), static_cast<long long>(r.peak_reserved_bytes),
+        ratio(r.peak_reserved_bytes, r.peak_allocated_bytes), ratio(r.peak_reserved_bytes, r.peak_requested_bytes), frag,
+        static_cast<long long>(r.raw_allocs), static_cast<long long>(r.steps),
+        static_cast<long long>(r.steady_peak_reserved_bytes), static_cast<long long>(r.steady_raw_allocs),
+        static_cast<long long>(r.num_ooms), static_cast<long long>(r.skipped_frees), r.ns_per_op, r.ns_per_alloc_free,
+        r.steady_ns_per_alloc_free, r.planned.planned_peak,
+        static_cast<long long>(r.planned.hits), static_cast<long long>(r.planned.fallbacks),
+        static_cast<long long>(r.planned.kept_out), r.planned.arena_bytes, r.planned.lower_bound);
   } else {
-    std::printf("trace %s (%s, %zu events)\nsettings %s\n", path.c_str(), dev->device.c_str(), dev->events.size(),
-                s.to_string().c_str());
-    std::printf("peak allocated %s, peak reserved %s (%.1f%% overhead), %lld raw allocs, %lld OOMs, %.1f ns/op\n",
+    std::printf("trace %s (%s, %zu events)\npolicy %s, settings %s\n", path.c_str(), dev->device.c_str(),
+                dev->events.size(), policy.c_str(), settings.c_str());
+    std::printf("peak requested %s, allocated %s, reserved %s (%.3fx requested, fragmentation %.1f%%)\n",
+                format_bytes(static_cast<std::size_t>(r.peak_requested_bytes)).c_str(),
                 format_bytes(static_cast<std::size_t>(r.peak_allocated_bytes)).c_str(),
                 format_bytes(static_cast<std::size_t>(r.peak_reserved_bytes)).c_str(),
-                r.peak_allocated_bytes ? 100.0 * static_cast<double>(r.peak_reserved_bytes - r.peak_allocated_bytes) /
-                                             static_cast<double>(r.peak_allocated_bytes)
-                                       : 0.0,
-                static_cast<long long>(r.raw_allocs), static_cast<long long>(r.num_ooms), r.ns_per_op);
+                ratio(r.peak_reserved_bytes, r.peak_requested_bytes), 100.0 * frag);
+    std::printf("%lld device allocations (%lld after the first step), %lld OOMs, %.1f ns per allocate+free "
+                "(%.1f after the first step)\n",
+                static_cast<long long>(r.raw_allocs), static_cast<long long>(r.steady_raw_allocs),
+                static_cast<long long>(r.num_ooms), r.ns_per_alloc_free, r.steady_ns_per_alloc_free);
+    if (s.policy == AllocPolicy::planned && policy != "malloc")
+      std::printf("planned arena %s (lower bound %s), planned peak %s: %lld hits, %lld fallbacks, %lld left to best fit\n",
+                  format_bytes(r.planned.arena_bytes).c_str(), format_bytes(r.planned.lower_bound).c_str(),
+                  format_bytes(r.planned.planned_peak).c_str(),
+                  static_cast<long long>(r.planned.hits), static_cast<long long>(r.planned.fallbacks),
+                  static_cast<long long>(r.planned.kept_out));
   }
   return 0;
 }

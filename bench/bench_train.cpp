@@ -10,6 +10,13 @@
 // gpt --amp bf16|f16 runs the forward pass and the loss under autocast, as
 // bench/peers/train_torch.py --amp does with torch.autocast("cpu"); the
 // parameters, their gradients and AdamW stay f32, and f16 adds a GradScaler.
+//
+// Memory: each step begins with memory::mark_step (the planned allocation
+// policy plans from the first). --memory-trace PATH records the allocator's
+// history from before the model is made and writes it as a snapshot that
+// `snug-bench replay` reads (with its step events); gpt --varlen gives each
+// step a random sequence length (16 to 128, a multiple of 8): padded batches
+// of varying length, the case caching allocators fragment on.
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -18,6 +25,8 @@
 #include <snug/core/cpu_isa.h>
 #include <snug/core/generator.h>
 #include <snug/memory/allocator.h>
+#include <snug/memory/caching_allocator.h>
+#include <snug/memory/planned_arena.h>
 #include <snug/memory/stats.h>
 #include <snug/nn/amp/grad_scaler.h>
 #include <snug/nn/functional.h>
@@ -39,11 +48,14 @@ struct StepResult {
   double loss_first = 0, loss_last = 0;
   int64_t params = 0;
   size_t peak_allocated = 0, peak_reserved = 0;
+  size_t steady_peak_reserved = 0;   // over the steps after the first
+  int64_t raw_allocs_after_step1 = 0;  // device allocations after the first step
 };
 
 struct Common {
   int64_t steps, warmup, threads, seed;
-  Device device;  // where the model, its optimizer and the batches live
+  Device device;      // where the model, its optimizer and the batches live
+  std::string trace;  // --memory-trace: the snapshot to write ("" none)
 };
 
 // --device cpu|cuda|cuda:N (or a virtual cpu:N), checked as the programs check it (cli::device).
@@ -57,12 +69,16 @@ Flag device_flag() {
 #define SNUG_TRAIN_FLAGS                                                                                          \
   int_flag("steps", 20, "timed steps (the median is reported)"), int_flag("warmup", 3, "untimed steps first", 0), \
       int_flag("threads", 2, "compute threads"),                                                                  \
-      int_flag("seed", 1337, "seed of the weights and the random batches", 0), device_flag()
+      int_flag("seed", 1337, "seed of the weights and the random batches", 0), device_flag(),                        \
+      text_flag("memory-trace", "", "record the allocator's history and write it as a snapshot here", "PATH")
 
+// Made before the model, so a --memory-trace includes the parameters.
 Common common(const Args& a) {
-  Common c{a.get_int("steps"), a.get_int("warmup"), a.get_int("threads"), a.get_int("seed"), Device(a.get("device"))};
+  Common c{a.get_int("steps"), a.get_int("warmup"), a.get_int("threads"), a.get_int("seed"), Device(a.get("device")),
+           a.get("memory-trace")};
   set_num_threads(static_cast<int>(c.threads));
   manual_seed(static_cast<uint64_t>(c.seed));
+  if (!c.trace.empty()) memory::record_history(true, 4000000);
   return c;
 }
 
@@ -77,8 +93,20 @@ StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt
   r.params = net.num_parameters();
   net.to(c.device);  // in place: the optimizer's handles stay, its state is made on the first step
   memory::reset_peak(c.device);
+  size_t first_peak_allocated = 0, first_peak_reserved = 0;
+  int64_t first_raw_allocs = 0;
   for (int64_t s = 0; s < c.warmup + c.steps; ++s) {
     const Batch& hb = batches[static_cast<size_t>(s)];  // made on the host (the same on every device)
+    if (s == 1) {  // the first step has shaped the pool: what follows is the steady state
+      const memory::DeviceStats st = memory::stats(c.device);
+      first_peak_allocated = static_cast<size_t>(st.allocated_bytes.peak);
+      first_peak_reserved = static_cast<size_t>(st.reserved_bytes.peak);
+    }
+    memory::mark_step(c.device);
+    if (s == 1) {  // after the mark, where the planned policy makes its arena
+      memory::reset_peak(c.device);
+      first_raw_allocs = memory::stats(c.device).num_raw_allocs;
+    }
     const double t0 = now_seconds();
     const Batch b{hb.x.to(c.device), hb.y.to(c.device)};  // the copy is part of the step, as in training
     opt.zero_grad();
@@ -96,8 +124,15 @@ StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt
     r.loss_last = l;
     if (s >= c.warmup) r.ms.push_back(ms);
   }
-  r.peak_allocated = memory::peak_allocated(c.device);
-  r.peak_reserved = static_cast<size_t>(memory::stats(c.device).reserved_bytes.peak);
+  const memory::DeviceStats st = memory::stats(c.device);
+  r.peak_allocated = std::max(first_peak_allocated, static_cast<size_t>(st.allocated_bytes.peak));
+  r.steady_peak_reserved = static_cast<size_t>(st.reserved_bytes.peak);
+  r.peak_reserved = std::max(first_peak_reserved, r.steady_peak_reserved);
+  r.raw_allocs_after_step1 = c.warmup + c.steps > 1 ? st.num_raw_allocs - first_raw_allocs : 0;
+  if (!c.trace.empty()) {
+    memory::dump_snapshot(c.device, c.trace);
+    memory::record_history(false);
+  }
   return r;
 }
 
@@ -105,15 +140,20 @@ void report(const Args& a, const char* name, const Common& c, const StepResult& 
             double items_per_step, const char* amp = "none") {
   const double ms = median(r.ms);
   const double lo = *std::min_element(r.ms.begin(), r.ms.end()), hi = *std::max_element(r.ms.begin(), r.ms.end());
+  const memory::AllocatorSettings as = memory::allocator_for(c.device).settings();
+  const memory::PlannedStats ps = memory::allocator_for(c.device).planned_stats();
   if (a.json()) {
     std::printf(
         "{\"bench\": \"%s\", \"ms_per_step\": %.3f, \"ms_min\": %.3f, \"ms_max\": %.3f, \"%s\": %.1f, "
         "\"loss_first\": %.5f, \"loss_last\": %.5f, \"params\": %lld, \"peak_allocated_bytes\": %zu, "
         "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld, \"cpu_isa\": \"%s\", "
-        "\"amp\": \"%s\", \"device\": \"%s\"}\n",
+        "\"amp\": \"%s\", \"device\": \"%s\", \"alloc_policy\": \"%s\", \"steady_peak_reserved_bytes\": %zu, "
+        "\"raw_allocs_after_step1\": %lld, \"planned_arena_bytes\": %zu, \"planned_peak_bytes\": %zu, "
+        "\"planned_hits\": %lld, \"planned_fallbacks\": %lld}\n",
         name, ms, lo, hi, rate_name, items_per_step / (ms / 1e3), r.loss_first, r.loss_last, (long long)r.params,
         r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup, (long long)c.threads,
-        cpu_isa().c_str(), amp, c.device.str().c_str());
+        cpu_isa().c_str(), amp, c.device.str().c_str(), memory::policy_name(as.policy), r.steady_peak_reserved,
+        (long long)r.raw_allocs_after_step1, ps.arena_bytes, ps.planned_peak, (long long)ps.hits, (long long)ps.fallbacks);
   } else {
     std::printf(
         "%s: median %.2f ms/step (min %.2f, max %.2f) over %lld steps, %.0f %s, loss %.4f -> %.4f, "
@@ -133,7 +173,8 @@ Tensor random_labels(int64_t n, int64_t classes) { return randint(0, classes, Sh
 // AdamW lr 3e-4, betas (0.9, 0.999), weight decay 0.01 on every parameter.
 SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens/s, peak memory", SNUG_TRAIN_FLAGS,
            choice_flag("amp", "none", {"none", "bf16", "f16"},
-                       "autocast the forward pass and loss to bf16 or f16 (f16 with loss scaling)")) {
+                       "autocast the forward pass and loss to bf16 or f16 (f16 with loss scaling)"),
+           switch_flag("varlen", "a random sequence length per step (16..128, multiples of 8)")) {
   const Common c = common(args);
   const std::string amp = args.get("amp");
   const DType amp_dt = amp == "bf16" ? DType::bf16 : amp == "f16" ? DType::f16 : DType::f32;
@@ -141,21 +182,25 @@ SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens
   nn::models::GPT net(nn::models::GPTConfig{});
   nn::optim::AdamW opt(net.parameters(), {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
   std::vector<Batch> batches;
+  Generator lengths(static_cast<uint64_t>(c.seed) + 1);
   for (int64_t s = 0; s < c.warmup + c.steps; ++s) {
-    Tensor seq = randint(0, V, Shape{B, T + 1});  // (B, T+1)
-    batches.push_back({seq.narrow(1, 0, T).contiguous(), seq.narrow(1, 1, T).contiguous()});
+    const int64_t t = args.has("varlen") ? 8 * randint(2, 17, Shape{1}, DType::i64, &lengths).item<int64_t>() : T;
+    Tensor seq = randint(0, V, Shape{B, t + 1});  // (B, t+1)
+    batches.push_back({seq.narrow(1, 0, t).contiguous(), seq.narrow(1, 1, t).contiguous()});
   }
   StepResult r = run_steps(c, net, opt, batches, [&](const Batch& b) { return net.loss(b.x, b.y); }, amp_dt);
-  report(args, "gpt", c, r, "tokens_per_s", double(B * T), amp.c_str());
+  report(args, "gpt", c, r, "tokens_per_s", double(B * T), amp.c_str());  // --varlen: tokens of a full-length step
   return 0;
 }
 
 namespace {
 // A 10-class classifier step (W-CNN, W-MLP): SGD lr 0.01 momentum 0.9 on
 // random inputs of `input` shape (batch first) and random labels.
-int classifier_bench(const Args& args, const char* name, std::shared_ptr<nn::Module> net, const Shape& input) {
-  nn::fuse(*net);  // Conv2d + ReLU, Linear + ReLU (+ Linear) as fused layers (nn/fuse.h)
+template <class MakeNet>
+int classifier_bench(const Args& args, const char* name, MakeNet make_net, const Shape& input) {
   const Common c = common(args);
+  std::shared_ptr<nn::Module> net = make_net();
+  nn::fuse(*net);  // Conv2d + ReLU, Linear + ReLU (+ Linear) as fused layers (nn/fuse.h)
   const int64_t B = input[0];
   nn::optim::SGD opt(net->parameters(), {.lr = 0.01, .momentum = 0.9});
   std::vector<Batch> batches;
@@ -169,12 +214,12 @@ int classifier_bench(const Args& args, const char* name, std::shared_ptr<nn::Mod
 
 // W-CNN: 1x28x28 inputs, batch 64.
 SNUG_BENCH(cnn, "W-CNN training step (docs/workloads.md): median ms/step, samples/s, peak memory", SNUG_TRAIN_FLAGS) {
-  return classifier_bench(args, "cnn", nn::models::make_wcnn(), Shape{64, 1, 28, 28});
+  return classifier_bench(args, "cnn", [] { return nn::models::make_wcnn(); }, Shape{64, 1, 28, 28});
 }
 
 // W-MLP: 784-1024-1024-10, batch 128.
 SNUG_BENCH(mlp, "W-MLP training step (docs/workloads.md): median ms/step, samples/s, peak memory", SNUG_TRAIN_FLAGS) {
-  return classifier_bench(args, "mlp", nn::models::make_wmlp(), Shape{128, 784});
+  return classifier_bench(args, "mlp", [] { return nn::models::make_wmlp(); }, Shape{128, 784});
 }
 
 }  // namespace snug::bench

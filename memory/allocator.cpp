@@ -129,6 +129,7 @@ std::size_t reserved(Device d) { return static_cast<std::size_t>(stats(d).reserv
 std::size_t peak_allocated(Device d) { return static_cast<std::size_t>(stats(d).allocated_bytes.peak); }
 void reset_peak(Device d) { allocator_for(d).reset_peak(); }
 void empty_cache(Device d) { allocator_for(d).empty_cache(); }
+void mark_step(Device d) { allocator_for(d).mark_step(); }
 DeviceStats stats(Device d) { return allocator_for(d).stats(); }
 
 void set_capacity(Device d, std::size_t bytes) { allocator_for(d).set_capacity(bytes); }

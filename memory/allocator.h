@@ -95,6 +95,12 @@ std::size_t available(Device d);
 // starts with the settings in SNUG_ALLOC_CONF (or the defaults).
 void set_settings(Device d, const AllocatorSettings& s);
 
+// A training step begins on device d: training loops call it at the start of
+// each step. The planned policy plans its arena from the first step
+// (NOTE [ Planned arena ]); recorded histories keep a "step" event, which
+// replay passes on. Cheap for every other policy.
+void mark_step(Device d);
+
 // A readable table of device d's statistics, by tag, and its settings.
 std::string summary(Device d);
 

@@ -6,44 +6,35 @@
 #include <cstring>
 
 #include <snug/base/error.h>
+#include <snug/memory/alloc_policy.h>
+#include <snug/memory/planned_arena.h>
 
 namespace snug::memory {
 
-struct CachingAllocator::Block {
-  char* ptr = nullptr;
-  std::size_t size = 0;
-  std::size_t requested = 0;
-  StreamId stream = 0;
-  bool small = false;
-  BlockState state = BlockState::free;
-  Tag tag = Tag::other;
-  const char* op = nullptr;
-  int pending_events = 0;
-  Block* prev = nullptr;  // neighbours in the same segment, by address
-  Block* next = nullptr;
-  std::vector<StreamId> stream_uses;  // other streams that use this block
-  FreeSet::iterator pool_it;          // where it is in its pool, while free (erase without a search)
-
-  bool is_split() const { return prev != nullptr || next != nullptr; }
-};
-
-bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
-  if (a->stream != b->stream) return a->stream < b->stream;
-  if (!by_address && a->size != b->size) return a->size < b->size;
-  return std::less<const char*>()(a->ptr, b->ptr);
-}
+namespace {
+// History kept when only oom_snapshot asked for it: enough for the steps
+// before the failure, bounded so a long run does not grow.
+constexpr std::size_t kOomHistory = 200000;
+}  // namespace
 
 CachingAllocator::CachingAllocator(Device device, std::unique_ptr<RawBackend> backend, AllocatorSettings settings)
     : device_(device),
       backend_(std::move(backend)),
       settings_(settings),
-      small_free_(BlockLess{settings.fit == FitPolicy::first}, PoolAllocator<Block*>(&set_nodes_)),
-      large_free_(BlockLess{settings.fit == FitPolicy::first}, PoolAllocator<Block*>(&set_nodes_)) {
+      small_free_(BlockLess{settings.policy == AllocPolicy::first_fit}, PoolAllocator<Block*>(&set_nodes_)),
+      large_free_(BlockLess{settings.policy == AllocPolicy::first_fit}, PoolAllocator<Block*>(&set_nodes_)) {
   SNUG_CHECK(backend_ != nullptr, ValueError, "CachingAllocator(", device, "): backend is null");
   settings_.validate();
+  SNUG_CHECK(settings_.policy != AllocPolicy::expandable || backend_->can_reserve(), ValueError, "CachingAllocator(",
+             device, "): policy=expandable needs address reservation, which the ", backend_->name(),
+             " backend does not offer");
+  policy_ = make_block_policy(settings_);
+  own_rounding_ = settings_.policy == AllocPolicy::size_class || settings_.policy == AllocPolicy::buddy;
+  if (settings_.policy == AllocPolicy::planned) arena_ = std::make_unique<PlannedArena>();
+  if (!settings_.oom_snapshot.empty()) history_.enable(true, kOomHistory);
 }
 
-CachingAllocator::Block* CachingAllocator::new_block() {
+Block* CachingAllocator::new_block() {
   if (spare_blocks_.empty()) return new Block;
   Block* b = spare_blocks_.back();
   spare_blocks_.pop_back();
@@ -74,9 +65,26 @@ const char* CachingAllocator::intern_op(const char* op) {
 }
 
 CachingAllocator::~CachingAllocator() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   for (auto& [e, b] : pending_) backend_->destroy_event(e);
+  if (arena_ && arena_->base() && arena_->live_count() == 0) backend_->free(arena_->base(), arena_->bytes());
+  for (auto& [key, e] : expanses_) {
+    bool all_free = true;
+    for (Block* b = e.head; b;) {
+      all_free = all_free && b->state == BlockState::free;
+      Block* n = b->next;
+      delete b;
+      b = n;
+    }
+    if (all_free) {
+      const std::size_t g = settings_.map_granularity;
+      for (std::size_t i = 0; i < e.mapped.size(); ++i)
+        if (e.mapped[i]) backend_->unmap(e.base + i * g, g);
+      backend_->release(e.base, e.reserved);
+    }
+  }
   for (auto& [addr, head] : segments_) {
+    if (policy_->grows()) break;  // expandable: every segment was an expanse, gone above
     bool all_free = true;
     std::size_t total = 0;
     for (Block* b = head; b; b = b->next) {
@@ -96,27 +104,10 @@ CachingAllocator::~CachingAllocator() {
 
 std::size_t CachingAllocator::round_size(std::size_t nbytes) const {
   std::size_t r = settings_.round;
-  if (nbytes < r) return r;
-  SNUG_CHECK(nbytes <= SIZE_MAX - r, ValueError, "memory::allocate: ", nbytes, " bytes is not a valid size");
-  return (nbytes + r - 1) & ~(r - 1);
-}
-
-// NOTE [ Segment growth ]
-// A fixed large_segment (20 MiB, PyTorch's kLargeBuffer) amortises backend
-// calls, but its unused tail is up to 20 MiB whatever the model's size: 20%
-// of a 100 MB working set. With large_growth = g > 0, a request below
-// large_threshold gets a segment of (large-pool reserved bytes) / g, at least
-// the request and at most large_segment, rounded up to large_round. The last
-// segment's unused tail is then at most about 1/g of the pool; a big model
-// reaches large_segment after 20 MiB * g of large-pool memory and behaves as
-// before; the number of segments grows only logarithmically while small.
-std::size_t CachingAllocator::segment_size(std::size_t size) const {
-  const auto& s = settings_;
-  auto up = [&](std::size_t v) { return (v + s.large_round - 1) / s.large_round * s.large_round; };
-  if (size <= s.small_threshold) return s.small_segment;
-  if (size >= s.large_threshold) return up(size);
-  if (s.large_growth == 0) return s.large_segment;
-  return std::min(s.large_segment, up(std::max(size, large_reserved_ / s.large_growth)));
+  // Room for the policy's rounding too (at most a doubling, buddy's).
+  SNUG_CHECK(nbytes <= (SIZE_MAX >> 2), ValueError, "memory::allocate: ", nbytes, " bytes is not a valid size");
+  const std::size_t n = nbytes < r ? r : (nbytes + r - 1) & ~(r - 1);
+  return own_rounding_ ? policy_->block_size(n) : n;
 }
 
 // ---- pools --------------------------------------------------------------------
@@ -137,52 +128,31 @@ void CachingAllocator::pool_erase(Block* b) {
   }
 }
 
-// Takes a fitting free block of `stream` out of the pool, or returns nullptr.
-CachingAllocator::Block* CachingAllocator::find_free(bool small, std::size_t size, StreamId stream) {
-  FreeSet& pool = pool_of(small);
-  const std::size_t max_split = settings_.max_split_size;
-  // Oversize rules (as PyTorch's max_split_size): a normal request must not
-  // take (and waste) an unsplittable oversize block, and an oversize request
-  // takes only a block not much bigger than itself.
-  auto acceptable = [&](const Block* b) {
-    if (size < max_split && b->size >= max_split) return false;
-    if (size >= max_split && b->size - size >= settings_.max_split_tolerance) return false;
-    return true;
-  };
-  Block key;
-  key.stream = stream;
-  key.size = size;
-  auto it = pool.lower_bound(&key);
-  Block* found = nullptr;
-  if (settings_.fit == FitPolicy::best) {
-    if (it != pool.end() && (*it)->stream == stream && acceptable(*it)) found = *it;
-  } else {
-    // Ordered by (stream, address): key.ptr is null, so `it` is this stream's lowest block.
-    for (; it != pool.end() && (*it)->stream == stream; ++it)
-      if ((*it)->size >= size && acceptable(*it)) {
-        found = *it;
-        break;
-      }
-  }
+// Takes the policy's fitting free block of `stream` out of the pool, or returns nullptr.
+Block* CachingAllocator::find_free(bool small, std::size_t size, StreamId stream) {
+  Block* found = policy_->find(pool_of(small), size, stream);
   if (found) pool_erase(found);
   return found;
 }
 
-bool CachingAllocator::should_split(const Block* b, std::size_t size) const {
-  std::size_t remaining = b->size - size;
-  if (b->small) return remaining >= settings_.round;
-  return size < settings_.max_split_size && remaining > settings_.small_threshold;
-}
-
 // ---- segments -------------------------------------------------------------------
 
-CachingAllocator::Block* CachingAllocator::new_segment(bool small, std::size_t seg, StreamId stream) {
-  std::size_t reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
-  if (capacity_ != kNoLimit && (seg > capacity_ || reserved > capacity_ - seg)) return nullptr;
+std::size_t CachingAllocator::seg_for(bool small, std::size_t size) const {
+  return policy_->segment_size(size, small, large_reserved_);
+}
+
+bool CachingAllocator::fits_capacity(std::size_t more) const {
+  const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
+  return capacity_ == kNoLimit || (more <= capacity_ && reserved <= capacity_ - more);
+}
+
+Block* CachingAllocator::new_segment(bool small, std::size_t seg, StreamId stream) {
+  if (!fits_capacity(seg)) return nullptr;
   void* p = backend_->alloc(seg);
   if (!p) return nullptr;
   Block* b = new_block();
   b->ptr = static_cast<char*>(p);
+  b->segment = b->ptr;
   b->size = seg;
   b->stream = stream;
   b->small = small;
@@ -206,8 +176,21 @@ void CachingAllocator::release_segment(Block* b) {
   delete_block(b);
 }
 
-// Returns every segment that is one free block to the backend.
+// Returns every segment that is one free block to the backend (expandable:
+// unmaps every free tail).
 void CachingAllocator::release_cached() {
+  // An arena with nothing live in it is cache too; the next step takes it again.
+  if (arena_ && arena_->base() && arena_->live_count() == 0) {
+    backend_->free(arena_->base(), arena_->bytes());
+    stats_.reserved_bytes.sub(static_cast<int64_t>(arena_->bytes()));
+    stats_.segment.sub(1);
+    ++stats_.num_raw_frees;
+    arena_->detach();
+  }
+  if (policy_->grows()) {
+    for (auto& [key, e] : expanses_) shrink(e);
+    return;
+  }
   for (FreeSet* pool : {&small_free_, &large_free_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
@@ -223,10 +206,164 @@ void CachingAllocator::release_cached() {
 
 // The out-of-memory path: a new segment; then wait for blocks held back by
 // other streams and look again; then free the cache and retry; then throw.
-CachingAllocator::Block* CachingAllocator::alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream,
-                                                      Tag tag, const char* op) {
-  const std::size_t seg = segment_size(size);
-  if (Block* b = new_segment(small, seg, stream)) {
+// ---- expandable segments ---------------------------------------------------------
+
+// NOTE [ Expandable segments ]
+// Each (stream, pool) has one range of addresses, reserved once for all the
+// memory the device could give it, and blocks tile [base, base + extent).
+// Memory is mapped into the range one granule (map_granularity, 2 MiB: a
+// GPU's page for cuMemMap) at a time, where blocks need it:
+//   - a block handed out has every granule it overlaps mapped (map_block);
+//   - when no free block fits, the extent grows at its end (merging with a
+//     free tail), and before the new end is mapped, every granule that no
+//     allocated block overlaps is unmapped (unmap_free).
+// So a hole between live blocks holds no memory once the pool needs to grow:
+// its pages move to where they are needed. Reserved bytes are the mapped
+// granules; what remains over the live blocks is at most the partly used
+// granules at block edges. empty_cache unmaps every free granule and trims
+// a free tail off the extent. PyTorch's expandable_segments unmaps free pages
+// only when freeing the cache (an OOM retry or empty_cache).
+
+CachingAllocator::Expanse& CachingAllocator::expanse_of(const Block* b) { return expanses_[{b->stream, b->small}]; }
+
+bool CachingAllocator::map_block(const Block* b) {
+  Expanse& e = expanse_of(b);
+  const std::size_t g = settings_.map_granularity;
+  const auto first = static_cast<std::size_t>(b->ptr - e.base) / g;
+  const auto last = (static_cast<std::size_t>(b->ptr - e.base) + b->size - 1) / g;
+  // New pages are needed: take them from the free granules of every
+  // expanse first (the block's own stay), so the mapped bytes follow the live ones.
+  if (std::find(e.mapped.begin() + static_cast<std::ptrdiff_t>(first),
+                e.mapped.begin() + static_cast<std::ptrdiff_t>(last + 1), uint8_t{0}) !=
+      e.mapped.begin() + static_cast<std::ptrdiff_t>(last + 1))
+    for (auto& [key, other] : expanses_) unmap_free(other, b);
+  for (std::size_t i = first; i <= last; ++i) {
+    if (e.mapped[i]) continue;
+    std::size_t j = i;  // map the run of unmapped granules in one call
+    while (j + 1 <= last && !e.mapped[j + 1]) ++j;
+    const std::size_t bytes = (j - i + 1) * g;
+    if (!fits_capacity(bytes) || !backend_->map(e.base + i * g, bytes)) return false;
+    std::fill(e.mapped.begin() + static_cast<std::ptrdiff_t>(i), e.mapped.begin() + static_cast<std::ptrdiff_t>(j + 1),
+              uint8_t{1});
+    stats_.reserved_bytes.add(static_cast<int64_t>(bytes));
+    if (!b->small) large_reserved_ += bytes;
+    ++stats_.num_raw_allocs;
+    // The history sees each mapping as a segment of its own (PyTorch's segment_map).
+    if (history_.enabled())
+      history_.record(Action::segment_alloc, trace_now_ns(), reinterpret_cast<std::uintptr_t>(e.base + i * g), bytes,
+                      0, e.stream, Tag::other, nullptr);
+    i = j;
+  }
+  return true;
+}
+
+void CachingAllocator::unmap_free(Expanse& e, const Block* keep) {
+  const std::size_t g = settings_.map_granularity;
+  std::vector<uint8_t> used(e.mapped.size(), 0);
+  for (const Block* b = e.head; b; b = b->next) {
+    if (b->state == BlockState::free && b != keep) continue;
+    const auto off = static_cast<std::size_t>(b->ptr - e.base);
+    for (std::size_t i = off / g; i <= (off + b->size - 1) / g; ++i) used[i] = 1;
+  }
+  for (std::size_t i = 0; i < e.mapped.size(); ++i) {
+    if (!e.mapped[i] || used[i]) continue;
+    std::size_t j = i;
+    while (j + 1 < e.mapped.size() && e.mapped[j + 1] && !used[j + 1]) ++j;
+    const std::size_t bytes = (j - i + 1) * g;
+    backend_->unmap(e.base + i * g, bytes);
+    std::fill(e.mapped.begin() + static_cast<std::ptrdiff_t>(i), e.mapped.begin() + static_cast<std::ptrdiff_t>(j + 1),
+              uint8_t{0});
+    stats_.reserved_bytes.sub(static_cast<int64_t>(bytes));
+    if (e.head && !e.head->small) large_reserved_ -= std::min(large_reserved_, bytes);
+    ++stats_.num_raw_frees;
+    if (history_.enabled())
+      history_.record(Action::segment_free, trace_now_ns(), reinterpret_cast<std::uintptr_t>(e.base + i * g), bytes, 0,
+                      e.stream, Tag::other, nullptr);
+    i = j;
+  }
+}
+
+// The extent grows at its end by whole granules, enough for `size` together
+// with a free tail; returns that (unpooled, not yet mapped) block, or nullptr
+// when the reservation is used up or the memory is not there.
+Block* CachingAllocator::grow(bool small, std::size_t size, StreamId stream) {
+  Expanse& e = expanses_[{stream, small}];
+  const std::size_t g = settings_.map_granularity;
+  if (!e.base) {
+    // Addresses for all the memory this pool could ever use: the capacity, or the device.
+    std::size_t want = capacity_ != kNoLimit ? capacity_ : backend_->total_memory();
+    if (want == 0) want = std::size_t{1} << 40;
+    want = (want + g - 1) / g * g;
+    e.base = static_cast<char*>(backend_->reserve(want));
+    if (!e.base) return nullptr;
+    e.reserved = want;
+    e.stream = stream;
+  }
+  Block* tail = e.head;
+  while (tail && tail->next) tail = tail->next;
+  const bool tail_free = tail && tail->state == BlockState::free;
+  const std::size_t have = tail_free ? tail->size : 0;
+  const std::size_t more = (size - have + g - 1) / g * g;
+  if (more > e.reserved - e.extent) return nullptr;
+  char* at = e.base + e.extent;
+  e.extent += more;
+  e.mapped.resize(e.extent / g, 0);
+  Block* b;
+  if (tail_free) {
+    pool_erase(tail);
+    tail->size += more;
+    b = tail;
+  } else {
+    b = new_block();
+    b->ptr = at;
+    b->segment = e.base;
+    b->size = more;
+    b->stream = stream;
+    b->small = small;
+    b->prev = tail;
+    if (tail) {
+      tail->next = b;
+    } else {
+      e.head = b;
+      segments_.emplace(reinterpret_cast<std::uintptr_t>(e.base), b);
+      stats_.segment.add(1);
+    }
+  }
+  return b;
+}
+
+// empty_cache: every free granule unmapped, and a free tail off the extent.
+void CachingAllocator::shrink(Expanse& e) {
+  unmap_free(e);
+  Block* tail = e.head;
+  while (tail && tail->next) tail = tail->next;
+  if (!tail || tail->state != BlockState::free) return;
+  const std::size_t g = settings_.map_granularity;
+  const auto start = static_cast<std::size_t>(tail->ptr - e.base);
+  const std::size_t cut = (start + g - 1) / g * g;  // the first granule wholly in the tail
+  if (cut >= e.extent) return;
+  pool_erase(tail);
+  if (cut == start) {  // the tail goes entirely
+    if (tail->prev) {
+      tail->prev->next = nullptr;
+    } else {
+      segments_.erase(reinterpret_cast<std::uintptr_t>(e.base));
+      stats_.segment.sub(1);
+      e.head = nullptr;
+    }
+    delete_block(tail);
+  } else {
+    tail->size -= e.extent - cut;
+    pool_insert(tail);
+  }
+  e.extent = cut;
+  e.mapped.resize(cut / g);
+}
+
+Block* CachingAllocator::alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
+                                    const char* op) {
+  auto more = [&]() { return policy_->grows() ? grow(small, size, stream) : new_segment(small, seg_for(small, size), stream); };
+  if (Block* b = more()) {
     ++stats_.num_cache_misses;
     return b;
   }
@@ -239,21 +376,38 @@ CachingAllocator::Block* CachingAllocator::alloc_slow(bool small, std::size_t si
   }
   ++stats_.num_alloc_retries;
   release_cached();
-  if (Block* b = new_segment(small, seg, stream)) {
+  if (Block* b = more()) {
     ++stats_.num_cache_misses;
     return b;
   }
   // Tell a capacity refusal from the backend's own failure.
-  std::size_t reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
-  bool over_capacity = capacity_ != kNoLimit && (seg > capacity_ || reserved > capacity_ - seg);
-  throw_oom(small, size, nbytes, stream, tag, op, !over_capacity);
+  throw_oom(small, size, nbytes, stream, tag, op, fits_capacity(seg_for(small, size)));
 }
 
 // ---- allocate / free --------------------------------------------------------------
 
 void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, const char* op) {
   const std::size_t size = round_size(nbytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
+  // NOTE [ Planned arena ]: a planned step's block, with no search (its
+  // stream is the default one: the plan records one stream's step).
+  if (arena_ && stream == 0 && arena_->state() == PlannedArena::State::planned) {
+    if (char* p = arena_->take(size, nbytes, tag)) {
+      const auto bytes = static_cast<int64_t>(size);
+      stats_.allocated_bytes.add(bytes);
+      stats_.allocation.add(1);
+      stats_.requested_bytes.add(static_cast<int64_t>(nbytes));
+      stats_.active_bytes.add(bytes);
+      stats_.active.add(1);
+      stats_.tag_bytes[static_cast<int>(tag)].add(bytes);
+      if (stats_.allocated_bytes.current == stats_.allocated_bytes.peak)
+        for (int t = 0; t < kNumTags; ++t) stats_.tag_at_peak[t] = stats_.tag_bytes[t].current;
+      if (history_.enabled())
+        history_.record(Action::alloc, trace_now_ns(), reinterpret_cast<std::uintptr_t>(p), size, nbytes, stream, tag,
+                        intern_op(op));
+      return p;
+    }
+  }
   if (!pending_.empty()) process_events(/*wait=*/false);
   const bool small = size <= settings_.small_threshold;
   Block* b = find_free(small, size, stream);
@@ -262,18 +416,33 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   else
     b = alloc_slow(small, size, nbytes, stream, tag, op);
 
-  if (should_split(b, size)) {
+  // The policy cuts the block down (buddy: in halves, so possibly more than once).
+  while (const std::size_t keep = policy_->split(*b, size)) {
     Block* rest = new_block();
-    rest->ptr = b->ptr + size;
-    rest->size = b->size - size;
+    rest->ptr = b->ptr + keep;
+    rest->segment = b->segment;
+    rest->size = b->size - keep;
     rest->stream = b->stream;
     rest->small = b->small;
     rest->prev = b;
     rest->next = b->next;
     if (b->next) b->next->prev = rest;
     b->next = rest;
-    b->size = size;
+    b->size = keep;
     pool_insert(rest);
+  }
+  if (policy_->grows() && !map_block(b)) {
+    // Not enough memory for its pages: free granules elsewhere first, then
+    // give the block back and fail.
+    unmap_free(expanse_of(b));
+    if (!map_block(b)) {
+      merge_and_pool(b);
+      throw_oom(small, size, nbytes, stream, tag, op, fits_capacity(settings_.map_granularity));
+    }
+  }
+  if (arena_) {
+    if (stream == 0 && arena_->state() == PlannedArena::State::recording) arena_->record_alloc(b->ptr, size);
+    outside_arena_.add(static_cast<int64_t>(b->size));
   }
   b->state = BlockState::allocated;
   b->requested = nbytes;
@@ -296,13 +465,41 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
 
 void CachingAllocator::deallocate(void* p) {
   if (!p) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
+  if (arena_ && arena_->contains(p)) {
+    std::size_t requested = 0;
+    Tag tag = Tag::other;
+    const auto bytes = static_cast<int64_t>(arena_->give_back(p, &requested, &tag));
+    // A planned block's bytes are the next planned block's at once: work on
+    // another stream that uses it must be done first (a host wait: rare).
+    if (!arena_uses_.empty())
+      if (auto it = arena_uses_.find(p); it != arena_uses_.end()) {
+        for (StreamId st : it->second) {
+          const EventHandle e = backend_->record_event(st);
+          backend_->synchronize_event(e);
+          backend_->destroy_event(e);
+        }
+        arena_uses_.erase(it);
+      }
+    stats_.allocated_bytes.sub(bytes);
+    stats_.allocation.sub(1);
+    stats_.requested_bytes.sub(static_cast<int64_t>(requested));
+    stats_.active_bytes.sub(bytes);
+    stats_.active.sub(1);
+    stats_.tag_bytes[static_cast<int>(tag)].sub(bytes);
+    if (history_.enabled())
+      history_.record(Action::free, trace_now_ns(), reinterpret_cast<std::uintptr_t>(p), static_cast<std::size_t>(bytes),
+                      requested, 0, tag, nullptr);
+    return;
+  }
+  if (arena_ && arena_->state() == PlannedArena::State::recording) arena_->record_free(p);
   Block** found = live_.find(p);
   SNUG_CHECK(found != nullptr, ValueError, "memory::deallocate: ", p, " is not a live allocation on ", device_,
              " (freed twice, or allocated on another device)");
   Block* b = *found;
   live_.erase(p);
   const auto bytes = static_cast<int64_t>(b->size);
+  if (arena_) outside_arena_.sub(bytes);
   stats_.allocated_bytes.sub(bytes);
   stats_.allocation.sub(1);
   stats_.requested_bytes.sub(static_cast<int64_t>(b->requested));
@@ -330,27 +527,41 @@ void CachingAllocator::free_block(Block* b) {
   b->requested = 0;
   b->tag = Tag::other;
   b->op = nullptr;
+  merge_and_pool(b);
+}
+
+// b (free, in no pool) joins its free neighbours as the policy allows, and the pool.
+void CachingAllocator::merge_and_pool(Block* b) {
   // Merges keep the lower block, so a segment's first Block never changes.
-  if (Block* p = b->prev; p && p->state == BlockState::free) {
-    pool_erase(p);
-    p->size += b->size;
-    p->next = b->next;
-    if (b->next) b->next->prev = p;
-    delete_block(b);
-    b = p;
-  }
-  if (Block* n = b->next; n && n->state == BlockState::free) {
-    pool_erase(n);
-    b->size += n->size;
-    b->next = n->next;
-    if (n->next) n->next->prev = b;
-    delete_block(n);
+  // Again after each merge, as long as the policy allows (buddies cascade).
+  for (;;) {
+    if (Block* p = b->prev; p && p->state == BlockState::free && policy_->may_merge(*p, *b)) {
+      pool_erase(p);
+      p->size += b->size;
+      p->next = b->next;
+      if (b->next) b->next->prev = p;
+      delete_block(b);
+      b = p;
+    } else if (Block* n = b->next; n && n->state == BlockState::free && policy_->may_merge(*b, *n)) {
+      pool_erase(n);
+      b->size += n->size;
+      b->next = n->next;
+      if (n->next) n->next->prev = b;
+      delete_block(n);
+    } else {
+      break;
+    }
   }
   pool_insert(b);
 }
 
 void CachingAllocator::record_stream(void* p, StreamId stream) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
+  if (arena_ && arena_->contains(p)) {  // a planned block: its free waits for the stream (below)
+    arena_->size_of(p);                 // ValueError unless live
+    if (stream != 0) arena_uses_[p].push_back(stream);
+    return;
+  }
   Block** found = live_.find(p);
   SNUG_CHECK(found != nullptr, ValueError, "memory::record_stream: ", p, " is not a live allocation on ", device_);
   Block* b = *found;
@@ -387,7 +598,7 @@ void CachingAllocator::throw_oom(bool small, std::size_t size, std::size_t nbyte
                                  const char* op, bool backend_failed) {
   ++stats_.num_ooms;
   if (history_.enabled()) history_.record(Action::oom, trace_now_ns(), 0, size, nbytes, stream, tag, intern_op(op));
-  const std::size_t seg = segment_size(size);
+  const std::size_t seg = seg_for(small, size);
   const auto allocated = static_cast<std::size_t>(stats_.allocated_bytes.current);
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
   const std::size_t cached = reserved - allocated;
@@ -425,19 +636,31 @@ void CachingAllocator::throw_oom(bool small, std::size_t size, std::size_t nbyte
                           "whole) or memory::empty_cache()"
                         : "",
           capacity_ != kNoLimit && !backend_failed ? "; or raise the capacity (memory::set_capacity)" : "");
+  // SNUG_ALLOC_CONF=oom_snapshot:PATH: the post-mortem, before anything unwinds.
+  if (!settings_.oom_snapshot.empty()) {
+    try {
+      Snapshot snap;
+      snap.devices.push_back(snapshot_locked());
+      write_snapshot(snap, settings_.oom_snapshot);
+      msg += str("\n  a snapshot with the history leading here: ", settings_.oom_snapshot,
+                 " (tools/memory_timeline.py draws it)");
+    } catch (const std::exception& e) {
+      msg += str("\n  the snapshot for oom_snapshot could not be written: ", e.what());
+    }
+  }
   throw OutOfMemoryError(msg, nbytes, capacity_);
 }
 
 // ---- control -------------------------------------------------------------------
 
 void CachingAllocator::empty_cache() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   process_events(/*wait=*/true);
   release_cached();
 }
 
 void CachingAllocator::set_capacity(std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   capacity_ = bytes;
   if (static_cast<std::size_t>(stats_.reserved_bytes.current) > bytes) release_cached();
 }
@@ -452,12 +675,12 @@ void CachingAllocator::set_capacity_fraction(double f) {
 }
 
 std::size_t CachingAllocator::capacity() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   return capacity_;
 }
 
 std::size_t CachingAllocator::available() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   if (capacity_ != kNoLimit) return capacity_;
   const std::size_t free_b = backend_->free_memory();
   if (free_b == 0) return kNoLimit;
@@ -467,33 +690,55 @@ std::size_t CachingAllocator::available() const {
 
 void CachingAllocator::set_settings(const AllocatorSettings& s) {
   s.validate();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
+  // Best fit, first fit and size classes all keep blocks any of them can
+  // take over; buddy's layout, the expanses and the arena are their own.
+  auto plain = [](AllocPolicy p) {
+    return p == AllocPolicy::best_fit || p == AllocPolicy::first_fit || p == AllocPolicy::size_class;
+  };
+  if (s.policy != settings_.policy && !(plain(s.policy) && plain(settings_.policy))) {
+    process_events(/*wait=*/true);
+    release_cached();
+    SNUG_CHECK(segments_.empty() && !(arena_ && arena_->base()), ValueError, "memory::set_settings(", device_,
+               "): the policy cannot change from ", policy_name(settings_.policy), " to ", policy_name(s.policy),
+               " while the pool holds memory in use; set it (SNUG_ALLOC_CONF=policy=...) before the first allocation");
+    SNUG_CHECK(s.policy != AllocPolicy::expandable || backend_->can_reserve(), ValueError, "memory::set_settings(",
+               device_, "): policy=expandable needs address reservation, which the ", backend_->name(),
+               " backend does not offer");
+    expanses_.clear();
+    arena_.reset();
+    if (s.policy == AllocPolicy::planned) arena_ = std::make_unique<PlannedArena>();
+  }
   settings_ = s;
-  // The fit policy decides the free sets' order: rebuild them.
+  policy_ = make_block_policy(s);
+  own_rounding_ = s.policy == AllocPolicy::size_class || s.policy == AllocPolicy::buddy;
+  if (!s.oom_snapshot.empty() && !history_.enabled()) history_.enable(true, kOomHistory);
+  // The policy decides the free sets' order: rebuild them.
   for (FreeSet* pool : {&small_free_, &large_free_}) {
-    FreeSet rebuilt(BlockLess{s.fit == FitPolicy::first}, PoolAllocator<Block*>(&set_nodes_));
+    FreeSet rebuilt(BlockLess{policy_->by_address()}, PoolAllocator<Block*>(&set_nodes_));
     for (Block* b : *pool) b->pool_it = rebuilt.insert(b).first;
     pool->swap(rebuilt);
   }
 }
 
 AllocatorSettings CachingAllocator::settings() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   return settings_;
 }
 
 DeviceStats CachingAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   DeviceStats s = stats_;
   s.capacity = capacity_;
   return s;
 }
 
 void CachingAllocator::reset_peak() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes,
                   &stats_.reserved_bytes, &stats_.allocation, &stats_.active, &stats_.inactive_split, &stats_.segment})
     s->reset_peak();
+  outside_arena_.reset_peak();
   for (int t = 0; t < kNumTags; ++t) {
     stats_.tag_bytes[t].reset_peak();
     stats_.tag_at_peak[t] = stats_.tag_bytes[t].current;
@@ -501,7 +746,7 @@ void CachingAllocator::reset_peak() {
 }
 
 void CachingAllocator::record_history(bool enabled, std::size_t max_entries) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   history_.enable(enabled, max_entries);
 }
 
@@ -511,8 +756,65 @@ void CachingAllocator::record(Action a, const Block* b, std::size_t requested) {
                   b->op);
 }
 
+// ---- steps and the planned arena ----------------------------------------------------
+
+void CachingAllocator::mark_step() {
+  std::lock_guard<SpinLock> lock(mu_);
+  if (history_.enabled()) history_.record(Action::step, trace_now_ns(), 0, 0, 0, 0, Tag::other, nullptr);
+  if (!arena_) return;
+  arena_->count_step();
+  switch (arena_->state()) {
+    case PlannedArena::State::waiting: arena_->start_recording(); break;
+    case PlannedArena::State::recording: plan_arena(); break;
+    case PlannedArena::State::planned:
+      if (!arena_->base() && arena_->stats().arena_bytes > 0) attach_arena(arena_->stats().arena_bytes);
+      arena_->next_step();
+      break;
+  }
+}
+
+// The end of the recorded step: solve it, take the arena from the device,
+// and give back the segments best fit no longer needs (the recorded step's
+// blocks are all free now; from here on they live in the arena).
+void CachingAllocator::plan_arena() {
+  const std::size_t bytes = arena_->plan();
+  if (bytes > 0) {
+    process_events(/*wait=*/true);
+    release_cached();
+  }
+  attach_arena(bytes);
+}
+
+// The arena's memory from the device. Without it (nothing to plan, or no
+// memory for it) best fit serves every step, and each allocation of a
+// planned step counts as a fallback.
+void CachingAllocator::attach_arena(std::size_t bytes) {
+  char* base = nullptr;
+  if (bytes > 0 && fits_capacity(bytes)) base = static_cast<char*>(backend_->alloc(bytes));
+  arena_->attach(base, base ? bytes : 0, settings_.round);
+  if (!base) return;
+  stats_.reserved_bytes.add(static_cast<int64_t>(bytes));
+  stats_.segment.add(1);
+  ++stats_.num_raw_allocs;
+  if (history_.enabled())
+    history_.record(Action::segment_alloc, trace_now_ns(), reinterpret_cast<std::uintptr_t>(base), bytes, 0, 0,
+                    Tag::other, "planned_arena");
+}
+
+PlannedStats CachingAllocator::planned_stats() const {
+  std::lock_guard<SpinLock> lock(mu_);
+  if (!arena_) return {};
+  PlannedStats s = arena_->stats();
+  s.planned_peak = s.arena_bytes + static_cast<std::size_t>(outside_arena_.peak);
+  return s;
+}
+
 DeviceSnapshot CachingAllocator::snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
+  return snapshot_locked();
+}
+
+DeviceSnapshot CachingAllocator::snapshot_locked() const {
   DeviceSnapshot d;
   d.device = device_.str();
   d.backend = backend_->name();
@@ -532,24 +834,50 @@ DeviceSnapshot CachingAllocator::snapshot() const {
     }
     d.segments.push_back(std::move(seg));
   }
+  // The planned arena: one large segment, its live blocks and the gaps between.
+  if (arena_ && arena_->base()) {
+    SegmentInfo seg;
+    seg.address = reinterpret_cast<std::uintptr_t>(arena_->base());
+    seg.size = arena_->bytes();
+    std::size_t at = 0;
+    auto gap = [&](std::size_t to) {
+      if (to > at) seg.blocks.push_back(BlockInfo{seg.address + at, to - at, 0, BlockState::free, Tag::other, ""});
+    };
+    for (const PlannedArena::Live& l : arena_->live_blocks()) {
+      gap(l.offset);
+      seg.blocks.push_back(BlockInfo{seg.address + l.offset, l.size, l.requested, BlockState::allocated, l.tag, ""});
+      at = l.offset + l.size;
+    }
+    gap(seg.size);
+    d.segments.push_back(std::move(seg));
+  }
   d.events = history_.entries();
   return d;
 }
 
 bool CachingAllocator::owns(const void* p) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
+  if (arena_ && arena_->contains(p)) {
+    try {
+      arena_->size_of(p);
+      return true;
+    } catch (const ValueError&) {
+      return false;
+    }
+  }
   return live_.find(const_cast<void*>(p)) != nullptr;
 }
 
 std::size_t CachingAllocator::block_size(void* p) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
+  if (arena_ && arena_->contains(p)) return arena_->size_of(p);
   Block* const* found = live_.find(p);
   SNUG_CHECK(found != nullptr, ValueError, "memory::block_size: ", p, " is not a live allocation on ", device_);
   return (*found)->size;
 }
 
 void CachingAllocator::check_invariants() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<SpinLock> lock(mu_);
   auto fail = [&](const std::string& what) { throw Error(str("CachingAllocator(", device_, ") invariant: ", what)); };
   int64_t reserved = 0, allocated = 0, requested = 0, active = 0, n_alloc = 0, n_active = 0, split_bytes = 0,
           n_split = 0;
@@ -566,7 +894,8 @@ void CachingAllocator::check_invariants() const {
       if (b->stream != head->stream || b->small != head->small) fail("block stream/pool differs from its segment");
       if (b->state == BlockState::free) {
         ++n_free;
-        if (b->next && b->next->state == BlockState::free) fail("two adjacent free blocks (missed coalesce)");
+        if (b->next && b->next->state == BlockState::free && policy_->may_merge(*b, *b->next))
+          fail("two adjacent free blocks (missed coalesce)");
         if (!(b->small ? small_free_ : large_free_).count(const_cast<Block*>(b)))
           fail("free block missing from its pool");
         if (b->is_split()) {
@@ -587,9 +916,33 @@ void CachingAllocator::check_invariants() const {
       }
     }
   }
+  if (arena_ && arena_->base()) {  // the arena: one more segment, its live blocks allocated
+    reserved += static_cast<int64_t>(arena_->bytes());
+    allocated += static_cast<int64_t>(arena_->live_bytes());
+    active += static_cast<int64_t>(arena_->live_bytes());
+    n_alloc += arena_->live_count();
+    n_active += arena_->live_count();
+    for (const PlannedArena::Live& l : arena_->live_blocks()) requested += static_cast<int64_t>(l.requested);
+  }
+  int64_t expandable_mapped = 0;
+  for (const auto& [key, e] : expanses_) {
+    std::size_t covered = 0;
+    for (const Block* b = e.head; b; b = b->next) covered += b->size;
+    if (covered != e.extent) fail("an expandable segment's blocks do not cover its extent");
+    expandable_mapped += static_cast<int64_t>(std::count(e.mapped.begin(), e.mapped.end(), uint8_t{1}) *
+                                              static_cast<std::ptrdiff_t>(settings_.map_granularity));
+    const std::size_t g = settings_.map_granularity;
+    for (const Block* b = e.head; b; b = b->next)
+      if (b->state != BlockState::free)
+        for (std::size_t i = static_cast<std::size_t>(b->ptr - e.base) / g;
+             i <= (static_cast<std::size_t>(b->ptr - e.base) + b->size - 1) / g; ++i)
+          if (!e.mapped[i]) fail("an allocated block of an expandable segment is not all mapped");
+  }
   if (n_free != small_free_.size() + large_free_.size()) fail("pools hold blocks that are not in any segment");
   if (n_live != live_.size()) fail("live map holds blocks that are not in any segment");
   const DeviceStats& s = stats_;
+  // Expandable: reserved is what is mapped, not the extent the blocks tile.
+  if (policy_->grows()) reserved = expandable_mapped;
   if (s.reserved_bytes.current != reserved) fail(str("reserved_bytes ", s.reserved_bytes.current, " != ", reserved));
   if (s.allocated_bytes.current != allocated)
     fail(str("allocated_bytes ", s.allocated_bytes.current, " != ", allocated));
@@ -598,7 +951,8 @@ void CachingAllocator::check_invariants() const {
   if (s.allocation.current != n_alloc || s.active.current != n_active) fail("allocation/active counts differ");
   if (s.inactive_split_bytes.current != split_bytes || s.inactive_split.current != n_split)
     fail("inactive_split differs from the blocks");
-  if (s.segment.current != static_cast<int64_t>(segments_.size())) fail("segment count differs");
+  if (s.segment.current != static_cast<int64_t>(segments_.size()) + (arena_ && arena_->base() ? 1 : 0))
+    fail("segment count differs");
   int64_t tag_sum = 0;
   for (const Stat& t : s.tag_bytes) tag_sum += t.current;
   if (tag_sum != allocated) fail("per-tag bytes do not add up to allocated_bytes");

@@ -24,7 +24,12 @@
 // back to the pool only when all of them complete (checked at the start of
 // each allocate, and waited for before the cache is freed).
 //
-// Thread-safe: one mutex per allocator guards everything.
+// NOTE [ Allocation policies ] (memory/alloc_policy.h) says which of these
+// decisions a policy makes instead: how a fit is found, how blocks split and
+// merge, how big a new segment is, whether the one segment grows
+// (expandable), and the planned arena beside best fit (planned).
+//
+// Thread-safe: one lock per allocator (a SpinLock: memory/spin_lock.h) guards everything.
 #pragma once
 #include <cstddef>
 #include <map>
@@ -32,18 +37,25 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include <snug/memory/allocator.h>
+#include <snug/memory/block.h>
 #include <snug/memory/history.h>
 #include <snug/memory/node_pool.h>
 #include <snug/memory/ptr_map.h>
 #include <snug/memory/raw_backend.h>
 #include <snug/memory/settings.h>
+#include <snug/memory/spin_lock.h>
 #include <snug/memory/stats.h>
 
 namespace snug::memory {
+
+class BlockPolicy;
+class PlannedArena;
+struct PlannedStats;
 
 class CachingAllocator {
  public:
@@ -69,13 +81,22 @@ class CachingAllocator {
   // it (a GPU's cudaMemGetInfo), else kNoLimit. Placement plans with it
   // (parallel/placement.h).
   std::size_t available() const;
-  void set_settings(const AllocatorSettings& s);  // validates; cached blocks stay
+  // Validates; cached blocks stay. A policy whose blocks another could not
+  // take over (buddy, expandable, planned, to or from them) changes only on a
+  // pool with no segments left after freeing the cache (else ValueError).
+  void set_settings(const AllocatorSettings& s);
   AllocatorSettings settings() const;
 
   DeviceStats stats() const;
   void reset_peak();
   void record_history(bool enabled, std::size_t max_entries);
   DeviceSnapshot snapshot() const;
+
+  // A training step begins (memory::mark_step). The planned policy records
+  // the first step and plans its arena at the second mark (NOTE [ Planned
+  // arena ]); the history records a "step" event for replay.
+  void mark_step();
+  PlannedStats planned_stats() const;  // zeros unless policy=planned
 
   Device device() const { return device_; }
   RawBackend& backend() { return *backend_; }
@@ -86,24 +107,36 @@ class CachingAllocator {
   void check_invariants() const;
 
  private:
-  struct Block;
-  struct BlockLess {
-    bool by_address = false;  // first fit orders by address, best fit by size
-    bool operator()(const Block* a, const Block* b) const;
-  };
-  using FreeSet = std::set<Block*, BlockLess, PoolAllocator<Block*>>;
-
-  std::size_t segment_size(std::size_t size) const;
   FreeSet& pool_of(bool small) { return small ? small_free_ : large_free_; }
   Block* find_free(bool small, std::size_t size, StreamId stream);
-  bool should_split(const Block* b, std::size_t size) const;
   Block* new_segment(bool small, std::size_t seg, StreamId stream);
+  bool fits_capacity(std::size_t more) const;
+  std::size_t seg_for(bool small, std::size_t size) const;  // the policy's new segment size
+  // expandable: one reserved range per (stream, pool). Its blocks tile
+  // [base, base + extent); each granule (map_granularity bytes) of that is
+  // mapped or not (NOTE [ Expandable segments ] in the .cpp).
+  struct Expanse {
+    char* base = nullptr;
+    std::size_t reserved = 0, extent = 0;
+    StreamId stream = 0;
+    Block* head = nullptr;        // nullptr while the extent is 0
+    std::vector<uint8_t> mapped;  // per granule of the extent
+  };
+  Expanse& expanse_of(const Block* b);
+  Block* grow(bool small, std::size_t size, StreamId stream);
+  bool map_block(const Block* b);  // maps the granules b overlaps; false: the device refused
+  void unmap_free(Expanse& e, const Block* keep = nullptr);  // unmaps every granule no allocated block (or keep) overlaps
+  void shrink(Expanse& e);
+  void plan_arena();
+  void attach_arena(std::size_t bytes);
+  DeviceSnapshot snapshot_locked() const;
   Block* alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   [[noreturn]] void throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
                               const char* op, bool backend_failed);
   void pool_insert(Block* b);
   void pool_erase(Block* b);
   void free_block(Block* b);
+  void merge_and_pool(Block* b);
   void process_events(bool wait);
   void release_cached();
   void release_segment(Block* b);
@@ -113,6 +146,11 @@ class CachingAllocator {
   const Device device_;
   std::unique_ptr<RawBackend> backend_;
   AllocatorSettings settings_;
+  std::unique_ptr<BlockPolicy> policy_;
+  bool own_rounding_ = false;  // the policy rounds sizes itself (size_class, buddy): round_size asks it
+  std::unique_ptr<PlannedArena> arena_;          // policy=planned only
+  std::unordered_map<const void*, std::vector<StreamId>> arena_uses_;  // record_stream on planned blocks
+  std::map<std::pair<StreamId, bool>, Expanse> expanses_;  // policy=expandable only
   std::size_t capacity_ = kNoLimit;
   std::size_t large_reserved_ = 0;  // bytes of large-pool segments (NOTE [ Segment growth ])
 
@@ -120,7 +158,7 @@ class CachingAllocator {
   void delete_block(Block* b);
   const char* intern_op(const char* op);
 
-  mutable std::mutex mu_;
+  mutable SpinLock mu_;
   // The node pool first: the sets using it are destroyed before it.
   NodePool set_nodes_;
   std::vector<Block*> spare_blocks_;  // Block objects kept for reuse
@@ -134,6 +172,7 @@ class CachingAllocator {
   std::unordered_set<std::string> op_names_;
   PtrMap<const char*> op_seen_;
   DeviceStats stats_;
+  Stat outside_arena_;  // policy=planned: bytes allocated by best fit (PlannedStats::planned_peak)
   History history_;
 };
 

@@ -24,12 +24,15 @@ const char* action_name(Action a) {
       return "segment_free";
     case Action::oom:
       return "oom";
+    case Action::step:
+      return "step";
   }
   return "?";
 }
 
 Action parse_action(const std::string& s) {
-  for (Action a : {Action::alloc, Action::free, Action::segment_alloc, Action::segment_free, Action::oom})
+  for (Action a : {Action::alloc, Action::free, Action::segment_alloc, Action::segment_free, Action::oom,
+                   Action::step})
     if (s == action_name(a)) return a;
   throw ValueError(str("memory trace: unknown action \"", s, "\""));
 }

@@ -15,7 +15,9 @@
 
 namespace snug::memory {
 
-enum class Action : uint8_t { alloc, free, segment_alloc, segment_free, oom };
+// step: a training step begins (memory::mark_step); replay passes it on, so
+// the planned policy sees the steps it plans from.
+enum class Action : uint8_t { alloc, free, segment_alloc, segment_free, oom, step };
 const char* action_name(Action a);
 Action parse_action(const std::string& s);  // throws ValueError
 

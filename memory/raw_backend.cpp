@@ -18,6 +18,45 @@ std::size_t HostBackend::total_memory() const {
   return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
 }
 
+// Addresses only: PROT_NONE pages cost no memory, and MAP_NORESERVE keeps a
+// reservation the size of RAM from counting against overcommit.
+void* HostBackend::reserve(std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// Readable and writable from now on; the kernel supplies each page when first touched.
+bool HostBackend::map(void* at, std::size_t bytes) { return ::mprotect(at, bytes, PROT_READ | PROT_WRITE) == 0; }
+
+// The pages go back to the kernel at once (MADV_DONTNEED), and the range is
+// inaccessible again, so a use after unmap faults instead of reading zeros.
+void HostBackend::unmap(void* at, std::size_t bytes) {
+  ::madvise(at, bytes, MADV_DONTNEED);
+  ::mprotect(at, bytes, PROT_NONE);
+}
+
+void HostBackend::release(void* base, std::size_t bytes) { ::munmap(base, bytes); }
+
+void* SimulatedBackend::reserve(std::size_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  constexpr std::uintptr_t kAlign = std::uintptr_t{2} << 20;
+  std::uintptr_t p = next_reserve_;
+  next_reserve_ += (bytes + kAlign - 1) / kAlign * kAlign;
+  return reinterpret_cast<void*>(p);
+}
+
+bool SimulatedBackend::map(void*, std::size_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (bytes > total_ - in_use_) return false;
+  in_use_ += bytes;
+  return true;
+}
+
+void SimulatedBackend::unmap(void*, std::size_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  in_use_ -= bytes;
+}
+
 void* SimulatedBackend::alloc(std::size_t nbytes) {
   std::lock_guard<std::mutex> l(mu_);
   if (nbytes > total_ - in_use_) return nullptr;

@@ -69,6 +69,21 @@ class RawBackend {
   virtual void destroy_stream(StreamId /*s*/) {}
   // Makes this device the calling thread's current one (CUDA: cudaSetDevice).
   virtual void make_current() {}
+
+  // Expandable segments (policy=expandable, memory/alloc_policy.h): a range
+  // of addresses reserved once, with memory mapped into it and out of it on
+  // demand (CPU: mmap PROT_NONE, then mprotect; CUDA: cuMemAddressReserve,
+  // cuMemCreate + cuMemMap). The defaults say "not supported".
+  virtual bool can_reserve() const { return false; }
+  // Addresses for `bytes`, aligned to 2 MiB, nothing mapped; nullptr: none.
+  virtual void* reserve(std::size_t /*bytes*/) { return nullptr; }
+  // Maps memory at [at, at + bytes) inside a reservation (at and bytes are
+  // multiples of the policy's map_granularity); false: the memory is not there.
+  virtual bool map(void* /*at*/, std::size_t /*bytes*/) { return false; }
+  // Unmaps a range mapped by map (whole calls' ranges or their tails).
+  virtual void unmap(void* /*at*/, std::size_t /*bytes*/) {}
+  // Gives back a reservation whose memory is all unmapped.
+  virtual void release(void* /*base*/, std::size_t /*bytes*/) {}
 };
 
 // Host memory from mmap: page-aligned (>= 4096, so AVX-512 loads are aligned)
@@ -80,6 +95,11 @@ class HostBackend final : public RawBackend {
   void* alloc(std::size_t nbytes) override;
   void free(void* p, std::size_t nbytes) override;
   std::size_t total_memory() const override;  // physical RAM
+  bool can_reserve() const override { return true; }
+  void* reserve(std::size_t bytes) override;
+  bool map(void* at, std::size_t bytes) override;
+  void unmap(void* at, std::size_t bytes) override;
+  void release(void* base, std::size_t bytes) override;
 };
 
 // Address ranges only: alloc never touches memory, so a simulated device may
@@ -95,11 +115,18 @@ class SimulatedBackend final : public RawBackend {
   std::size_t total_memory() const override { return total_; }
   // Bytes currently handed out (the backend enforces total_memory too).
   std::size_t in_use() const;
+  // Reservations come from their own addresses above 2^52; mapped bytes count in in_use.
+  bool can_reserve() const override { return true; }
+  void* reserve(std::size_t bytes) override;
+  bool map(void* at, std::size_t bytes) override;
+  void unmap(void* at, std::size_t bytes) override;
+  void release(void*, std::size_t) override {}
 
  private:
   std::size_t total_;
   mutable std::mutex mu_;
   std::uintptr_t next_ = std::uintptr_t{1} << 44;
+  std::uintptr_t next_reserve_ = std::uintptr_t{1} << 52;
   std::size_t in_use_ = 0;
 };
 

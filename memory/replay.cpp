@@ -1,67 +1,243 @@
 // SPDX-License-Identifier: MIT
 #include <snug/memory/replay.h>
 
+#include <malloc.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include <snug/base/error.h>
 #include <snug/memory/caching_allocator.h>
 
 namespace snug::memory {
+namespace {
+
+// The trace compiled for a tight timed loop: each block of the trace gets a
+// slot number, so a replayed free finds its pointer by index, not by hashing
+// the recorded address (which would cost more than the allocators we time).
+struct Op {
+  Action action;  // alloc, free or step
+  StreamId stream;
+  Tag tag;
+  uint32_t slot;
+  std::size_t requested;
+};
+
+struct Compiled {
+  std::vector<Op> ops;
+  std::size_t slots = 0;
+  int64_t skipped_frees = 0;  // frees of blocks allocated before the trace began
+  int64_t leftovers = 0;      // blocks still live at the end
+  bool stepped = false;       // the trace has step events
+};
+
+Compiled compile(const std::vector<TraceEntry>& events, const char* what) {
+  Compiled c;
+  c.ops.reserve(events.size());
+  std::unordered_map<std::uintptr_t, uint32_t> live;
+  live.reserve(events.size() / 2 + 16);
+  for (const TraceEntry& e : events) {
+    if (e.action == Action::alloc) {
+      const auto slot = static_cast<uint32_t>(c.slots++);
+      SNUG_CHECK(live.emplace(e.address, slot).second, ValueError, what, ": the trace allocates address ", e.address,
+                 " twice without freeing it");
+      c.ops.push_back(Op{Action::alloc, e.stream, e.tag, slot, e.requested});
+    } else if (e.action == Action::free) {
+      auto it = live.find(e.address);
+      if (it == live.end()) {
+        ++c.skipped_frees;
+        continue;
+      }
+      c.ops.push_back(Op{Action::free, e.stream, e.tag, it->second, 0});
+      live.erase(it);
+    } else if (e.action == Action::step) {
+      c.ops.push_back(Op{Action::step, 0, Tag::other, 0, 0});
+      c.stepped = true;
+    }
+  }
+  c.leftovers = static_cast<int64_t>(live.size());
+  return c;
+}
+
+}  // namespace
 
 ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettings& settings, std::size_t capacity,
-                    bool snapshot_at_peak) {
+                    bool snapshot_at_peak, int repeats) {
+  return replay(events, settings, ReplayOptions{capacity, snapshot_at_peak, repeats, false});
+}
+
+ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettings& settings,
+                    const ReplayOptions& options) {
+  const std::size_t capacity = options.capacity;
+  const bool snapshot_at_peak = options.snapshot_at_peak;
+  const int repeats = options.repeats;
+  SNUG_CHECK(repeats >= 1, ValueError, "memory::replay: repeats must be >= 1, got ", repeats);
+  const Compiled c = compile(events, "memory::replay");
   // The simulated device is as large as the capacity asks (or "infinite"), so
   // only the capacity decides whether a replayed allocation fits.
   const std::size_t total = capacity == kNoLimit ? std::size_t{1} << 46 : capacity;
   CachingAllocator a(Device(DeviceType::CUDA, 0), std::make_unique<SimulatedBackend>(total), settings);
   a.set_capacity(capacity);
+  if (options.record_history) a.record_history(true, 2 * events.size() * static_cast<std::size_t>(repeats) + 1024);
 
-  // Old address -> new pointer. Reserved up front so the map does not rehash
-  // inside the timed loop more than it must.
-  std::unordered_map<std::uintptr_t, void*> map;
-  map.reserve(events.size() / 2 + 16);
+  std::vector<void*> ptr(c.slots, nullptr);  // slot -> the replayed block (nullptr: not live)
   ReplayResult r;
-  int64_t best_peak = -1;
+  r.skipped_frees = c.skipped_frees;
+  int64_t best_peak = -1, allocs = 0;
+  // Each pass is the whole trace, its leftovers freed at its end. Planned
+  // without steps in the trace: at least two passes, each one step.
+  const int passes = std::max(repeats, settings.policy == AllocPolicy::planned && !c.stepped ? 2 : 1);
+  const bool pass_steps = passes > 1 && !c.stepped;
+  int64_t steady_allocs = 0;
+  std::chrono::steady_clock::time_point t_steady;
+  int64_t peak_before_steady = 0, peak_requested_before = 0, peak_allocated_before = 0;
+  bool steady = false;
+  auto begin_step = [&] {
+    a.mark_step();
+    if (++r.steps == 2) {  // the second step begins (after its mark): its figures start now
+      const DeviceStats st = a.stats();
+      peak_before_steady = st.reserved_bytes.peak;
+      peak_requested_before = st.requested_bytes.peak;
+      peak_allocated_before = st.allocated_bytes.peak;
+      a.reset_peak();
+      r.steady_raw_allocs = -st.num_raw_allocs;
+      steady_allocs = allocs;
+      steady = true;
+      t_steady = std::chrono::steady_clock::now();
+    }
+  };
   auto t0 = std::chrono::steady_clock::now();
-  for (const TraceEntry& e : events) {
-    if (e.action == Action::alloc) {
-      void* p = nullptr;
-      try {
-        p = a.allocate(e.requested, e.stream, e.tag, nullptr);
-      } catch (const OutOfMemoryError&) {
-        ++r.num_ooms;
-        continue;
-      }
-      ++r.ops;
-      if (snapshot_at_peak) {
-        DeviceStats st = a.stats();
-        if (st.allocated_bytes.current >= best_peak) {
-          best_peak = st.allocated_bytes.current;
-          r.at_peak = a.snapshot();
+  for (int pass = 0; pass < passes; ++pass) {
+    // A pass of a trace without steps is a step; a later pass of one with
+    // steps starts a step too (its set-up, until the trace's first step).
+    if (pass_steps || (pass > 0 && c.stepped)) begin_step();
+    for (const Op& op : c.ops) {
+      if (op.action == Action::alloc) {
+        try {
+          ptr[op.slot] = a.allocate(op.requested, op.stream, op.tag, nullptr);
+        } catch (const OutOfMemoryError&) {
+          ++r.num_ooms;
+          continue;
         }
+        ++r.ops;
+        ++allocs;
+        if (snapshot_at_peak) {
+          DeviceStats st = a.stats();
+          if (st.allocated_bytes.current >= best_peak) {
+            best_peak = st.allocated_bytes.current;
+            r.at_peak = a.snapshot();
+          }
+        }
+      } else if (op.action == Action::free) {
+        if (!ptr[op.slot]) continue;  // its alloc ran out of memory
+        a.deallocate(ptr[op.slot]);
+        ptr[op.slot] = nullptr;
+        ++r.ops;
+      } else {
+        begin_step();
       }
-      bool fresh = map.emplace(e.address, p).second;
-      SNUG_CHECK(fresh, ValueError, "memory::replay: the trace allocates address ", e.address,
-                 " twice without freeing it");
-    } else if (e.action == Action::free) {
-      auto it = map.find(e.address);
-      if (it == map.end()) {  // allocated before recording began (or the alloc OOMed)
-        ++r.skipped_frees;
-        continue;
-      }
-      a.deallocate(it->second);
-      map.erase(it);
+    }
+    if (passes > 1)  // the pass's leftovers go at the end of its step
+      for (void*& p : ptr)
+        if (p) a.deallocate(std::exchange(p, nullptr));
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+  r.ns_per_op = r.ops ? ns / static_cast<double>(r.ops) : 0;
+  r.ns_per_alloc_free = allocs ? ns / static_cast<double>(allocs) : 0;
+  r.steady_ns_per_alloc_free = r.ns_per_alloc_free;
+  if (steady && allocs > steady_allocs)
+    r.steady_ns_per_alloc_free = std::chrono::duration<double, std::nano>(t1 - t_steady).count() /
+                                 static_cast<double>(allocs - steady_allocs);
+  for (void* p : ptr)
+    if (p) a.deallocate(p);
+  if (options.record_history) r.history = a.snapshot();
+  r.stats = a.stats();
+  r.steady_peak_reserved_bytes = r.stats.reserved_bytes.peak;
+  r.steady_raw_allocs = steady ? r.steady_raw_allocs + r.stats.num_raw_allocs : r.stats.num_raw_allocs;
+  // The whole replay's peaks: the steady part's, or the first step's if higher.
+  r.peak_reserved_bytes = std::max(r.stats.reserved_bytes.peak, peak_before_steady);
+  r.peak_allocated_bytes = std::max(r.stats.allocated_bytes.peak, peak_allocated_before);
+  r.peak_requested_bytes = std::max(r.stats.requested_bytes.peak, peak_requested_before);
+  r.raw_allocs = r.stats.num_raw_allocs;
+  r.planned = a.planned_stats();
+  return r;
+}
+
+ReplayResult replay_malloc(const std::vector<TraceEntry>& events) {
+  const Compiled c = compile(events, "memory::replay_malloc");
+  ReplayResult r;
+  r.skipped_frees = c.skipped_frees;
+  std::vector<void*> ptr(c.slots, nullptr);
+  auto get = [](std::size_t n) {
+    void* p = std::malloc(std::max<std::size_t>(n, 1));
+    if (!p) throw OutOfMemoryError(str("memory::replay_malloc: malloc(", n, ") failed"), n, 0);
+    return p;
+  };
+  // Pass 1, timed: malloc and free only.
+  int64_t allocs = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (const Op& op : c.ops) {
+    if (op.action == Action::alloc) {
+      ptr[op.slot] = get(op.requested);
+      ++allocs;
+      ++r.ops;
+    } else if (op.action == Action::free) {
+      std::free(std::exchange(ptr[op.slot], nullptr));
       ++r.ops;
     }
   }
   auto t1 = std::chrono::steady_clock::now();
-  r.ns_per_op = r.ops ? std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(r.ops) : 0;
-  for (auto& [old, p] : map) a.deallocate(p);
-  r.stats = a.stats();
-  r.peak_allocated_bytes = r.stats.allocated_bytes.peak;
-  r.peak_reserved_bytes = r.stats.reserved_bytes.peak;
-  r.raw_allocs = r.stats.num_raw_allocs;
+  const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+  r.ns_per_op = r.ops ? ns / static_cast<double>(r.ops) : 0;
+  r.ns_per_alloc_free = allocs ? ns / static_cast<double>(allocs) : 0;
+  r.steady_ns_per_alloc_free = r.ns_per_alloc_free;
+  for (void*& p : ptr) std::free(std::exchange(p, nullptr));
+  malloc_trim(0);
+
+  // Pass 2, untimed: the heap after every allocation. Reserved is the heap
+  // (main arena + mmapped chunks) less what the process used before the
+  // replay: free space the heap already had counts as the trace's, since
+  // the trace may use it.
+  auto heap = [] {
+    const struct mallinfo2 m = mallinfo2();
+    return std::pair<int64_t, int64_t>(static_cast<int64_t>(m.arena + m.hblkhd), static_cast<int64_t>(m.hblks));
+  };
+  const struct mallinfo2 m0 = mallinfo2();
+  const auto used_before = static_cast<int64_t>(m0.uordblks + m0.hblkhd);
+  auto [last, last_blocks] = heap();
+  std::vector<int64_t> usable(c.slots, 0);
+  int64_t live = 0, live_usable = 0;
+  std::vector<std::size_t> requested(c.slots, 0);
+  for (const Op& op : c.ops) {
+    if (op.action == Action::alloc) {
+      ptr[op.slot] = get(op.requested);
+      requested[op.slot] = op.requested;
+      usable[op.slot] = static_cast<int64_t>(malloc_usable_size(ptr[op.slot]));
+      live += static_cast<int64_t>(op.requested);
+      live_usable += usable[op.slot];
+      r.peak_requested_bytes = std::max(r.peak_requested_bytes, live);
+      r.peak_allocated_bytes = std::max(r.peak_allocated_bytes, live_usable);
+      const auto [now, blocks] = heap();
+      if (now > last || blocks > last_blocks) ++r.raw_allocs;  // the heap grew, or a chunk was mmapped
+      last = now;
+      last_blocks = blocks;
+      r.peak_reserved_bytes = std::max(r.peak_reserved_bytes, now - used_before);
+    } else if (op.action == Action::free) {
+      live -= static_cast<int64_t>(requested[op.slot]);
+      live_usable -= usable[op.slot];
+      std::free(std::exchange(ptr[op.slot], nullptr));
+      std::tie(last, last_blocks) = heap();
+    }
+  }
+  for (void*& p : ptr) std::free(std::exchange(p, nullptr));
+  malloc_trim(0);
+  r.steady_peak_reserved_bytes = r.peak_reserved_bytes;
+  r.steady_raw_allocs = r.raw_allocs;
   return r;
 }
 

@@ -49,7 +49,19 @@ std::size_t parse_size(const std::string& key, const std::string& text) {
 
 }  // namespace
 
-const char* fit_name(FitPolicy f) { return f == FitPolicy::best ? "best" : "first"; }
+namespace {
+constexpr const char* kPolicyNames[kNumPolicies] = {"best_fit", "first_fit", "size_class",
+                                                    "buddy",    "expandable", "planned"};
+}
+
+const char* policy_name(AllocPolicy p) { return kPolicyNames[static_cast<int>(p)]; }
+
+AllocPolicy parse_policy(const std::string& name) {
+  for (int i = 0; i < kNumPolicies; ++i)
+    if (name == kPolicyNames[i]) return static_cast<AllocPolicy>(i);
+  throw ValueError(str("allocator setting policy: unknown policy \"", name,
+                       "\" (known: best_fit, first_fit, size_class, buddy, expandable, planned)"));
+}
 
 void AllocatorSettings::validate() const {
   // round must keep every block 64-byte aligned: segments start page-aligned
@@ -77,6 +89,12 @@ void AllocatorSettings::validate() const {
   // large segments unsplittable and unusable by the requests they were made for.
   SNUG_CHECK(max_split_size > large_segment, ValueError, "allocator setting max_split_size: must be > large_segment (",
              large_segment, ") or none, got ", max_split_size);
+  SNUG_CHECK(size_classes >= 1 && size_classes <= 64 && is_pow2(size_classes), ValueError,
+             "allocator setting size_classes: must be a power of two from 1 to 64, got ", size_classes);
+  SNUG_CHECK(is_pow2(map_granularity) && map_granularity >= 4096, ValueError,
+             "allocator setting map_granularity: must be a power of two >= 4096, got ", map_granularity);
+  SNUG_CHECK(oom_snapshot.find(',') == std::string::npos, ValueError,
+             "allocator setting oom_snapshot: the path may not contain a comma, got \"", oom_snapshot, "\"");
   SNUG_CHECK(max_split_tolerance % round == 0, ValueError,
              "allocator setting max_split_tolerance: must be a multiple of round (", round, "), got ",
              max_split_tolerance);
@@ -86,7 +104,9 @@ std::string AllocatorSettings::to_string() const {
   return str("round=", round, ",small_threshold=", small_threshold, ",small_segment=", small_segment,
              ",large_segment=", large_segment, ",large_threshold=", large_threshold, ",large_round=", large_round,
              ",large_growth=", large_growth, ",max_split_size=", size_str(max_split_size),
-             ",max_split_tolerance=", max_split_tolerance, ",fit=", fit_name(fit));
+             ",max_split_tolerance=", max_split_tolerance, ",policy=", policy_name(policy),
+             ",size_classes=", size_classes, ",map_granularity=", map_granularity,
+             oom_snapshot.empty() ? std::string() : ",oom_snapshot=" + oom_snapshot);
 }
 
 AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings s) {
@@ -100,7 +120,8 @@ AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings s) {
     while (!item.empty() && std::isspace(static_cast<unsigned char>(item.back()))) item.pop_back();
     while (!item.empty() && std::isspace(static_cast<unsigned char>(item.front()))) item.erase(0, 1);
     if (item.empty()) continue;
-    std::size_t eq = item.find('=');
+    // key=value, or key:value as PyTorch writes them (keys have neither).
+    std::size_t eq = item.find_first_of("=:");
     SNUG_CHECK(eq != std::string::npos && eq > 0, ValueError, "allocator settings: expected key=value, got \"", item,
                "\" in \"", conf, "\"");
     std::string key = item.substr(0, eq), val = item.substr(eq + 1);
@@ -122,17 +143,34 @@ AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings s) {
       s.max_split_tolerance = parse_size(key, val);
     else if (key == "max_split_size")
       s.max_split_size = (val == "none" || val == "inf") ? kNoLimit : parse_size(key, val);
-    else if (key == "fit") {
+    else if (key == "size_classes")
+      s.size_classes = parse_size(key, val);
+    else if (key == "map_granularity")
+      s.map_granularity = parse_size(key, val);
+    else if (key == "policy")
+      s.policy = parse_policy(val);
+    else if (key == "expandable_segments") {  // PyTorch's spelling
+      if (val == "True" || val == "true" || val == "1")
+        s.policy = AllocPolicy::expandable;
+      else if (val == "False" || val == "false" || val == "0")
+        s.policy = s.policy == AllocPolicy::expandable ? AllocPolicy::best_fit : s.policy;
+      else
+        throw ValueError(str("allocator setting expandable_segments: expected True or False, got \"", val, "\""));
+    } else if (key == "oom_snapshot") {
+      SNUG_CHECK(!val.empty(), ValueError, "allocator setting oom_snapshot: expected a file path");
+      s.oom_snapshot = val;
+    } else if (key == "fit") {  // the older spelling of policy=best_fit|first_fit
       if (val == "best")
-        s.fit = FitPolicy::best;
+        s.policy = AllocPolicy::best_fit;
       else if (val == "first")
-        s.fit = FitPolicy::first;
+        s.policy = AllocPolicy::first_fit;
       else
         throw ValueError(str("allocator setting fit: expected best or first, got \"", val, "\""));
     } else {
       throw ValueError(str("allocator settings: unknown setting \"", key,
                            "\" (known: round, small_threshold, small_segment, large_segment, large_threshold, "
-                           "large_round, large_growth, max_split_size, max_split_tolerance, fit)"));
+                           "large_round, large_growth, max_split_size, max_split_tolerance, policy, size_classes, map_granularity, "
+                           "oom_snapshot, expandable_segments, fit)"));
     }
   }
   s.validate();

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
-// AllocatorSettings: every constant of the caching allocator, so trace replay
-// can try other values. Parsed from a string such as
-//   "round=512,small_threshold=1MiB,max_split_size=64MiB,fit=first"
-// (the shape of PyTorch's PYTORCH_CUDA_ALLOC_CONF), read from the environment
-// variable SNUG_ALLOC_CONF when the allocator registry starts.
+// AllocatorSettings: every constant of the caching allocator and the policy
+// it runs (memory/alloc_policy.h), so trace replay can try other values.
+// Parsed from a string such as
+//   "round=512,small_threshold=1MiB,max_split_size=64MiB,policy=buddy"
+// (the shape of PyTorch's PYTORCH_CUDA_ALLOC_CONF: "key:value" works too),
+// read from the environment variable SNUG_ALLOC_CONF when the allocator
+// registry starts.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,9 +13,18 @@
 
 namespace snug::memory {
 
-// best: the smallest free block that fits (less fragmentation, PyTorch's rule).
-// first: the lowest-addressed free block that fits (for replay experiments).
-enum class FitPolicy : uint8_t { best, first };
+// How blocks are found, split, merged and segments grown (NOTE [ Allocation
+// policies ] in memory/alloc_policy.h):
+//   best_fit    the smallest free block that fits (PyTorch's rule; the default)
+//   first_fit   the lowest-addressed free block that fits
+//   size_class  requests rounded up to size classes (size_classes per doubling), then best fit
+//   buddy       power-of-two blocks split in halves, merged only with their buddy
+//   expandable  one growing address range per stream and pool, pages mapped on demand
+//   planned     best fit, and from the second step an arena planned from the first
+enum class AllocPolicy : uint8_t { best_fit, first_fit, size_class, buddy, expandable, planned };
+inline constexpr int kNumPolicies = 6;
+const char* policy_name(AllocPolicy p);
+AllocPolicy parse_policy(const std::string& name);  // throws ValueError listing the names
 
 inline constexpr std::size_t kNoLimit = SIZE_MAX;
 
@@ -30,7 +41,12 @@ struct AllocatorSettings {
   std::size_t large_growth = 16;
   std::size_t max_split_size = kNoLimit;        // blocks >= this are never split
   std::size_t max_split_tolerance = 20u << 20;  // an oversize request may take a block this much bigger
-  FitPolicy fit = FitPolicy::best;
+  AllocPolicy policy = AllocPolicy::best_fit;  // "fit=best|first" still reads as best_fit|first_fit
+  std::size_t size_classes = 4;               // size_class: classes per doubling (1: powers of two)
+  std::size_t map_granularity = 2u << 20;     // expandable: bytes mapped at a time
+  // Where an OutOfMemoryError first writes a snapshot with the history that led
+  // to it (history is then recorded from the start); empty: none.
+  std::string oom_snapshot;
 
   // Throws snug::ValueError naming the first bad setting.
   void validate() const;
@@ -48,6 +64,5 @@ AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings base
 // the error message names the variable.
 AllocatorSettings settings_from_env();
 
-const char* fit_name(FitPolicy f);
 
 }  // namespace snug::memory

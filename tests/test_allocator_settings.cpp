@@ -41,7 +41,7 @@ TEST_CASE("defaults are PyTorch's and valid") {
   CHECK(s.large_round == 2u << 20);
   CHECK(s.large_growth == 16);  // snug's own (0 is PyTorch's fixed kLargeBuffer)
   CHECK(s.max_split_size == kNoLimit);
-  CHECK(s.fit == FitPolicy::best);
+  CHECK(s.policy == AllocPolicy::best_fit);
 }
 
 TEST_CASE("parse_settings reads every key, with size suffixes") {
@@ -56,7 +56,7 @@ TEST_CASE("parse_settings reads every key, with size suffixes") {
   CHECK(s.large_round == 4u << 20);
   CHECK(s.max_split_size == std::size_t{1} << 30);
   CHECK(s.max_split_tolerance == 8u << 20);
-  CHECK(s.fit == FitPolicy::first);
+  CHECK(s.policy == AllocPolicy::first_fit);
   CHECK(parse_settings(s.to_string()) == s);  // round trip
   CHECK(parse_settings("max_split_size=none").max_split_size == kNoLimit);
   CHECK(parse_settings("") == AllocatorSettings{});
@@ -103,7 +103,7 @@ TEST_CASE("validate() is applied by the allocator too") {
 TEST_CASE("SNUG_ALLOC_CONF is read, and a bad one names the variable") {
   ::setenv("SNUG_ALLOC_CONF", "fit=first,max_split_size=200MiB", 1);
   AllocatorSettings s = settings_from_env();
-  CHECK(s.fit == FitPolicy::first);
+  CHECK(s.policy == AllocPolicy::first_fit);
   CHECK(s.max_split_size == 200u << 20);
   ::setenv("SNUG_ALLOC_CONF", "round=3", 1);
   std::string msg = error_of([] { settings_from_env(); });

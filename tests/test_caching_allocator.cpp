@@ -217,10 +217,10 @@ TEST_CASE("large blocks are not split when the rest would be small; max_split_si
 }
 
 TEST_CASE("first fit takes the lowest address, best fit the smallest block") {
-  for (FitPolicy fit : {FitPolicy::best, FitPolicy::first}) {
+  for (AllocPolicy fit : {AllocPolicy::best_fit, AllocPolicy::first_fit}) {
     Fixture f;
     AllocatorSettings s;
-    s.fit = fit;
+    s.policy = fit;
     s.large_growth = 0;
     f.a.set_settings(s);
     // One 20 MiB segment cut into: [2 hole][2 keep][1.5 hole][rest]
@@ -231,7 +231,7 @@ TEST_CASE("first fit takes the lowest address, best fit the smallest block") {
     f.a.deallocate(h1);
     f.a.deallocate(h2);
     void* p = f.a.allocate(1536 * KiB);
-    CHECK(p == (fit == FitPolicy::best ? h2 : h1));
+    CHECK(p == (fit == AllocPolicy::best_fit ? h2 : h1));
     for (void* q : {k1, k2, p}) f.a.deallocate(q);
     f.a.check_invariants();
   }

@@ -222,6 +222,6 @@ TEST_CASE("the synthetic trace in bench/traces loads and replays") {
   CHECK(best.stats.allocated_bytes.current == 0);
   CHECK(best.peak_reserved_bytes >= best.peak_allocated_bytes);
   AllocatorSettings first;
-  first.fit = FitPolicy::first;
+  first.policy = AllocPolicy::first_fit;
   CHECK(replay(ev, first).ops == best.ops);
 }

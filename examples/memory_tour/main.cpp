@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       memory::dump_snapshot(Device(f.device), f.snapshot);
       memory::record_history(false);
     }
-    if (!f.chart.empty()) write_png(bar_chart(rs), f.chart);
+    if (!f.chart.empty()) picture::write_png(bar_chart(rs), f.chart);
     if (f.json) {
       std::string st;
       for (const Result& r : rs) st += (st.empty() ? "" : ",") + result_json(r);

@@ -2,8 +2,7 @@
 // The pieces of the memory tour (main.cpp reads them top to bottom):
 // strategies.cpp  the data, the model from fixed weights, and one run of each
 //                 strategy with its memory measured
-// chart.cpp       the bar chart of the peaks, drawn into an RGB image
-// png.cpp         that image written as a PNG file
+// chart.cpp       the bar chart of the peaks (examples/common/picture.h draws and writes it)
 #pragma once
 #include <array>
 #include <cstdint>
@@ -13,6 +12,8 @@
 
 #include <snug/memory/allocator.h>
 #include <snug/nn/models/gpt.h>
+
+#include "common/picture.h"
 
 namespace memory_tour {
 
@@ -64,18 +65,9 @@ struct Result {
 // (no_grad, pruned and int8 from tour.trained, which baseline fills).
 std::vector<Result> run_all(Tour& tour);
 
-// ---- chart.cpp / png.cpp ------------------------------------------------------
+// ---- chart.cpp ----------------------------------------------------------------
 
-// An 8-bit RGB image, row-major, 3 bytes per pixel.
-struct Image {
-  int width = 0, height = 0;
-  std::vector<uint8_t> rgb;
-};
-Image bar_chart(const std::vector<Result>& results);
-
-// Writes img as a PNG file (throws snug::IOError naming the file).
-void write_png(const Image& img, const std::string& path);
-// The PNG bytes of img (what write_png writes).
-std::vector<uint8_t> encode_png(const Image& img);
+// The peaks of each strategy as a bar chart (write it with picture::write_png).
+picture::Image bar_chart(const std::vector<Result>& results);
 
 }  // namespace memory_tour

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: MIT
+// Allocation policies (memory/alloc_policy.h): size classes, buddy, expandable
+// segments, the planned arena, the settings that choose them, oom_snapshot,
+// and replay under each policy (glibc malloc included).
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include <snug/base/error.h>
+#include <snug/memory/alloc_policy.h>
+#include <snug/memory/caching_allocator.h>
+#include <snug/memory/history.h>
+#include <snug/memory/planned_arena.h>
+#include <snug/memory/replay.h>
+
+using namespace snug;
+using namespace snug::memory;
+
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
+
+AllocatorSettings with(AllocPolicy p) {
+  AllocatorSettings s;
+  s.policy = p;
+  return s;
+}
+
+std::unique_ptr<CachingAllocator> make(AllocPolicy p, std::size_t total = std::size_t{1} << 40) {
+  return std::make_unique<CachingAllocator>(Device("cpu:60"), std::make_unique<SimulatedBackend>(total), with(p));
+}
+
+bool has_error(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return std::string(e.what()).find(part) != std::string::npos;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("settings: policy names, key:value, expandable_segments, oom_snapshot") {
+  CHECK(parse_settings("policy=buddy").policy == AllocPolicy::buddy);
+  CHECK(parse_settings("policy:planned").policy == AllocPolicy::planned);  // PyTorch's separator
+  CHECK(parse_settings("expandable_segments:True").policy == AllocPolicy::expandable);
+  CHECK(parse_settings("fit=first").policy == AllocPolicy::first_fit);  // the older spelling
+  AllocatorSettings s = parse_settings("policy=size_class,size_classes=8,oom_snapshot:/tmp/x:y.json");
+  CHECK(s.size_classes == 8);
+  CHECK(s.oom_snapshot == "/tmp/x:y.json");
+  CHECK(parse_settings(s.to_string()) == s);  // round trip
+  for (int i = 0; i < kNumPolicies; ++i) {
+    const auto p = static_cast<AllocPolicy>(i);
+    CHECK(parse_policy(policy_name(p)) == p);
+    CHECK(parse_settings(with(p).to_string()) == with(p));
+  }
+  CHECK(has_error([] { parse_settings("policy=worst_fit"); }, "unknown policy \"worst_fit\""));
+  CHECK(has_error([] { parse_settings("size_classes=3"); }, "size_classes"));
+  CHECK(has_error([] { parse_settings("map_granularity=1000"); }, "map_granularity"));
+  CHECK(has_error([] { parse_settings("expandable_segments=maybe"); }, "expandable_segments"));
+}
+
+TEST_CASE("size_class: requests round up to 4 classes per doubling") {
+  auto a = make(AllocPolicy::size_class);
+  CHECK(a->round_size(1) == 512);
+  CHECK(a->round_size(4096) == 4096);
+  CHECK(a->round_size(4097) == 5120);                  // 2^12 < n: steps of 1 KiB
+  CHECK(a->round_size(5 * MiB + 1) == 5 * MiB + MiB);  // 2^22 < n: steps of 1 MiB
+  void* p = a->allocate(3 * MiB + 7);
+  CHECK(a->round_size(3 * MiB + 7) == 3 * MiB + MiB / 2);  // 2^21 < n: steps of 512 KiB
+  CHECK(a->block_size(p) >= 3 * MiB + MiB / 2);             // (an unsplit remainder may stay with it)
+  a->deallocate(p);
+  a->check_invariants();
+}
+
+TEST_CASE("buddy: power-of-two blocks, halves split, buddies merge back") {
+  auto a = make(AllocPolicy::buddy);
+  void* p = a->allocate(300 * KiB);
+  CHECK(a->block_size(p) == 512 * KiB);
+  void* q = a->allocate(100 * KiB);
+  CHECK(a->block_size(q) == 128 * KiB);
+  a->check_invariants();
+  // One 2 MiB small segment cut in halves: 512K (p) | 512K free | 1M free, and
+  // q's 128K cut from the free 512K.
+  DeviceSnapshot snap = a->snapshot();
+  REQUIRE(snap.segments.size() == 1);
+  CHECK(snap.segments[0].size == 2 * MiB);
+  for (const BlockInfo& b : snap.segments[0].blocks) CHECK(std::has_single_bit(b.size));
+  a->deallocate(q);
+  a->deallocate(p);
+  a->check_invariants();
+  snap = a->snapshot();
+  REQUIRE(snap.segments.size() == 1);
+  CHECK(snap.segments[0].blocks.size() == 1);  // merged all the way back up
+  // A large request: its own power of two, in a segment at least 32 MiB.
+  void* big = a->allocate(5 * MiB);
+  CHECK(a->block_size(big) == 8 * MiB);
+  a->deallocate(big);
+  a->empty_cache();
+  CHECK(a->stats().reserved_bytes.current == 0);
+}
+
+TEST_CASE("expandable: one segment per stream and pool, mapped as blocks need it") {
+  auto a = make(AllocPolicy::expandable);
+  void* x = a->allocate(6 * MiB);
+  void* y = a->allocate(6 * MiB);
+  void* z = a->allocate(6 * MiB);
+  CHECK(a->snapshot().segments.size() == 1);  // the large pool's one range
+  CHECK(a->stats().reserved_bytes.current == 18 * MiB);
+  a->deallocate(y);  // a 6 MiB hole
+  // 10 MiB fits nowhere but the end: the hole's whole granules go back
+  // before the end is mapped, so the pool holds what is live (plus edges).
+  void* w = a->allocate(10 * MiB);
+  a->check_invariants();
+  const auto reserved = static_cast<std::size_t>(a->stats().reserved_bytes.current);
+  CHECK(reserved <= 22 * MiB + 2 * 2 * MiB);
+  CHECK(reserved < 28 * MiB);  // what a growing pool without unmapping would hold
+  CHECK(a->snapshot().segments.size() == 1);
+  void* small = a->allocate(10 * KiB);  // the small pool has its own range
+  CHECK(a->snapshot().segments.size() == 2);
+  for (void* p : {x, z, w, small}) a->deallocate(p);
+  a->empty_cache();
+  a->check_invariants();
+  CHECK(a->stats().reserved_bytes.current == 0);
+  CHECK(static_cast<SimulatedBackend&>(a->backend()).in_use() == 0);
+}
+
+TEST_CASE("expandable on real host memory: mapped pages can be written") {
+  AllocatorSettings s = with(AllocPolicy::expandable);
+  CachingAllocator a(Device("cpu:61"), std::make_unique<HostBackend>(), s);
+  a.set_capacity(256 * MiB);  // the reservation's size
+  std::vector<void*> held;
+  for (int i = 0; i < 8; ++i) {
+    void* p = a.allocate((i + 1) * 700 * KiB);
+    std::memset(p, i + 1, (i + 1) * 700 * KiB);  // faults if a page were not mapped
+    held.push_back(p);
+  }
+  for (int i = 0; i < 8; i += 2) a.deallocate(held[static_cast<std::size_t>(i)]);
+  void* q = a.allocate(9 * MiB);
+  std::memset(q, 0x5a, 9 * MiB);
+  for (int i = 1; i < 8; i += 2)
+    CHECK(static_cast<unsigned char*>(held[static_cast<std::size_t>(i)])[0] == static_cast<unsigned char>(i + 1));
+  a.check_invariants();
+  a.deallocate(q);
+  for (int i = 1; i < 8; i += 2) a.deallocate(held[static_cast<std::size_t>(i)]);
+  a.empty_cache();
+  CHECK(a.stats().reserved_bytes.current == 0);
+}
+
+namespace {
+// A backend that cannot reserve addresses (as a plugin's might not).
+class PlainBackend final : public RawBackend {
+ public:
+  const char* name() const override { return "plain"; }
+  void* alloc(std::size_t) override { return nullptr; }
+  void free(void*, std::size_t) override {}
+  std::size_t total_memory() const override { return 0; }
+};
+}  // namespace
+
+TEST_CASE("expandable needs a backend that reserves addresses: a clear error otherwise") {
+  CHECK(has_error([] { CachingAllocator(Device("cpu:62"), std::make_unique<PlainBackend>(), with(AllocPolicy::expandable)); },
+                  "policy=expandable needs address reservation, which the plain backend does not offer"));
+}
+
+namespace {
+// A small "training step": forward activations, backward frees them in
+// reverse, a gradient kept until the next step's start.
+struct StepDriver {
+  CachingAllocator& a;
+  void* grad = nullptr;
+  void step(std::size_t scale = 1) {
+    a.mark_step();
+    if (grad) a.deallocate(std::exchange(grad, nullptr));  // zero_grad(set_to_none)
+    std::vector<void*> acts;
+    for (int l = 0; l < 6; ++l) acts.push_back(a.allocate(scale * (l % 2 ? 3 : 2) * MiB + 4096 * l));
+    void* tmp = a.allocate(scale * MiB);
+    a.deallocate(tmp);
+    while (!acts.empty()) {
+      a.deallocate(acts.back());
+      acts.pop_back();
+      void* g = a.allocate(64 * KiB);
+      a.deallocate(g);
+    }
+    grad = a.allocate(512 * KiB);
+  }
+};
+}  // namespace
+
+TEST_CASE("planned: the first step is recorded, later ones take the arena with no device allocation") {
+  auto a = make(AllocPolicy::planned);
+  StepDriver d{*a};
+  d.step();  // recorded (best fit serves it)
+  CHECK(a->planned_stats().arena_bytes == 0);
+  d.step();  // the plan is made at this mark
+  const PlannedStats s1 = a->planned_stats();
+  CHECK(s1.arena_bytes > 0);
+  CHECK(s1.arena_bytes >= s1.lower_bound);
+  CHECK(s1.hits > 0);
+  CHECK(s1.fallbacks == 0);
+  a->reset_peak();
+  const int64_t raw = a->stats().num_raw_allocs;
+  for (int i = 0; i < 20; ++i) d.step();
+  a->check_invariants();
+  const PlannedStats s = a->planned_stats();
+  CHECK(a->stats().num_raw_allocs == raw);  // nothing new from the device
+  CHECK(s.fallbacks == 0);
+  CHECK(s.hits == s1.hits + 20 * (s1.hits));
+  // Over the plan: only best fit's segment slack around the kept gradient (one small segment).
+  CHECK(static_cast<std::size_t>(a->stats().reserved_bytes.peak) <= s.planned_peak + 2 * MiB);
+  // The arena shows up in a snapshot as one segment.
+  bool found = false;
+  for (const SegmentInfo& seg : a->snapshot().segments) found = found || seg.size == s.arena_bytes;
+  CHECK(found);
+}
+
+TEST_CASE("planned: a step of other shapes falls back, and is counted; the plan resumes after") {
+  auto a = make(AllocPolicy::planned);
+  StepDriver d{*a};
+  d.step();
+  d.step();
+  const int64_t before = a->planned_stats().fallbacks;
+  d.step(2);  // every activation twice as large
+  CHECK(a->planned_stats().fallbacks > before);
+  a->check_invariants();
+  const int64_t after = a->planned_stats().fallbacks;
+  d.step();
+  CHECK(a->planned_stats().fallbacks == after);  // the plan's shapes again
+}
+
+TEST_CASE("planned: a block that outlives its step suspends the arena; bytes never overlap") {
+  auto a = make(AllocPolicy::planned);
+  StepDriver d{*a};
+  d.step();
+  d.step();
+  // A step that keeps one of its activations past the next mark.
+  a->mark_step();
+  void* kept = a->allocate(2 * MiB);  // the plan's first activation
+  CHECK(a->owns(kept));
+  a->mark_step();  // live arena block: the arena waits
+  CHECK(a->planned_stats().suspended_steps == 1);
+  void* other = a->allocate(2 * MiB);
+  CHECK(other != kept);
+  a->deallocate(kept);
+  a->deallocate(other);
+  CHECK(has_error([&] { a->deallocate(kept); }, "not a live"));  // freed twice
+  a->check_invariants();
+}
+
+TEST_CASE("policy changes: plain ones at any time, the others only on an empty pool") {
+  auto a = make(AllocPolicy::best_fit);
+  void* p = a->allocate(4 * MiB);
+  a->set_settings(with(AllocPolicy::first_fit));
+  a->set_settings(with(AllocPolicy::size_class));
+  CHECK(has_error([&] { a->set_settings(with(AllocPolicy::buddy)); }, "policy cannot change"));
+  a->deallocate(p);
+  a->set_settings(with(AllocPolicy::buddy));  // the cache is freed first
+  void* q = a->allocate(3 * MiB);
+  CHECK(a->block_size(q) == 4 * MiB);
+  a->deallocate(q);
+  a->check_invariants();
+}
+
+TEST_CASE("oom_snapshot: an OutOfMemoryError first writes the history that led to it") {
+  const std::string path = (std::filesystem::temp_directory_path() / "snug_test_oom_snapshot.json").string();
+  std::filesystem::remove(path);
+  AllocatorSettings s = parse_settings("oom_snapshot:" + path);
+  CachingAllocator a(Device("cpu:63"), std::make_unique<SimulatedBackend>(), s);
+  a.set_capacity(64 * MiB);
+  void* p = a.allocate(40 * MiB);
+  std::string msg;
+  try {
+    a.allocate(40 * MiB);
+  } catch (const OutOfMemoryError& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find(path) != std::string::npos);
+  Snapshot snap = load_snapshot(path);
+  REQUIRE(snap.devices.size() == 1);
+  const auto& ev = snap.devices[0].events;
+  REQUIRE(!ev.empty());
+  CHECK(ev.front().action == Action::segment_alloc);
+  CHECK(ev.back().action == Action::oom);
+  CHECK(ev.back().requested == 40 * MiB);
+  a.deallocate(p);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("replay: every policy on the shipped W-GPT trace, and glibc malloc") {
+  const char* src = std::getenv("SNUG_SOURCE_DIR");
+  const std::string trace = std::string(src ? src : ".") + "/bench/traces/wgpt_step.json";
+  const auto& events = load_snapshot(trace).devices.at(0).events;
+  const ReplayResult best = replay(events, AllocatorSettings{});
+  for (int i = 0; i < kNumPolicies; ++i) {
+    const auto p = static_cast<AllocPolicy>(i);
+    CAPTURE(policy_name(p));
+    const ReplayResult r = replay(events, with(p));
+    CHECK(r.num_ooms == 0);
+    CHECK(r.peak_requested_bytes == best.peak_requested_bytes);  // the trace's, whatever the policy
+    CHECK(r.peak_reserved_bytes >= r.peak_requested_bytes);
+    CHECK(r.peak_allocated_bytes >= r.peak_requested_bytes);
+  }
+  // Planned, on a trace without steps: two passes, the second on the plan.
+  const ReplayResult planned = replay(events, with(AllocPolicy::planned));
+  CHECK(planned.steps == 2);
+  CHECK(planned.planned.hits > 0);
+  CHECK(planned.steady_raw_allocs == 0);  // the arena was made at the second mark, before the steady part
+  const ReplayResult m = replay_malloc(events);
+  CHECK(m.peak_requested_bytes == best.peak_requested_bytes);
+  CHECK(m.peak_reserved_bytes > 0);
+}
