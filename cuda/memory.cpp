@@ -2,15 +2,19 @@
 // Raw memory for the caching allocator (memory/raw_backend.h): device memory
 // (cudaMalloc) for every cuda:N pool, with its streams, and pinned host
 // memory (cudaHostAlloc) for memory/pinned.h's pool that stages host <-> device
-// copies. Both implement the
-// allocator's events with CUDA events, which is what NOTE [ Stream-aware
+// copies, and the reserved ranges of expandable segments (cuMemMap). Both
+// implement the allocator's events with CUDA events, which is what NOTE [ Stream-aware
 // reuse ] (memory/caching_allocator.h) needs: a block used on a second stream
 // goes back to the pool only when the event recorded on that stream at free
 // time has completed.
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
 
 #include <memory>
+#include <mutex>
+#include <type_traits>
+#include <unordered_map>
 
 #include <snug/cuda/check.h>
 #include <snug/cuda/cuda_api.h>
@@ -45,9 +49,128 @@ bool query_cuda_event(EventHandle h) {
   return false;
 }
 
+// NOTE [ Expandable segments on CUDA ]
+// policy=expandable (memory/alloc_policy.h) reserves one range of device
+// addresses per stream and pool (cuMemAddressReserve) and maps physical memory
+// into it a granule at a time (cuMemCreate + cuMemMap + cuMemSetAccess), as
+// PyTorch's expandable_segments does. Each granule is its own allocation
+// handle, so the front end may unmap any run of granules it mapped, in pieces
+// other than it mapped them (cuMemUnmap takes whole mappings only). The driver
+// calls come through cudart's cudaGetDriverEntryPointByVersion, so the plugin
+// links no libcuda and still loads on a machine without a driver.
+namespace vmm {
+
+struct Api {
+  decltype(&cuMemAddressReserve) reserve = nullptr;
+  decltype(&cuMemAddressFree) address_free = nullptr;
+  decltype(&cuMemCreate) create = nullptr;
+  decltype(&cuMemRelease) release = nullptr;
+  decltype(&cuMemMap) map = nullptr;
+  decltype(&cuMemUnmap) unmap = nullptr;
+  decltype(&cuMemSetAccess) set_access = nullptr;
+  decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
+  bool ok = false;
+};
+
+const Api& api() {
+  static const Api a = [] {
+    Api r;
+    auto get = [](const char* name, auto& fn) {
+      void* p = nullptr;
+      cudaDriverEntryPointQueryResult q{};
+      if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+          q != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        return false;
+      }
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+      return true;
+    };
+    r.ok = get("cuMemAddressReserve", r.reserve) && get("cuMemAddressFree", r.address_free) &&
+           get("cuMemCreate", r.create) && get("cuMemRelease", r.release) && get("cuMemMap", r.map) &&
+           get("cuMemUnmap", r.unmap) && get("cuMemSetAccess", r.set_access) &&
+           get("cuMemGetAllocationGranularity", r.granularity);
+    return r;
+  }();
+  return a;
+}
+
+CUmemAllocationProp device_prop(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+}  // namespace vmm
+
 class DeviceMemoryBackend final : public memory::RawBackend {
  public:
   explicit DeviceMemoryBackend(int device) : device_(device) {}
+
+  // ---- expandable segments (NOTE [ Expandable segments on CUDA ]) ----
+  bool can_reserve() const override { return vmm::api().ok && granule() > 0; }
+  void* reserve(std::size_t bytes) override {
+    if (!can_reserve()) return nullptr;
+    DeviceGuard g(device_);
+    CUdeviceptr p = 0;
+    if (vmm::api().reserve(&p, bytes, 0, 0, 0) != CUDA_SUCCESS) return nullptr;
+    return reinterpret_cast<void*>(p);
+  }
+  bool map(void* at, std::size_t bytes) override {
+    const std::size_t gr = granule();
+    if (gr == 0 || reinterpret_cast<std::uintptr_t>(at) % gr != 0 || bytes % gr != 0) return false;
+    DeviceGuard g(device_);
+    const vmm::Api& a = vmm::api();
+    const CUmemAllocationProp prop = vmm::device_prop(device_);
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (std::size_t off = 0; off < bytes; off += gr) {
+      const auto ptr = reinterpret_cast<CUdeviceptr>(static_cast<char*>(at) + off);
+      CUmemGenericAllocationHandle h = 0;
+      if (a.create(&h, gr, &prop, 0) != CUDA_SUCCESS) {  // out of device memory
+        unmap(at, off);
+        return false;
+      }
+      if (a.map(ptr, gr, 0, h, 0) != CUDA_SUCCESS || a.set_access(ptr, gr, &access, 1) != CUDA_SUCCESS) {
+        a.release(h);
+        unmap(at, off);
+        return false;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      handles_[ptr] = h;
+    }
+    return true;
+  }
+  void unmap(void* at, std::size_t bytes) override {
+    const std::size_t gr = granule();
+    if (gr == 0) return;
+    DeviceGuard g(device_);
+    // The device may still be reading a granule the allocator already freed
+    // on another stream; the front end waits for those (NOTE [ Stream-aware
+    // reuse ]), and the default stream's work is done when this is called.
+    SNUG_CUDA_CHECK(cudaDeviceSynchronize());
+    for (std::size_t off = 0; off < bytes; off += gr) {
+      const auto ptr = reinterpret_cast<CUdeviceptr>(static_cast<char*>(at) + off);
+      CUmemGenericAllocationHandle h = 0;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        auto it = handles_.find(ptr);
+        if (it == handles_.end()) continue;
+        h = it->second;
+        handles_.erase(it);
+      }
+      vmm::api().unmap(ptr, gr);
+      vmm::api().release(h);
+    }
+  }
+  void release(void* base, std::size_t bytes) override {
+    if (!vmm::api().ok) return;
+    DeviceGuard g(device_);
+    vmm::api().address_free(reinterpret_cast<CUdeviceptr>(base), bytes);
+  }
   const char* name() const override { return "cuda"; }
   void* alloc(std::size_t nbytes) override {
     DeviceGuard g(device_);
@@ -110,7 +233,22 @@ class DeviceMemoryBackend final : public memory::RawBackend {
   void make_current() override { set_device(device_); }
 
  private:
+  // The driver's mapping granularity for this device (2 MiB on current GPUs); 0: none.
+  std::size_t granule() const {
+    std::call_once(granule_once_, [this] {
+      if (!vmm::api().ok) return;
+      const CUmemAllocationProp prop = vmm::device_prop(device_);
+      std::size_t g = 0;
+      if (vmm::api().granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS) granule_ = g;
+    });
+    return granule_;
+  }
+
   int device_;
+  mutable std::once_flag granule_once_;
+  mutable std::size_t granule_ = 0;
+  std::mutex mu_;
+  std::unordered_map<CUdeviceptr, CUmemGenericAllocationHandle> handles_;  // one per mapped granule
 };
 
 class PinnedHostBackend final : public memory::RawBackend {

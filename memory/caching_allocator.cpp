@@ -204,8 +204,6 @@ void CachingAllocator::release_cached() {
   }
 }
 
-// The out-of-memory path: a new segment; then wait for blocks held back by
-// other streams and look again; then free the cache and retry; then throw.
 // ---- expandable segments ---------------------------------------------------------
 
 // NOTE [ Expandable segments ]
@@ -215,10 +213,12 @@ void CachingAllocator::release_cached() {
 // GPU's page for cuMemMap) at a time, where blocks need it:
 //   - a block handed out has every granule it overlaps mapped (map_block);
 //   - when no free block fits, the extent grows at its end (merging with a
-//     free tail), and before the new end is mapped, every granule that no
-//     allocated block overlaps is unmapped (unmap_free).
+//     free tail), and before the new end is mapped, every granule of every
+//     expanse that no allocated block overlaps is unmapped (unmap_free).
 // So a hole between live blocks holds no memory once the pool needs to grow:
-// its pages move to where they are needed. Reserved bytes are the mapped
+// its pages move to where they are needed. (Only then: a block taken from a
+// hole maps its own granules back, and nothing else moves, so a steady
+// step maps nothing.) Reserved bytes are the mapped
 // granules; what remains over the live blocks is at most the partly used
 // granules at block edges. empty_cache unmaps every free granule and trims
 // a free tail off the extent. PyTorch's expandable_segments unmaps free pages
@@ -226,16 +226,15 @@ void CachingAllocator::release_cached() {
 
 CachingAllocator::Expanse& CachingAllocator::expanse_of(const Block* b) { return expanses_[{b->stream, b->small}]; }
 
-bool CachingAllocator::map_block(const Block* b) {
+bool CachingAllocator::map_block(const Block* b, bool reclaim) {
   Expanse& e = expanse_of(b);
   const std::size_t g = settings_.map_granularity;
   const auto first = static_cast<std::size_t>(b->ptr - e.base) / g;
   const auto last = (static_cast<std::size_t>(b->ptr - e.base) + b->size - 1) / g;
-  // New pages are needed: take them from the free granules of every
-  // expanse first (the block's own stay), so the mapped bytes follow the live ones.
-  if (std::find(e.mapped.begin() + static_cast<std::ptrdiff_t>(first),
-                e.mapped.begin() + static_cast<std::ptrdiff_t>(last + 1), uint8_t{0}) !=
-      e.mapped.begin() + static_cast<std::ptrdiff_t>(last + 1))
+  // reclaim: the extent grew for this block. Take the
+  // pages of every free granule first (the block's own stay), so the mapped
+  // bytes follow the live ones. A block inside the extent maps only its own.
+  if (reclaim)
     for (auto& [key, other] : expanses_) unmap_free(other, b);
   for (std::size_t i = first; i <= last; ++i) {
     if (e.mapped[i]) continue;
@@ -360,6 +359,9 @@ void CachingAllocator::shrink(Expanse& e) {
   e.mapped.resize(cut / g);
 }
 
+// The out-of-memory path: a new segment (expandable: a longer one); then
+// wait for blocks held back by other streams and look again; then free the
+// cache and retry; then throw.
 Block* CachingAllocator::alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
                                     const char* op) {
   auto more = [&]() { return policy_->grows() ? grow(small, size, stream) : new_segment(small, seg_for(small, size), stream); };
@@ -411,7 +413,8 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   if (!pending_.empty()) process_events(/*wait=*/false);
   const bool small = size <= settings_.small_threshold;
   Block* b = find_free(small, size, stream);
-  if (b)
+  const bool hit = b != nullptr;
+  if (hit)
     ++stats_.num_cache_hits;
   else
     b = alloc_slow(small, size, nbytes, stream, tag, op);
@@ -431,11 +434,11 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
     b->size = keep;
     pool_insert(rest);
   }
-  if (policy_->grows() && !map_block(b)) {
+  if (policy_->grows() && !map_block(b, /*reclaim=*/!hit)) {
     // Not enough memory for its pages: free granules elsewhere first, then
     // give the block back and fail.
-    unmap_free(expanse_of(b));
-    if (!map_block(b)) {
+    for (auto& [key, e] : expanses_) unmap_free(e, b);
+    if (!map_block(b, false)) {
       merge_and_pool(b);
       throw_oom(small, size, nbytes, stream, tag, op, fits_capacity(settings_.map_granularity));
     }

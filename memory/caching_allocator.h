@@ -124,7 +124,7 @@ class CachingAllocator {
   };
   Expanse& expanse_of(const Block* b);
   Block* grow(bool small, std::size_t size, StreamId stream);
-  bool map_block(const Block* b);  // maps the granules b overlaps; false: the device refused
+  bool map_block(const Block* b, bool reclaim);  // maps the granules b overlaps; false: the device refused
   void unmap_free(Expanse& e, const Block* keep = nullptr);  // unmaps every granule no allocated block (or keep) overlaps
   void shrink(Expanse& e);
   void plan_arena();

@@ -2,6 +2,7 @@
 #include <snug/memory/planned_arena.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <numeric>
 
@@ -112,9 +113,10 @@ std::size_t PlannedArena::plan() {
 void PlannedArena::attach(char* base, std::size_t bytes, std::size_t granule) {
   base_ = base;
   bytes_ = bytes;
-  granule_ = granule;
+  SNUG_CHECK(std::has_single_bit(granule), ValueError, "PlannedArena: granule ", granule, " is not a power of two");
+  granule_shift_ = static_cast<unsigned>(std::countr_zero(granule));
   for (Slot& sl : slots_) sl.done = sl.live = 0;
-  slot_at_.assign(bytes / granule + 1, -1);
+  slot_at_.assign((bytes >> granule_shift_) + 1, -1);
   state_ = State::planned;
   cursor_ = freed_prefix_ = 0;
   active_ = base != nullptr;
@@ -185,7 +187,7 @@ char* PlannedArena::take(std::size_t size, std::size_t requested, Tag tag) {
   sl.live = 1;
   sl.requested = requested;
   sl.tag = tag;
-  slot_at_[sl.offset / granule_] = s;
+  slot_at_[sl.offset >> granule_shift_] = s;
   live_bytes_ += sl.size;
   ++live_count_;
   ++stats_.hits;
@@ -194,12 +196,13 @@ char* PlannedArena::take(std::size_t size, std::size_t requested, Tag tag) {
 
 std::size_t PlannedArena::give_back(const void* p, std::size_t* requested, Tag* tag) {
   const auto off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
-  const int32_t s = off % granule_ == 0 ? slot_at_[off / granule_] : -1;
+  const std::size_t mask = (std::size_t{1} << granule_shift_) - 1;
+  const int32_t s = (off & mask) == 0 ? slot_at_[off >> granule_shift_] : -1;
   Slot* sl = s >= 0 ? &slots_[static_cast<std::size_t>(s)] : nullptr;
   SNUG_CHECK(sl && sl->live && sl->offset == off, ValueError, "memory::deallocate: ", p,
              " is not a live block of the planned arena (freed twice?)");
   sl->live = 0;
-  slot_at_[off / granule_] = -1;
+  slot_at_[off >> granule_shift_] = -1;
   live_bytes_ -= sl->size;
   --live_count_;
   *requested = sl->requested;
@@ -210,7 +213,8 @@ std::size_t PlannedArena::give_back(const void* p, std::size_t* requested, Tag* 
 
 std::size_t PlannedArena::size_of(const void* p) const {
   const auto off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
-  const int32_t s = off % granule_ == 0 ? slot_at_[off / granule_] : -1;
+  const std::size_t mask = (std::size_t{1} << granule_shift_) - 1;
+  const int32_t s = (off & mask) == 0 ? slot_at_[off >> granule_shift_] : -1;
   SNUG_CHECK(s >= 0 && slots_[static_cast<std::size_t>(s)].live, ValueError, p,
              " is not a live block of the planned arena");
   return slots_[static_cast<std::size_t>(s)].size;

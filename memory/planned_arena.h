@@ -118,7 +118,8 @@ class PlannedArena {
   std::vector<Slot> slots_;
   std::vector<int32_t> free_order_;  // slots by recorded free time
   char* base_ = nullptr;
-  std::size_t bytes_ = 0, granule_ = 512;
+  std::size_t bytes_ = 0;
+  unsigned granule_shift_ = 9;  // offsets are multiples of 2^this (settings.round): a shift, not a division
 
   // This step.
   std::size_t cursor_ = 0;          // next entry

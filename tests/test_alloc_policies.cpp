@@ -14,7 +14,10 @@
 #include <utility>
 
 #include <snug/base/error.h>
+#include <snug/core/tensor.h>
+#include <snug/cuda/cuda_api.h>
 #include <snug/memory/alloc_policy.h>
+#include <snug/memory/allocator.h>
 #include <snug/memory/caching_allocator.h>
 #include <snug/memory/history.h>
 #include <snug/memory/planned_arena.h>
@@ -316,4 +319,27 @@ TEST_CASE("replay: every policy on the shipped W-GPT trace, and glibc malloc") {
   const ReplayResult m = replay_malloc(events);
   CHECK(m.peak_requested_bytes == best.peak_requested_bytes);
   CHECK(m.peak_reserved_bytes > 0);
+}
+
+TEST_CASE("expandable segments on a GPU: cuMemMap'd granules hold tensors (skips without a GPU)") {
+  if (cuda::device_count() == 0) {
+    MESSAGE("skipped: no CUDA GPU (", cuda::compiled() ? "none visible" : cuda::plugin_error(), ")");
+    return;
+  }
+  const Device gpu("cuda:0");
+  memory::set_settings(gpu, parse_settings("policy=expandable"));  // the pool is empty: nothing used cuda:0 yet
+  {
+    Tensor a = ones({3 << 20}, TensorOptions(gpu));  // 12 MiB
+    Tensor b = ones({3 << 20}, TensorOptions(gpu));
+    Tensor c = ones({3 << 20}, TensorOptions(gpu));
+    b = Tensor();  // a hole
+    Tensor d = full({5 << 20}, 2.0, TensorOptions(gpu));  // 20 MiB: the range grows
+    CHECK(a.sum().item<double>() == doctest::Approx(3 << 20));
+    CHECK(d.sum().item<double>() == doctest::Approx(2.0 * (5 << 20)));
+    CHECK(memory::reserved(gpu) <= (44u << 20) + (4u << 20));  // the hole's granules went to d
+    memory::allocator_for(gpu).check_invariants();
+  }
+  memory::empty_cache(gpu);
+  CHECK(memory::reserved(gpu) == 0);
+  memory::set_settings(gpu, AllocatorSettings{});
 }

@@ -180,7 +180,7 @@ if [ $build_ok = 1 ]; then
   # test_nccl is the one-GPU NCCL smoke run (a world of one through NCCL,
   # DataParallel included; docs/distributed.md); it skips without NCCL.
   for t in test_cuda test_cuda_parity test_nccl test_cuda_host test_stream test_update_math test_pipeline \
-           test_device_prefetch; do
+           test_device_prefetch test_alloc_policies; do
     if [ -x "$build_dir/tests/$t" ]; then
       timeout 120 "$build_dir/tests/$t" > "$out/$t.log" 2>&1
       trc=$?

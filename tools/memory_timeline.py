@@ -443,7 +443,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("snapshots", nargs="+", metavar="snapshot", help="snapshot JSON files (several: side by side)")
     ap.add_argument("-o", "--output", default="memory_timeline.html", help="HTML file to write")
-    ap.add_argument("--titles", help="comma-separated panel titles, one per snapshot (default: the file names)")
+    ap.add_argument("--titles", help="comma-separated panel titles, one per snapshot (default: the file names; "
+                         "with one snapshot its title stands for the file name in the subtitle)")
     ap.add_argument("--png", help="also write a PNG plot (needs matplotlib)")
     ap.add_argument("--device", help="which device of the snapshot (default: the first with events)")
     ap.add_argument("--x", choices=["time", "index"], default="time",
