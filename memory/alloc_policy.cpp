@@ -149,8 +149,10 @@ std::unique_ptr<BlockPolicy> make_block_policy(const AllocatorSettings& s) {
     case AllocPolicy::size_class: return std::make_unique<SizeClass>(s);
     case AllocPolicy::buddy: return std::make_unique<Buddy>(s);
     case AllocPolicy::expandable: return std::make_unique<Expandable>(s);
-    case AllocPolicy::best_fit:
-    case AllocPolicy::planned: return std::make_unique<BestFit>(s);
+    case AllocPolicy::planned:
+      return s.planned_base == AllocPolicy::expandable ? std::unique_ptr<BlockPolicy>(std::make_unique<Expandable>(s))
+                                                       : std::make_unique<BestFit>(s);
+    case AllocPolicy::best_fit: return std::make_unique<BestFit>(s);
   }
   throw ValueError("make_block_policy: unknown policy");
 }

@@ -32,8 +32,9 @@
 //               nothing fits, merging them with a free tail; empty_cache
 //               unmaps a free tail. Fragmentation across segments cannot
 //               happen because there is one segment.
-//   planned     best_fit, plus a tape-planned arena (memory/planned_arena.h)
-//               that serves the steps after the first with no search.
+//   planned     a tape-planned arena (memory/planned_arena.h) that serves the
+//               steps after the first with no search; best_fit (or
+//               planned_base=expandable) serves everything else.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -69,7 +70,7 @@ class BlockPolicy {
   bool acceptable(const Block& b, std::size_t size) const;  // max_split_size's oversize rules
 };
 
-// The policy settings.policy names (planned: best_fit, the arena lives beside it).
+// The policy settings.policy names (planned: its planned_base; the arena lives beside it).
 std::unique_ptr<BlockPolicy> make_block_policy(const AllocatorSettings& s);
 
 }  // namespace snug::memory

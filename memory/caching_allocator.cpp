@@ -25,10 +25,9 @@ CachingAllocator::CachingAllocator(Device device, std::unique_ptr<RawBackend> ba
       large_free_(BlockLess{settings.policy == AllocPolicy::first_fit}, PoolAllocator<Block*>(&set_nodes_)) {
   SNUG_CHECK(backend_ != nullptr, ValueError, "CachingAllocator(", device, "): backend is null");
   settings_.validate();
-  SNUG_CHECK(settings_.policy != AllocPolicy::expandable || backend_->can_reserve(), ValueError, "CachingAllocator(",
-             device, "): policy=expandable needs address reservation, which the ", backend_->name(),
-             " backend does not offer");
   policy_ = make_block_policy(settings_);
+  SNUG_CHECK(!policy_->grows() || backend_->can_reserve(), ValueError, "CachingAllocator(", device,
+             "): policy=expandable needs address reservation, which the ", backend_->name(), " backend does not offer");
   own_rounding_ = settings_.policy == AllocPolicy::size_class || settings_.policy == AllocPolicy::buddy;
   if (settings_.policy == AllocPolicy::planned) arena_ = std::make_unique<PlannedArena>();
   if (!settings_.oom_snapshot.empty()) history_.enable(true, kOomHistory);
@@ -180,13 +179,7 @@ void CachingAllocator::release_segment(Block* b) {
 // unmaps every free tail).
 void CachingAllocator::release_cached() {
   // An arena with nothing live in it is cache too; the next step takes it again.
-  if (arena_ && arena_->base() && arena_->live_count() == 0) {
-    backend_->free(arena_->base(), arena_->bytes());
-    stats_.reserved_bytes.sub(static_cast<int64_t>(arena_->bytes()));
-    stats_.segment.sub(1);
-    ++stats_.num_raw_frees;
-    arena_->detach();
-  }
+  if (arena_ && arena_->base() && arena_->live_count() == 0) release_arena();
   if (policy_->grows()) {
     for (auto& [key, e] : expanses_) shrink(e);
     return;
@@ -408,6 +401,13 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
         history_.record(Action::alloc, trace_now_ns(), reinterpret_cast<std::uintptr_t>(p), size, nbytes, stream, tag,
                         intern_op(op));
       return p;
+    }
+    // A step of another kind: the arena's memory goes back now, not after
+    // the step (it would sit idle beside the fallback's), and this step is
+    // recorded for a new plan (NOTE [ Planned arena ]).
+    if (arena_->other_step()) {
+      release_arena();
+      arena_->replan();
     }
   }
   if (!pending_.empty()) process_events(/*wait=*/false);
@@ -699,13 +699,15 @@ void CachingAllocator::set_settings(const AllocatorSettings& s) {
   auto plain = [](AllocPolicy p) {
     return p == AllocPolicy::best_fit || p == AllocPolicy::first_fit || p == AllocPolicy::size_class;
   };
-  if (s.policy != settings_.policy && !(plain(s.policy) && plain(settings_.policy))) {
+  const bool other_layout = (s.policy != settings_.policy && !(plain(s.policy) && plain(settings_.policy))) ||
+                            (s.policy == AllocPolicy::planned && s.planned_base != settings_.planned_base);
+  if (other_layout) {
     process_events(/*wait=*/true);
     release_cached();
     SNUG_CHECK(segments_.empty() && !(arena_ && arena_->base()), ValueError, "memory::set_settings(", device_,
                "): the policy cannot change from ", policy_name(settings_.policy), " to ", policy_name(s.policy),
                " while the pool holds memory in use; set it (SNUG_ALLOC_CONF=policy=...) before the first allocation");
-    SNUG_CHECK(s.policy != AllocPolicy::expandable || backend_->can_reserve(), ValueError, "memory::set_settings(",
+    SNUG_CHECK(!make_block_policy(s)->grows() || backend_->can_reserve(), ValueError, "memory::set_settings(",
                device_, "): policy=expandable needs address reservation, which the ", backend_->name(),
                " backend does not offer");
     expanses_.clear();
@@ -761,6 +763,18 @@ void CachingAllocator::record(Action a, const Block* b, std::size_t requested) {
 
 // ---- steps and the planned arena ----------------------------------------------------
 
+// Gives the arena's memory back to the device (no arena block may be live).
+void CachingAllocator::release_arena() {
+  if (history_.enabled())
+    history_.record(Action::segment_free, trace_now_ns(), reinterpret_cast<std::uintptr_t>(arena_->base()),
+                    arena_->bytes(), 0, 0, Tag::other, "planned_arena");
+  backend_->free(arena_->base(), arena_->bytes());
+  stats_.reserved_bytes.sub(static_cast<int64_t>(arena_->bytes()));
+  stats_.segment.sub(1);
+  ++stats_.num_raw_frees;
+  arena_->detach();
+}
+
 void CachingAllocator::mark_step() {
   std::lock_guard<SpinLock> lock(mu_);
   if (history_.enabled()) history_.record(Action::step, trace_now_ns(), 0, 0, 0, 0, Tag::other, nullptr);
@@ -773,6 +787,7 @@ void CachingAllocator::mark_step() {
       if (!arena_->base() && arena_->stats().arena_bytes > 0) attach_arena(arena_->stats().arena_bytes);
       arena_->next_step();
       break;
+    case PlannedArena::State::gave_up: break;
   }
 }
 

@@ -129,6 +129,7 @@ class CachingAllocator {
   void shrink(Expanse& e);
   void plan_arena();
   void attach_arena(std::size_t bytes);
+  void release_arena();
   DeviceSnapshot snapshot_locked() const;
   Block* alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   [[noreturn]] void throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,

@@ -130,7 +130,21 @@ void PlannedArena::detach() {
 
 // ---- planned steps -------------------------------------------------------------------
 
+void PlannedArena::replan() {
+  other_step_ = false;
+  if (++replans_in_row_ > kMaxReplans) {  // the steps keep changing: planning does not pay
+    state_ = State::gave_up;
+    stats_.gave_up = true;
+    return;
+  }
+  ++stats_.replans;
+  start_recording();
+}
+
 void PlannedArena::next_step() {
+  if (step_matched_) replans_in_row_ = 0;  // the last step ran on the plan
+  step_matched_ = false;
+  other_step_ = false;
   if (state_ != State::planned || !base_) return;
   if (live_count_ > 0) {  // a block of the last step outlives it: its bytes may be planned for others
     active_ = false;
@@ -156,11 +170,14 @@ char* PlannedArena::take(std::size_t size, std::size_t requested, Tag tag) {
   std::size_t k = cursor_;
   if (k == 0 && !entries_.empty() && entries_[0].size != size) {
     // A step that does not begin as the recorded one did is another kind of
-    // step (an evaluation, a set-up): best fit serves all of it.
+    // step (other shapes, an evaluation, a set-up): the fallback serves all
+    // of it, and the caller may re-plan from it (replan()).
     active_ = false;
+    other_step_ = live_count_ == 0;
     ++stats_.fallbacks;
     return nullptr;
   }
+  if (k == 0) step_matched_ = true;
   if (k >= entries_.size() || entries_[k].size != size) {
     // Not the next entry: one a few further on of this size?
     const std::size_t end = std::min(entries_.size(), cursor_ + kLookAhead + 1);

@@ -17,7 +17,12 @@
 // A request that does not match (another size, or one the recorded step did
 // not make) looks a few entries ahead, and otherwise falls back to best fit;
 // each fallback is counted. A step whose first allocation is not the
-// recorded step's first falls back as a whole (it is another kind of step). Safety does not depend on the step matching: a
+// recorded step's first is another kind of step (other shapes: a new
+// sequence length, an evaluation): the arena's memory goes back at once (its
+// step would only hold it idle beside the fallback's), that step is recorded
+// instead, and its end plans a new arena. After kMaxReplans such steps in a
+// row the policy stops planning and its fallback serves everything
+// (planned_base: best_fit, or expandable). Safety does not depend on the step matching: a
 // slot is handed out only once every block planned to be freed before it
 // has been freed (frees_before), so two live blocks never share bytes. A
 // step that ends with arena blocks still live suspends the arena until they
@@ -38,6 +43,8 @@ struct PlannedStats {
   int64_t kept_out = 0;          // allocations the plan leaves to best fit (not freed in the recorded step)
   int64_t steps = 0;             // step boundaries seen
   int64_t suspended_steps = 0;   // steps that began with arena blocks still live
+  int64_t replans = 0;           // plans made after the first (steps of another kind)
+  bool gave_up = false;          // too many replans in a row: the fallback serves everything
   std::size_t arena_bytes = 0;   // the plan's arena (0 before the plan)
   std::size_t lower_bound = 0;   // the most bytes the recorded step's own blocks held at once
   int64_t planned_blocks = 0;    // blocks the plan placed
@@ -50,7 +57,8 @@ struct PlannedStats {
 
 class PlannedArena {
  public:
-  enum class State : uint8_t { waiting, recording, planned };
+  enum class State : uint8_t { waiting, recording, planned, gave_up };
+  static constexpr int kMaxReplans = 3;
   State state() const { return state_; }
 
   // ---- the recorded step ----
@@ -69,6 +77,11 @@ class PlannedArena {
   // ---- planned steps ----
   // A new step: the plan starts over if no arena block is live, else the step is suspended.
   void next_step();
+  // take() met a step of another kind with no arena block live: the caller
+  // gives the arena's memory back (detach) and calls replan(), which records
+  // the step from here (or gives up after kMaxReplans in a row).
+  bool other_step() const { return other_step_; }
+  void replan();
   // The arena block for the step's next allocation of `size`, or nullptr (best fit serves it).
   char* take(std::size_t size, std::size_t requested, Tag tag);
   bool contains(const void* p) const { return p >= base_ && p < base_ + bytes_; }
@@ -125,6 +138,9 @@ class PlannedArena {
   std::size_t cursor_ = 0;          // next entry
   std::size_t freed_prefix_ = 0;    // free_order_[0, freed_prefix_) are all done
   bool active_ = false;             // false: suspended, every allocation goes to best fit
+  bool other_step_ = false;         // this step began unlike the recorded one
+  bool step_matched_ = false;       // this step's first allocation matched the plan
+  int replans_in_row_ = 0;
   std::vector<int32_t> slot_at_;    // by offset / granule_: the slot last handed out there
   std::size_t live_bytes_ = 0;
   int64_t live_count_ = 0;

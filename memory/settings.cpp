@@ -93,6 +93,8 @@ void AllocatorSettings::validate() const {
              "allocator setting size_classes: must be a power of two from 1 to 64, got ", size_classes);
   SNUG_CHECK(is_pow2(map_granularity) && map_granularity >= 4096, ValueError,
              "allocator setting map_granularity: must be a power of two >= 4096, got ", map_granularity);
+  SNUG_CHECK(planned_base == AllocPolicy::best_fit || planned_base == AllocPolicy::expandable, ValueError,
+             "allocator setting planned_base: must be best_fit or expandable, got ", policy_name(planned_base));
   SNUG_CHECK(oom_snapshot.find(',') == std::string::npos, ValueError,
              "allocator setting oom_snapshot: the path may not contain a comma, got \"", oom_snapshot, "\"");
   SNUG_CHECK(max_split_tolerance % round == 0, ValueError,
@@ -106,6 +108,7 @@ std::string AllocatorSettings::to_string() const {
              ",large_growth=", large_growth, ",max_split_size=", size_str(max_split_size),
              ",max_split_tolerance=", max_split_tolerance, ",policy=", policy_name(policy),
              ",size_classes=", size_classes, ",map_granularity=", map_granularity,
+             ",planned_base=", policy_name(planned_base),
              oom_snapshot.empty() ? std::string() : ",oom_snapshot=" + oom_snapshot);
 }
 
@@ -149,6 +152,8 @@ AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings s) {
       s.map_granularity = parse_size(key, val);
     else if (key == "policy")
       s.policy = parse_policy(val);
+    else if (key == "planned_base")
+      s.planned_base = parse_policy(val);
     else if (key == "expandable_segments") {  // PyTorch's spelling
       if (val == "True" || val == "true" || val == "1")
         s.policy = AllocPolicy::expandable;
@@ -170,7 +175,7 @@ AllocatorSettings parse_settings(const std::string& conf, AllocatorSettings s) {
       throw ValueError(str("allocator settings: unknown setting \"", key,
                            "\" (known: round, small_threshold, small_segment, large_segment, large_threshold, "
                            "large_round, large_growth, max_split_size, max_split_tolerance, policy, size_classes, map_granularity, "
-                           "oom_snapshot, expandable_segments, fit)"));
+                           "planned_base, oom_snapshot, expandable_segments, fit)"));
     }
   }
   s.validate();

@@ -20,7 +20,8 @@ namespace snug::memory {
 //   size_class  requests rounded up to size classes (size_classes per doubling), then best fit
 //   buddy       power-of-two blocks split in halves, merged only with their buddy
 //   expandable  one growing address range per stream and pool, pages mapped on demand
-//   planned     best fit, and from the second step an arena planned from the first
+//   planned     from the second step on, an arena planned from the first; best fit
+//               (or planned_base=expandable) serves the rest
 enum class AllocPolicy : uint8_t { best_fit, first_fit, size_class, buddy, expandable, planned };
 inline constexpr int kNumPolicies = 6;
 const char* policy_name(AllocPolicy p);
@@ -44,6 +45,8 @@ struct AllocatorSettings {
   AllocPolicy policy = AllocPolicy::best_fit;  // "fit=best|first" still reads as best_fit|first_fit
   std::size_t size_classes = 4;               // size_class: classes per doubling (1: powers of two)
   std::size_t map_granularity = 2u << 20;     // expandable: bytes mapped at a time
+  // planned: the policy that serves what the arena does not (best_fit or expandable).
+  AllocPolicy planned_base = AllocPolicy::best_fit;
   // Where an OutOfMemoryError first writes a snapshot with the history that led
   // to it (history is then recorded from the start); empty: none.
   std::string oom_snapshot;

@@ -66,6 +66,8 @@ TEST_CASE("settings: policy names, key:value, expandable_segments, oom_snapshot"
     CHECK(parse_settings(with(p).to_string()) == with(p));
   }
   CHECK(has_error([] { parse_settings("policy=worst_fit"); }, "unknown policy \"worst_fit\""));
+  CHECK(parse_settings("policy=planned,planned_base=expandable").planned_base == AllocPolicy::expandable);
+  CHECK(has_error([] { parse_settings("planned_base=buddy"); }, "planned_base: must be best_fit or expandable"));
   CHECK(has_error([] { parse_settings("size_classes=3"); }, "size_classes"));
   CHECK(has_error([] { parse_settings("map_granularity=1000"); }, "map_granularity"));
   CHECK(has_error([] { parse_settings("expandable_segments=maybe"); }, "expandable_segments"));
@@ -225,18 +227,31 @@ TEST_CASE("planned: the first step is recorded, later ones take the arena with n
   CHECK(found);
 }
 
-TEST_CASE("planned: a step of other shapes falls back, and is counted; the plan resumes after") {
+TEST_CASE("planned: a step of other shapes falls back, is counted, and is planned in turn") {
   auto a = make(AllocPolicy::planned);
   StepDriver d{*a};
   d.step();
   d.step();
-  const int64_t before = a->planned_stats().fallbacks;
-  d.step(2);  // every activation twice as large
-  CHECK(a->planned_stats().fallbacks > before);
+  const PlannedStats s0 = a->planned_stats();
+  CHECK(s0.fallbacks == 0);
+  d.step(2);  // every activation twice as large: another kind of step
+  const PlannedStats s1 = a->planned_stats();
+  CHECK(s1.fallbacks > s0.fallbacks);
+  CHECK(s1.replans == 1);  // its arena went back at once; this step was recorded
   a->check_invariants();
-  const int64_t after = a->planned_stats().fallbacks;
-  d.step();
-  CHECK(a->planned_stats().fallbacks == after);  // the plan's shapes again
+  d.step(2);  // planned from the last one
+  const PlannedStats s2 = a->planned_stats();
+  CHECK(s2.fallbacks == s1.fallbacks);
+  CHECK(s2.hits > s1.hits);
+  CHECK(s2.arena_bytes > s0.arena_bytes);
+  // Shapes that change every step: planning stops after a few replans in a row.
+  for (int i = 0; i < 2 * PlannedArena::kMaxReplans; ++i) d.step(1 + i % 2);
+  CHECK(a->planned_stats().gave_up);
+  const int64_t raw = a->stats().num_raw_allocs;
+  d.step(2);
+  d.step(1);
+  CHECK(a->stats().num_raw_allocs == raw);  // best fit's cache serves both kinds now
+  a->check_invariants();
 }
 
 TEST_CASE("planned: a block that outlives its step suspends the arena; bytes never overlap") {
