@@ -88,8 +88,7 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
   ReplayResult r;
   r.skipped_frees = c.skipped_frees;
   int64_t best_peak = -1, allocs = 0;
-  // Each pass is the whole trace, its leftovers freed at its end. Planned
-  // without steps in the trace: at least two passes, each one step.
+  // Planned without steps in the trace: at least two passes, each one step.
   const int passes = std::max(repeats, settings.policy == AllocPolicy::planned && !c.stepped ? 2 : 1);
   const bool pass_steps = passes > 1 && !c.stepped;
   int64_t steady_allocs = 0;
@@ -111,11 +110,26 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
     }
   };
   auto t0 = std::chrono::steady_clock::now();
+  // A later pass of a trace with steps replays its steps from the second on
+  // (the first one set the pool up: parameters, optimizer state), so every
+  // pass is steady steps; a trace without steps replays whole, one step a pass.
+  std::size_t again = 0;  // where later passes start in c.ops
+  uint32_t again_slot = 0;  // the first slot they allocate
+  if (c.stepped) {
+    int seen = 0;
+    for (std::size_t i = 0; i < c.ops.size(); ++i) {
+      if (c.ops[i].action == Action::step && ++seen == 2) {
+        again = i;
+        break;
+      }
+      if (c.ops[i].action == Action::alloc) again_slot = c.ops[i].slot + 1;
+    }
+    if (seen < 2) again = c.ops.size();  // one step only: later passes have nothing to replay
+  }
   for (int pass = 0; pass < passes; ++pass) {
-    // A pass of a trace without steps is a step; a later pass of one with
-    // steps starts a step too (its set-up, until the trace's first step).
-    if (pass_steps || (pass > 0 && c.stepped)) begin_step();
-    for (const Op& op : c.ops) {
+    if (pass_steps) begin_step();
+    for (std::size_t i = pass > 0 ? again : 0; i < c.ops.size(); ++i) {
+      const Op& op = c.ops[i];
       if (op.action == Action::alloc) {
         try {
           ptr[op.slot] = a.allocate(op.requested, op.stream, op.tag, nullptr);
@@ -133,7 +147,7 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
           }
         }
       } else if (op.action == Action::free) {
-        if (!ptr[op.slot]) continue;  // its alloc ran out of memory
+        if (!ptr[op.slot]) continue;  // its alloc ran out of memory (or came before this pass)
         a.deallocate(ptr[op.slot]);
         ptr[op.slot] = nullptr;
         ++r.ops;
@@ -141,9 +155,11 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
         begin_step();
       }
     }
-    if (passes > 1)  // the pass's leftovers go at the end of its step
-      for (void*& p : ptr)
-        if (p) a.deallocate(std::exchange(p, nullptr));
+    // The pass's leftovers go at its end: all of them for a trace without
+    // steps; for one with steps, those its later passes allocate again.
+    if (passes > 1 && pass + 1 < passes)
+      for (std::size_t k = c.stepped ? again_slot : 0; k < ptr.size(); ++k)
+        if (ptr[k]) a.deallocate(std::exchange(ptr[k], nullptr));
   }
   auto t1 = std::chrono::steady_clock::now();
   const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();

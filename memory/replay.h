@@ -46,9 +46,10 @@ struct ReplayResult {
 // ignored). Each alloc requests the recorded `requested` size on the
 // recorded stream with the recorded tag. Blocks still live at the end are
 // freed afterwards (not timed; with snapshot_at_peak the timing includes the
-// snapshots). With repeats > 1 the trace runs that many times, its
-// leftovers freed after each pass (the steady_* figures then cover the later
-// passes: timing a few thousand operations once measures cold caches).
+// snapshots). With repeats > 1 the trace runs that many times: a trace with
+// steps replays its steps from the second on in each later pass, one without
+// whole, its leftovers freed after each pass (the steady_* figures cover the
+// later passes: timing a few thousand operations once measures cold caches).
 // A trace with no step events takes each pass as one step; under
 // policy=planned it runs at least twice, so the second pass runs on the plan
 // made from the first. Throws ValueError if the trace allocates an address
