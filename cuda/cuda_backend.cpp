@@ -276,11 +276,17 @@ void copy_and_wait(void* dst, const void* src, std::size_t n, cudaMemcpyKind kin
 }
 }  // namespace
 
-void CudaBackend::copy_across(const Tensor& src, const Tensor& dst) {
+namespace {
+// What both copies across devices require of their tensors.
+void check_across(const char* who, const Tensor& src, const Tensor& dst) {
   SNUG_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
-             ValueError, "copy_across: expected contiguous tensors of one dtype and size, got ",
-             dtype_name(src.dtype()), " ", shape_str(src.shape()), " -> ", dtype_name(dst.dtype()), " ",
-             shape_str(dst.shape()));
+             ValueError, who, ": expected contiguous tensors of one dtype and size, got ", dtype_name(src.dtype()), " ",
+             shape_str(src.shape()), " -> ", dtype_name(dst.dtype()), " ", shape_str(dst.shape()));
+}
+}  // namespace
+
+void CudaBackend::copy_across(const Tensor& src, const Tensor& dst) {
+  check_across("copy_across", src, dst);
   const std::size_t n = dst.nbytes();
   const Device s = src.device(), d = dst.device();
   if (n == 0) return;
@@ -322,8 +328,7 @@ void CudaBackend::copy_across(const Tensor& src, const Tensor& dst) {
 void CudaBackend::copy_across_async(const Tensor& src, const Tensor& dst) {
   const Device s = src.device(), d = dst.device();
   if (!(s.is_cpu() && d.is_cuda())) return copy_across(src, dst);  // only host -> device is worth queuing
-  SNUG_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous(),
-             ValueError, "copy_across_async: expected contiguous tensors of one dtype and size");
+  check_across("copy_across_async", src, dst);
   if (dst.nbytes() == 0) return;
   OnDevice g(d.index);
   SNUG_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyHostToDevice,

@@ -39,12 +39,8 @@ void check_fields(const std::vector<Sample>& samples, const char* who) {
 }  // namespace
 
 Batch Batch::to(Device device) const {
-  Batch out;
-  out.fields.reserve(fields.size());
-  for (const Tensor& f : fields) out.fields.push_back(f.defined() ? f.to(device) : f);
-  if (lengths.defined()) out.lengths = lengths.to(device);
-  if (padding_mask.defined()) out.padding_mask = padding_mask.to(device);
-  out.indices = indices;
+  Batch out = *this;  // shares the tensors, copies the indices
+  out.each_tensor([&](Tensor& t) { t = t.to(device); });
   return out;
 }
 

@@ -31,6 +31,16 @@ struct Batch {
   // (Tensor::to: no copy for a tensor already there; from a pinned batch
   // the copy to a GPU reads page-locked memory). Indices stay as they are.
   Batch to(Device device) const;
+  // Calls f(Tensor&) on every defined tensor (fields in order, then lengths,
+  // then padding_mask): the one walk that moving, pinning and recording a
+  // batch's tensors share.
+  template <class F>
+  void each_tensor(F&& f) {
+    for (Tensor& t : fields)
+      if (t.defined()) f(t);
+    if (lengths.defined()) f(lengths);
+    if (padding_mask.defined()) f(padding_mask);
+  }
 };
 
 using CollateFn = std::function<Batch(std::vector<Sample>)>;

@@ -127,9 +127,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     pinned_ = true;
     opt_.collate = [inner = opt_.collate](std::vector<Sample> samples) {
       Batch b = inner(std::move(samples));
-      for (Tensor& t : b.fields) t = pin(t);
-      if (b.lengths.defined()) b.lengths = pin(b.lengths);
-      if (b.padding_mask.defined()) b.padding_mask = pin(b.padding_mask);
+      b.each_tensor([](Tensor& t) { t = pin(t); });
       return b;
     };
   }

@@ -2,6 +2,7 @@
 // DevicePrefetcher (NOTE [ Prefetch to a device ] in data/device_prefetch.h).
 #include <snug/data/device_prefetch.h>
 
+#include <optional>
 #include <thread>
 
 #include <snug/base/error.h>
@@ -10,17 +11,6 @@
 #include <snug/memory/stream.h>
 
 namespace snug::data {
-
-namespace {
-// Applies f to every defined tensor of b, in a fixed order.
-template <class F>
-void each_tensor(Batch& b, F f) {
-  for (Tensor& t : b.fields)
-    if (t.defined()) f(t);
-  if (b.lengths.defined()) f(b.lengths);
-  if (b.padding_mask.defined()) f(b.padding_mask);
-}
-}  // namespace
 
 DevicePrefetcher::DevicePrefetcher(Device device, CopyFn copy) : device_(device), copy_(std::move(copy)) {
   if (!copy_) copy_ = [](const Tensor& t, Device d) { return raw::to_device_async(t, d); };
@@ -84,17 +74,15 @@ void DevicePrefetcher::flush_timeline(bool all) {
 
 void DevicePrefetcher::push(const Batch& b) {
   Batch out = b;
-  if (stream_ != 0) {
-    const bool t = timed();
-    const std::uintptr_t begin = t ? record(stream_) : 0;
-    {
-      memory::StreamGuard on_copy(device_, stream_);  // allocations and copies on the copy stream
-      each_tensor(out, [&](Tensor& t) { t = copy_(t, device_); });
-    }
-    if (t) pending_.push_back({"h2d copy (prefetch, copy stream)", begin, record(stream_), 1, true, true});
-  } else {
-    each_tensor(out, [&](Tensor& t) { t = copy_(t, device_); });
+  const bool t = stream_ != 0 && timed();
+  const std::uintptr_t begin = t ? record(stream_) : 0;
+  {
+    // On a GPU, allocations and copies go on the copy stream; on a CPU device there is none.
+    std::optional<memory::StreamGuard> on_copy;
+    if (stream_ != 0) on_copy.emplace(device_, stream_);
+    out.each_tensor([&](Tensor& x) { x = copy_(x, device_); });
   }
+  if (t) pending_.push_back({"h2d copy (prefetch, copy stream)", begin, record(stream_), 1, true, true});
   queue_.push_back(std::move(out));
 }
 
@@ -114,7 +102,7 @@ Batch DevicePrefetcher::pop() {
   if (stream_ != 0) {
     const memory::StreamId compute = memory::current_stream(device_);
     memory::wait_stream(device_, compute, stream_);  // the step's kernels start after the copies
-    each_tensor(b, [&](Tensor& t) { memory::record_stream(device_, t.storage()->data(), compute); });
+    b.each_tensor([&](Tensor& t) { memory::record_stream(device_, t.storage()->data(), compute); });
     if (timed()) {
       const std::uintptr_t now = record(compute);
       if (last_pop_ != 0) pending_.push_back({"step (compute stream)", last_pop_, now, 0, true, false});

@@ -381,6 +381,28 @@ Block* CachingAllocator::alloc_slow(bool small, std::size_t size, std::size_t nb
 
 // ---- allocate / free --------------------------------------------------------------
 
+// A block of `size` bytes (asked: nbytes) is handed out, or comes back:
+// the statistics every policy keeps (active bytes follow the block's state).
+void CachingAllocator::count_alloc(std::size_t size, std::size_t nbytes, Tag tag) {
+  const auto bytes = static_cast<int64_t>(size);
+  stats_.allocated_bytes.add(bytes);
+  stats_.allocation.add(1);
+  stats_.requested_bytes.add(static_cast<int64_t>(nbytes));
+  stats_.active_bytes.add(bytes);
+  stats_.active.add(1);
+  stats_.tag_bytes[static_cast<int>(tag)].add(bytes);
+  if (stats_.allocated_bytes.current == stats_.allocated_bytes.peak)
+    for (int t = 0; t < kNumTags; ++t) stats_.tag_at_peak[t] = stats_.tag_bytes[t].current;
+}
+
+void CachingAllocator::count_free(std::size_t size, std::size_t requested, Tag tag) {
+  const auto bytes = static_cast<int64_t>(size);
+  stats_.allocated_bytes.sub(bytes);
+  stats_.allocation.sub(1);
+  stats_.requested_bytes.sub(static_cast<int64_t>(requested));
+  stats_.tag_bytes[static_cast<int>(tag)].sub(bytes);
+}
+
 void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, const char* op) {
   const std::size_t size = round_size(nbytes);
   std::lock_guard<SpinLock> lock(mu_);
@@ -388,15 +410,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   // stream is the default one: the plan records one stream's step).
   if (arena_ && stream == 0 && arena_->state() == PlannedArena::State::planned) {
     if (char* p = arena_->take(size, nbytes, tag)) {
-      const auto bytes = static_cast<int64_t>(size);
-      stats_.allocated_bytes.add(bytes);
-      stats_.allocation.add(1);
-      stats_.requested_bytes.add(static_cast<int64_t>(nbytes));
-      stats_.active_bytes.add(bytes);
-      stats_.active.add(1);
-      stats_.tag_bytes[static_cast<int>(tag)].add(bytes);
-      if (stats_.allocated_bytes.current == stats_.allocated_bytes.peak)
-        for (int t = 0; t < kNumTags; ++t) stats_.tag_at_peak[t] = stats_.tag_bytes[t].current;
+      count_alloc(size, nbytes, tag);
       if (history_.enabled())
         history_.record(Action::alloc, trace_now_ns(), reinterpret_cast<std::uintptr_t>(p), size, nbytes, stream, tag,
                         intern_op(op));
@@ -420,20 +434,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
     b = alloc_slow(small, size, nbytes, stream, tag, op);
 
   // The policy cuts the block down (buddy: in halves, so possibly more than once).
-  while (const std::size_t keep = policy_->split(*b, size)) {
-    Block* rest = new_block();
-    rest->ptr = b->ptr + keep;
-    rest->segment = b->segment;
-    rest->size = b->size - keep;
-    rest->stream = b->stream;
-    rest->small = b->small;
-    rest->prev = b;
-    rest->next = b->next;
-    if (b->next) b->next->prev = rest;
-    b->next = rest;
-    b->size = keep;
-    pool_insert(rest);
-  }
+  while (const std::size_t keep = policy_->split(*b, size)) split_block(b, keep);
   if (policy_->grows() && !map_block(b, /*reclaim=*/!hit)) {
     // Not enough memory for its pages: free granules elsewhere first, then
     // give the block back and fail.
@@ -453,15 +454,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   b->op = intern_op(op);
   live_.insert(b->ptr, b);
 
-  const auto bytes = static_cast<int64_t>(b->size);
-  stats_.allocated_bytes.add(bytes);
-  stats_.allocation.add(1);
-  stats_.requested_bytes.add(static_cast<int64_t>(nbytes));
-  stats_.active_bytes.add(bytes);
-  stats_.active.add(1);
-  stats_.tag_bytes[static_cast<int>(tag)].add(bytes);
-  if (stats_.allocated_bytes.current == stats_.allocated_bytes.peak)
-    for (int t = 0; t < kNumTags; ++t) stats_.tag_at_peak[t] = stats_.tag_bytes[t].current;
+  count_alloc(b->size, nbytes, tag);
   if (history_.enabled()) record(Action::alloc, b, nbytes);
   return b->ptr;
 }
@@ -484,12 +477,9 @@ void CachingAllocator::deallocate(void* p) {
         }
         arena_uses_.erase(it);
       }
-    stats_.allocated_bytes.sub(bytes);
-    stats_.allocation.sub(1);
-    stats_.requested_bytes.sub(static_cast<int64_t>(requested));
+    count_free(static_cast<std::size_t>(bytes), requested, tag);
     stats_.active_bytes.sub(bytes);
     stats_.active.sub(1);
-    stats_.tag_bytes[static_cast<int>(tag)].sub(bytes);
     if (history_.enabled())
       history_.record(Action::free, trace_now_ns(), reinterpret_cast<std::uintptr_t>(p), static_cast<std::size_t>(bytes),
                       requested, 0, tag, nullptr);
@@ -501,12 +491,8 @@ void CachingAllocator::deallocate(void* p) {
              " (freed twice, or allocated on another device)");
   Block* b = *found;
   live_.erase(p);
-  const auto bytes = static_cast<int64_t>(b->size);
-  if (arena_) outside_arena_.sub(bytes);
-  stats_.allocated_bytes.sub(bytes);
-  stats_.allocation.sub(1);
-  stats_.requested_bytes.sub(static_cast<int64_t>(b->requested));
-  stats_.tag_bytes[static_cast<int>(b->tag)].sub(bytes);
+  if (arena_) outside_arena_.sub(static_cast<int64_t>(b->size));
+  count_free(b->size, b->requested, b->tag);
   if (history_.enabled()) record(Action::free, b, b->requested);
 
   if (!b->stream_uses.empty()) {
@@ -531,6 +517,22 @@ void CachingAllocator::free_block(Block* b) {
   b->tag = Tag::other;
   b->op = nullptr;
   merge_and_pool(b);
+}
+
+// b keeps its first `keep` bytes; the rest becomes a free block in the pool.
+void CachingAllocator::split_block(Block* b, std::size_t keep) {
+  Block* rest = new_block();
+  rest->ptr = b->ptr + keep;
+  rest->segment = b->segment;
+  rest->size = b->size - keep;
+  rest->stream = b->stream;
+  rest->small = b->small;
+  rest->prev = b;
+  rest->next = b->next;
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = keep;
+  pool_insert(rest);
 }
 
 // b (free, in no pool) joins its free neighbours as the policy allows, and the pool.
@@ -801,6 +803,31 @@ void CachingAllocator::plan_arena() {
     release_cached();
   }
   attach_arena(bytes);
+  warm_probation();
+}
+
+// The base policy will serve each step's probation blocks: give it their
+// memory now, at the plan, so that the planned steps ask the device for nothing.
+void CachingAllocator::warm_probation() {
+  std::vector<Block*> taken;
+  try {
+    for (std::size_t size : arena_->probation_sizes()) {
+      const bool small = size <= settings_.small_threshold;
+      Block* b = find_free(small, size, 0);
+      if (!b) b = alloc_slow(small, size, size, 0, Tag::other, nullptr);
+      while (const std::size_t keep = policy_->split(*b, size)) split_block(b, keep);
+      // Held (as allocated, so no merge takes it) until all are placed.
+      b->state = BlockState::allocated;
+      taken.push_back(b);
+      if (policy_->grows() && !map_block(b, false)) break;
+    }
+  } catch (const OutOfMemoryError&) {
+    // No room now: the first planned step asks the device then.
+  }
+  for (Block* b : taken) {
+    b->state = BlockState::free;
+    merge_and_pool(b);
+  }
 }
 
 // The arena's memory from the device. Without it (nothing to plan, or no

@@ -130,14 +130,18 @@ class CachingAllocator {
   void plan_arena();
   void attach_arena(std::size_t bytes);
   void release_arena();
+  void warm_probation();
   DeviceSnapshot snapshot_locked() const;
   Block* alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   [[noreturn]] void throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
                               const char* op, bool backend_failed);
   void pool_insert(Block* b);
   void pool_erase(Block* b);
+  void count_alloc(std::size_t size, std::size_t nbytes, Tag tag);
+  void count_free(std::size_t size, std::size_t requested, Tag tag);
   void free_block(Block* b);
   void merge_and_pool(Block* b);
+  void split_block(Block* b, std::size_t keep);
   void process_events(bool wait);
   void release_cached();
   void release_segment(Block* b);

@@ -15,6 +15,9 @@ namespace {
 // state the first step made) stays on the plan; one that differs more falls
 // back.
 constexpr std::size_t kLookAhead = 8;
+// At most how many of a step's first allocations must match the recorded
+// step's exactly before the arena serves it (they go to the base policy).
+constexpr std::size_t kProbation = 8;
 }  // namespace
 
 // ---- the recorded step ---------------------------------------------------------------
@@ -39,12 +42,35 @@ void PlannedArena::record_free(const void* p) {
 }
 
 std::size_t PlannedArena::plan() {
-  // Slots: the step's own blocks (freed within it), numbered in allocation order.
+  // The probation window: the step's first allocations, at most kProbation
+  // and (after the first) no more than 1/16 of the most bytes its own blocks
+  // held at once. They stay with the base policy, so a step can show it is
+  // another kind before the arena hands anything out (NOTE [ Planned arena ]).
+  int64_t most = 0;
+  {
+    std::vector<std::pair<int64_t, int64_t>> deltas;
+    for (const Rec& r : rec_)
+      if (r.t_free >= 0) {
+        deltas.emplace_back(r.t_alloc, static_cast<int64_t>(r.size));
+        deltas.emplace_back(r.t_free, -static_cast<int64_t>(r.size));
+      }
+    std::sort(deltas.begin(), deltas.end());
+    int64_t cur = 0;
+    for (auto [t, d] : deltas) most = std::max(most, cur += d);
+  }
+  probation_ = 0;
+  for (std::size_t sum = 0; probation_ < std::min(kProbation, rec_.size()); ++probation_) {
+    sum += rec_[probation_].size;
+    if (probation_ > 0 && sum > static_cast<std::size_t>(most) / 16) break;
+  }
+
+  // Slots: the step's own blocks (freed within it) after the probation
+  // window, numbered in allocation order.
   entries_.clear();
   slots_.clear();
   std::vector<std::size_t> rec_of;  // slot -> rec index
   for (std::size_t i = 0; i < rec_.size(); ++i) {
-    const bool own = rec_[i].t_free >= 0;
+    const bool own = rec_[i].t_free >= 0 && i >= probation_;
     entries_.push_back(Entry{rec_[i].size, own ? static_cast<int32_t>(slots_.size()) : -1});
     if (own) {
       slots_.push_back(Slot{0, rec_[i].size, 0});
@@ -92,16 +118,18 @@ std::size_t PlannedArena::plan() {
     slots_[s].frees_before = static_cast<uint32_t>(
         std::lower_bound(free_times.begin(), free_times.end(), t_alloc(s)) - free_times.begin());
 
-  // The lower bound no plan can beat: the most bytes live at once.
-  std::vector<std::pair<int64_t, int64_t>> deltas;
-  for (std::size_t s = 0; s < n; ++s) {
-    deltas.emplace_back(t_alloc(s), static_cast<int64_t>(slots_[s].size));
-    deltas.emplace_back(t_free(s), -static_cast<int64_t>(slots_[s].size));
+  // The lower bound no arena can beat: the most bytes its slots held at once.
+  {
+    std::vector<std::pair<int64_t, int64_t>> deltas;
+    for (std::size_t q = 0; q < n; ++q) {
+      deltas.emplace_back(t_alloc(q), static_cast<int64_t>(slots_[q].size));
+      deltas.emplace_back(t_free(q), -static_cast<int64_t>(slots_[q].size));
+    }
+    std::sort(deltas.begin(), deltas.end());
+    int64_t cur = 0;
+    most = 0;
+    for (auto [t, d] : deltas) most = std::max(most, cur += d);
   }
-  std::sort(deltas.begin(), deltas.end());
-  int64_t cur = 0, most = 0;
-  for (auto [t, d] : deltas) most = std::max(most, cur += d);
-
   stats_.lower_bound = static_cast<std::size_t>(most);
   stats_.planned_blocks = static_cast<int64_t>(n);
   stats_.arena_bytes = arena;
@@ -110,11 +138,19 @@ std::size_t PlannedArena::plan() {
   return arena;
 }
 
+std::vector<std::size_t> PlannedArena::probation_sizes() const {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < probation_ && i < entries_.size(); ++i) out.push_back(entries_[i].size);
+  return out;
+}
+
 void PlannedArena::attach(char* base, std::size_t bytes, std::size_t granule) {
   base_ = base;
   bytes_ = bytes;
   SNUG_CHECK(std::has_single_bit(granule), ValueError, "PlannedArena: granule ", granule, " is not a power of two");
-  granule_shift_ = static_cast<unsigned>(std::countr_zero(granule));
+  // (A loop, not std::countr_zero: that compiles to tzcnt, which a baseline x86-64 lacks.)
+  granule_shift_ = 0;
+  while ((std::size_t{1} << granule_shift_) < granule) ++granule_shift_;
   for (Slot& sl : slots_) sl.done = sl.live = 0;
   slot_at_.assign((bytes >> granule_shift_) + 1, -1);
   state_ = State::planned;
@@ -168,16 +204,23 @@ char* PlannedArena::take(std::size_t size, std::size_t requested, Tag tag) {
     return nullptr;
   }
   std::size_t k = cursor_;
-  if (k == 0 && !entries_.empty() && entries_[0].size != size) {
-    // A step that does not begin as the recorded one did is another kind of
-    // step (other shapes, an evaluation, a set-up): the fallback serves all
-    // of it, and the caller may re-plan from it (replan()).
-    active_ = false;
-    other_step_ = live_count_ == 0;
-    ++stats_.fallbacks;
+  // Probation: a step's first allocations must be the recorded step's first,
+  // exactly; they go to the base policy while the step shows what kind it
+  // is, and a step that differs among them is another kind of step (other
+  // shapes, an evaluation, a set-up) before any arena block is handed out:
+  // the base policy serves all of it, and the caller may re-plan from it.
+  if (k < probation_) {
+    if (entries_[k].size != size) {
+      active_ = false;
+      other_step_ = live_count_ == 0;
+      ++stats_.fallbacks;
+      return nullptr;
+    }
+    cursor_ = k + 1;
+    if (cursor_ == probation_) step_matched_ = true;
+    ++stats_.probation;
     return nullptr;
   }
-  if (k == 0) step_matched_ = true;
   if (k >= entries_.size() || entries_[k].size != size) {
     // Not the next entry: one a few further on of this size?
     const std::size_t end = std::min(entries_.size(), cursor_ + kLookAhead + 1);

@@ -16,8 +16,10 @@
 // offset when its size matches, with no search: a few compares and stores.
 // A request that does not match (another size, or one the recorded step did
 // not make) looks a few entries ahead, and otherwise falls back to best fit;
-// each fallback is counted. A step whose first allocation is not the
-// recorded step's first is another kind of step (other shapes: a new
+// each fallback is counted. A step's first few allocations (at most 8, and
+// beyond the first at most 1/16 of the step's bytes) are left out of the
+// plan: the base policy serves them while they are checked against the
+// recorded step's; a step that differs among them is another kind of step (other shapes: a new
 // sequence length, an evaluation): the arena's memory goes back at once (its
 // step would only hold it idle beside the fallback's), that step is recorded
 // instead, and its end plans a new arena. After kMaxReplans such steps in a
@@ -44,6 +46,7 @@ struct PlannedStats {
   int64_t steps = 0;             // step boundaries seen
   int64_t suspended_steps = 0;   // steps that began with arena blocks still live
   int64_t replans = 0;           // plans made after the first (steps of another kind)
+  int64_t probation = 0;         // a step's first allocations, served by the base policy while checked
   bool gave_up = false;          // too many replans in a row: the fallback serves everything
   std::size_t arena_bytes = 0;   // the plan's arena (0 before the plan)
   std::size_t lower_bound = 0;   // the most bytes the recorded step's own blocks held at once
@@ -67,6 +70,8 @@ class PlannedArena {
   void record_free(const void* p);
   // Solves the recorded step; returns the arena bytes it needs (0: nothing to plan).
   std::size_t plan();
+  // The sizes of the probation window's blocks (the base policy serves them).
+  std::vector<std::size_t> probation_sizes() const;
   // The arena's memory (from the device), after plan(); detach() lets it go
   // (empty_cache with no arena block live) until the next attach.
   void attach(char* base, std::size_t bytes, std::size_t granule);
@@ -135,6 +140,7 @@ class PlannedArena {
   unsigned granule_shift_ = 9;  // offsets are multiples of 2^this (settings.round): a shift, not a division
 
   // This step.
+  std::size_t probation_ = 0;       // the step's first entries, checked and left to the base policy
   std::size_t cursor_ = 0;          // next entry
   std::size_t freed_prefix_ = 0;    // free_order_[0, freed_prefix_) are all done
   bool active_ = false;             // false: suspended, every allocation goes to best fit

@@ -24,16 +24,10 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-TOOL = os.path.join(ROOT, "tools", "memory_timeline.py")
-MIB = 1 << 20
-failures = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from snapshot_fixtures import MIB, check, finish, tool  # noqa: E402  (what both snapshot tests share)
 
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}")
+TOOL = tool("memory_timeline.py")
 
 
 def event(action, t, address=0, size=0, tag="other", op=""):
@@ -169,11 +163,7 @@ def main():
         else:
             print("SKIPPED: node --check of the pages' scripts (node is not installed)")
 
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("ok: memory_timeline one and several snapshots")
-    return 0
+    return finish("ok: memory_timeline one and several snapshots")
 
 
 if __name__ == "__main__":

@@ -261,8 +261,12 @@ TEST_CASE("planned: a block that outlives its step suspends the arena; bytes nev
   d.step();
   // A step that keeps one of its activations past the next mark.
   a->mark_step();
-  void* kept = a->allocate(2 * MiB);  // the plan's first activation
+  void* first = a->allocate(2 * MiB);  // the probation window: the base policy serves it
+  const int64_t hits = a->planned_stats().hits;
+  void* kept = a->allocate(3 * MiB + 4096);  // the plan's second activation: from the arena
+  CHECK(a->planned_stats().hits == hits + 1);
   CHECK(a->owns(kept));
+  a->deallocate(first);
   a->mark_step();  // live arena block: the arena waits
   CHECK(a->planned_stats().suspended_steps == 1);
   void* other = a->allocate(2 * MiB);

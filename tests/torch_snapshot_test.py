@@ -27,18 +27,12 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-TOOL = os.path.join(ROOT, "tools", "torch_snapshot.py")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from snapshot_fixtures import MIB, ROOT, check, finish, tool  # noqa: E402  (what both snapshot tests share)
+
+TOOL = tool("torch_snapshot.py")
 WGPT = os.path.join(ROOT, "bench", "traces", "wgpt_step.json")
 BENCH = sys.argv[1] if len(sys.argv) > 1 else ""
-MIB = 1 << 20
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}")
 
 
 def run_tool(*args):
@@ -132,14 +126,23 @@ def viewer_walk_back(data, device):
     return None
 
 
+def convert(tmp, cmd, obj, src_name, out_name):
+    """Writes obj to tmp/src_name (JSON to export, a pickle to import), runs
+    `torch_snapshot.py cmd` on it into tmp/out_name and checks it exits 0.
+    Returns (src, out, stderr), or None when it failed."""
+    src, out = os.path.join(tmp, src_name), os.path.join(tmp, out_name)
+    with open(src, "w" if cmd == "export" else "wb") as f:
+        (json if cmd == "export" else pickle).dump(obj, f)
+    rc, _, se = run_tool(cmd, src, "-o", out)
+    check(rc == 0, f"{cmd} exits 0 (rc {rc}: {se.strip()})")
+    return None if rc else (src, out, se)
+
+
 def test_export(tmp):
-    src, out = os.path.join(tmp, "small.json"), os.path.join(tmp, "small.pickle")
-    with open(src, "w") as f:
-        json.dump(SNUG, f)
-    rc, so, se = run_tool("export", src, "-o", out)
-    check(rc == 0, f"export exits 0 (rc {rc}: {se.strip()})")
-    if rc:
+    got = convert(tmp, "export", SNUG, "small.json", "small.pickle")
+    if got is None:
         return None
+    _, out, se = got
     check("'step'" in se and "skipped" in se, f"export says it skipped the step event: {se!r}")
     with open(out, "rb") as f:
         raw = f.read()
@@ -328,13 +331,10 @@ def replay(trace, device=None):
 
 
 def test_import(tmp):
-    src, out = os.path.join(tmp, "torch.pickle"), os.path.join(tmp, "torch.json")
-    with open(src, "wb") as f:
-        pickle.dump(TORCH, f)
-    rc, so, se = run_tool("import", src, "-o", out)
-    check(rc == 0, f"import exits 0 (rc {rc}: {se.strip()})")
-    if rc:
+    got = convert(tmp, "import", TORCH, "torch.pickle", "torch.json")
+    if got is None:
         return
+    src, out, _ = got
     with open(out) as f:
         snap = json.load(f)
     check(snap["format"] == "snug-memory-snapshot" and snap["version"] == 1, "snug format header")
@@ -460,11 +460,7 @@ def main():
         test_import(tmp)
         test_round_trip(tmp)
         test_bad_inputs(tmp)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("torch_snapshot_test: all checks passed")
-    return 0
+    return finish("torch_snapshot_test: all checks passed")
 
 
 if __name__ == "__main__":

@@ -112,129 +112,29 @@ def peaks(rows):
     return alloc, (max(res) if res else None)
 
 
-PAGE = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>snug memory timeline: %(title)s</title>
-<style>
- body { font: 13px sans-serif; margin: 16px; }
- #wrap { position: relative; }
- canvas { border: 1px solid #ccc; }
- #tip { position: absolute; pointer-events: none; background: #fff; border: 1px solid #888;
-        padding: 6px 8px; font: 12px monospace; white-space: pre; display: none; }
- .key span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
-</style></head><body>
-<h3>snug memory timeline: %(title)s</h3>
-<div>%(subtitle)s</div>
-<div class="key" id="key"></div>
-<label><input type="checkbox" id="byindex"%(checked)s> x axis: event index (instead of time)</label>
-<div id="wrap"><canvas id="c" width="1200" height="520"></canvas><div id="tip"></div></div>
-<script>
-const TAGS = %(tags)s, COLORS = %(colors)s, D = %(data)s;
-const cv = document.getElementById('c'), ctx = cv.getContext('2d'), tip = document.getElementById('tip');
-const L = 80, R = 20, T = 10, B = 40, W = cv.width - L - R, H = cv.height - T - B;
-document.getElementById('key').innerHTML = TAGS.map((t, k) => `<span style="background:${COLORS[k]}"></span>${t}`).join('')
-  + (D.some(d => d.r !== null) ? '<span style="background:#000;height:2px"></span>reserved' : '');
+# The script both pages share; the page defines TAGS, COLORS and byIndex before it.
+# drawPanel sets up one timeline on a canvas (stacked tag areas, the reserved
+# line, a dashed line per training step, the axes, the hover) and returns the
+# function that draws it.
+TIMELINE_JS = """\
 function fmt(b) { const u = ['B','KiB','MiB','GiB','TiB']; let i = 0; while (b >= 1024 && i < 4) { b /= 1024; i++; } return (i ? b.toFixed(2) : b) + ' ' + u[i]; }
-let byIndex = %(byindex)s;
 const X = d => byIndex ? d.i : d.t;
-function draw() {
-  ctx.clearRect(0, 0, cv.width, cv.height);
-  if (!D.length) { ctx.fillText('no events in this snapshot', L + 10, T + 20); return; }
-  const x0 = X(D[0]), x1 = Math.max(X(D[D.length - 1]), x0 + 1e-9);
-  let ymax = 1;
-  for (const d of D) { ymax = Math.max(ymax, d.v.reduce((a, b) => a + b, 0), d.r || 0); }
-  const sx = x => L + (x - x0) / (x1 - x0) * W, sy = y => T + H - y / ymax * H;
-  // Stacked step areas, bottom tag first.
-  const cum = D.map(() => 0);
-  for (let k = 0; k < TAGS.length; k++) {
-    if (!D.some(d => d.v[k] > 0)) continue;
-    ctx.beginPath();
-    ctx.moveTo(sx(X(D[0])), sy(cum[0]));
-    for (let j = 0; j < D.length; j++) {
-      const top = cum[j] + D[j].v[k];
-      if (j) ctx.lineTo(sx(X(D[j])), sy(cum[j - 1] + D[j - 1].v[k]));
-      ctx.lineTo(sx(X(D[j])), sy(top));
-    }
-    for (let j = D.length - 1; j >= 0; j--) {
-      ctx.lineTo(sx(X(D[j])), sy(cum[j]));
-      if (j) ctx.lineTo(sx(X(D[j])), sy(cum[j - 1]));
-    }
-    ctx.closePath(); ctx.fillStyle = COLORS[k]; ctx.globalAlpha = 0.85; ctx.fill(); ctx.globalAlpha = 1;
-    for (let j = 0; j < D.length; j++) cum[j] += D[j].v[k];
-  }
-  if (D.some(d => d.r !== null)) {
-    ctx.beginPath(); ctx.strokeStyle = '#000'; ctx.lineWidth = 1.5;
-    D.forEach((d, j) => { if (j) ctx.lineTo(sx(X(d)), sy(D[j - 1].r)); else ctx.moveTo(sx(X(d)), sy(d.r)); ctx.lineTo(sx(X(d)), sy(d.r)); });
-    ctx.stroke();
-  }
-  ctx.strokeStyle = '#444'; ctx.fillStyle = '#000'; ctx.lineWidth = 1;
-  ctx.strokeRect(L, T, W, H);
-  for (let i = 0; i <= 4; i++) {
-    const y = ymax * i / 4; ctx.fillText(fmt(y), 4, sy(y) + 4);
-    const x = x0 + (x1 - x0) * i / 4; ctx.fillText(byIndex ? Math.round(x) : x.toFixed(2) + ' ms', sx(x) - 20, T + H + 16);
-  }
-  ctx.fillText(byIndex ? 'event index' : 'time (ms since the first allocator)', L + W / 2 - 60, T + H + 32);
-  cv._sx = sx; cv._x0 = x0; cv._x1 = x1;
+// The colour key: the tags, then the reserved line and the step mark where any panel has them.
+function showKey(Ds, Ss) {
+  document.getElementById('key').innerHTML = TAGS.map((t, k) => `<span style="background:${COLORS[k]}"></span>${t}`).join('')
+    + (Ds.some(D => D.some(d => d.r !== null)) ? '<span style="background:#000;height:2px"></span>reserved' : '')
+    + (Ss.some(S => S.length) ? '<span style="background:#888;width:1px"></span>training step' : '');
 }
-document.getElementById('byindex').onchange = e => { byIndex = e.target.checked; draw(); };
-cv.onmousemove = ev => {
-  if (!D.length) return;
-  const r = cv.getBoundingClientRect(), px = ev.clientX - r.left;
-  const x = cv._x0 + (px - L) / W * (cv._x1 - cv._x0);
-  let lo = 0, hi = D.length - 1;
-  while (lo < hi) { const m = (lo + hi + 1) >> 1; if (X(D[m]) <= x) lo = m; else hi = m - 1; }
-  const d = D[lo], tot = d.v.reduce((a, b) => a + b, 0);
-  let s = `#${d.i}  ${d.a}  ${fmt(d.s)} (requested ${d.q} B)\\ntag ${d.g}  op ${d.o || '-'}\\naddress ${d.ad}  stream ${d.st}\\ntime ${d.t.toFixed(3)} ms\\n\\nallocated ${fmt(tot)}` + (d.r !== null ? `\\nreserved  ${fmt(d.r)}` : '') + '\\n';
-  TAGS.forEach((t, k) => { if (d.v[k]) s += `\\n  ${t.padEnd(16)} ${fmt(d.v[k])}`; });
-  tip.textContent = s; tip.style.display = 'block';
-  tip.style.left = Math.min(px + 16, cv.width - 260) + 'px'; tip.style.top = (ev.clientY - r.top + 10) + 'px';
-};
-cv.onmouseleave = () => { tip.style.display = 'none'; };
-draw();
-</script></body></html>
-"""
-
-
-MULTI_PAGE = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>snug memory timelines: %(title)s</title>
-<style>
- body { font: 13px sans-serif; margin: 16px; }
- .panels { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 16px; }
- @media (max-width: 900px) { .panels { grid-template-columns: minmax(0, 1fr); } }
- .panel { min-width: 0; }
- .panel-title { margin: 4px 0; }
- .summary { font-weight: bold; }
- .sub { color: #555; margin-bottom: 4px; overflow-wrap: anywhere; }
- .wrap { position: relative; }
- canvas { border: 1px solid #ccc; width: 100%%; height: auto; }
- .tip { position: absolute; pointer-events: none; background: #fff; border: 1px solid #888;
-        padding: 6px 8px; font: 12px monospace; white-space: pre; display: none; z-index: 1; }
- .key span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
-</style></head><body>
-<h3>snug memory timelines: %(title)s</h3>
-<div id="scale">same y axis on every panel: 0 to %(scale)s (the largest reserved of all panels, %(scale_bytes)d bytes)</div>
-<div class="key" id="key"></div>
-<label><input type="checkbox" id="byindex"%(checked)s> x axis: event index (instead of time)</label>
-<div class="panels">
-%(panels)s
-</div>
-<script>
-const TAGS = %(tags)s, COLORS = %(colors)s, YMAX = %(scale_bytes)d, P = %(data)s;
-document.getElementById('key').innerHTML = TAGS.map((t, k) => `<span style="background:${COLORS[k]}"></span>${t}`).join('')
-  + (P.some(p => p.D.some(d => d.r !== null)) ? '<span style="background:#000;height:2px"></span>reserved' : '')
-  + (P.some(p => p.S.length) ? '<span style="background:#888;width:1px"></span>training step' : '');
-function fmt(b) { const u = ['B','KiB','MiB','GiB','TiB']; let i = 0; while (b >= 1024 && i < 4) { b /= 1024; i++; } return (i ? b.toFixed(2) : b) + ' ' + u[i]; }
-let byIndex = %(byindex)s;
-const X = d => byIndex ? d.i : d.t;
-// One panel: its canvas c<n> and tooltip tip<n>; D its events, S its steps. Returns its draw().
-function panel(n, D, S) {
-  const cv = document.getElementById('c' + n), ctx = cv.getContext('2d'), tip = document.getElementById('tip' + n);
+// One timeline on canvas cv with its tooltip tip: D its events, S its steps, ymax the
+// top of its y axis; fit: CSS scales the canvas to its column. Returns its draw().
+function drawPanel(cv, tip, D, S, ymax, fit) {
+  const ctx = cv.getContext('2d');
   const L = 80, R = 20, T = 10, B = 40, W = cv.width - L - R, H = cv.height - T - B;
   let sx = null, x0 = 0, x1 = 1;
   function draw() {
     ctx.clearRect(0, 0, cv.width, cv.height);
     if (!D.length) { ctx.fillText('no events in this snapshot', L + 10, T + 20); return; }
     x0 = X(D[0]); x1 = Math.max(X(D[D.length - 1]), x0 + 1e-9);
-    const ymax = YMAX;
     sx = x => L + (x - x0) / (x1 - x0) * W;
     const sy = y => T + H - y / ymax * H;
     // Stacked step areas, bottom tag first.
@@ -278,23 +178,83 @@ function panel(n, D, S) {
   }
   cv.onmousemove = ev => {
     if (!D.length || !sx) return;
-    // The canvas is scaled to its column: CSS pixels to canvas pixels.
-    const r = cv.getBoundingClientRect(), k = cv.width / r.width, px = (ev.clientX - r.left) * k;
+    // A canvas scaled to its column: CSS pixels to canvas pixels.
+    const r = cv.getBoundingClientRect(), cx = ev.clientX - r.left, px = fit ? cx * cv.width / r.width : cx;
     const x = x0 + (px - L) / W * (x1 - x0);
     let lo = 0, hi = D.length - 1;
     while (lo < hi) { const m = (lo + hi + 1) >> 1; if (X(D[m]) <= x) lo = m; else hi = m - 1; }
     const d = D[lo], tot = d.v.reduce((a, b) => a + b, 0);
     let s = `#${d.i}  ${d.a}  ${fmt(d.s)} (requested ${d.q} B)\\ntag ${d.g}  op ${d.o || '-'}\\naddress ${d.ad}  stream ${d.st}\\ntime ${d.t.toFixed(3)} ms\\n\\nallocated ${fmt(tot)}` + (d.r !== null ? `\\nreserved  ${fmt(d.r)}` : '') + '\\n';
-    TAGS.forEach((t, j) => { if (d.v[j]) s += `\\n  ${t.padEnd(16)} ${fmt(d.v[j])}`; });
+    TAGS.forEach((t, k) => { if (d.v[k]) s += `\\n  ${t.padEnd(16)} ${fmt(d.v[k])}`; });
     tip.textContent = s; tip.style.display = 'block';
-    tip.style.left = Math.max(0, Math.min(ev.clientX - r.left + 16, r.width - 260)) + 'px'; tip.style.top = (ev.clientY - r.top + 10) + 'px';
+    tip.style.left = Math.max(0, Math.min(cx + 16, (fit ? r.width : cv.width) - 260)) + 'px'; tip.style.top = (ev.clientY - r.top + 10) + 'px';
   };
   cv.onmouseleave = () => { tip.style.display = 'none'; };
   return draw;
 }
-const draws = P.map((p, n) => panel(n, p.D, p.S));
-document.getElementById('byindex').onchange = e => { byIndex = e.target.checked; draws.forEach(f => f()); };
-draws.forEach(f => f());
+// Draws the panels, and again when the x-axis checkbox flips.
+function drawAll(draws) {
+  document.getElementById('byindex').onchange = e => { byIndex = e.target.checked; draws.forEach(f => f()); };
+  draws.forEach(f => f());
+}"""
+
+
+PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>snug memory timeline: %(title)s</title>
+<style>
+ body { font: 13px sans-serif; margin: 16px; }
+ #wrap { position: relative; }
+ canvas { border: 1px solid #ccc; }
+ #tip { position: absolute; pointer-events: none; background: #fff; border: 1px solid #888;
+        padding: 6px 8px; font: 12px monospace; white-space: pre; display: none; }
+ .key span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
+</style></head><body>
+<h3>snug memory timeline: %(title)s</h3>
+<div>%(subtitle)s</div>
+<div class="key" id="key"></div>
+<label><input type="checkbox" id="byindex"%(checked)s> x axis: event index (instead of time)</label>
+<div id="wrap"><canvas id="c" width="1200" height="520"></canvas><div id="tip"></div></div>
+<script>
+const TAGS = %(tags)s, COLORS = %(colors)s, YMAX = %(scale_bytes)d, D = %(data)s;
+let byIndex = %(byindex)s;
+%(timeline)s
+showKey([D], []);
+drawAll([drawPanel(document.getElementById('c'), document.getElementById('tip'), D, [], YMAX, false)]);
+</script></body></html>
+"""
+
+
+MULTI_PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>snug memory timelines: %(title)s</title>
+<style>
+ body { font: 13px sans-serif; margin: 16px; }
+ .panels { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 16px; }
+ @media (max-width: 900px) { .panels { grid-template-columns: minmax(0, 1fr); } }
+ .panel { min-width: 0; }
+ .panel-title { margin: 4px 0; }
+ .summary { font-weight: bold; }
+ .sub { color: #555; margin-bottom: 4px; overflow-wrap: anywhere; }
+ .wrap { position: relative; }
+ canvas { border: 1px solid #ccc; width: 100%%; height: auto; }
+ .tip { position: absolute; pointer-events: none; background: #fff; border: 1px solid #888;
+        padding: 6px 8px; font: 12px monospace; white-space: pre; display: none; z-index: 1; }
+ .key span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
+</style></head><body>
+<h3>snug memory timelines: %(title)s</h3>
+<div id="scale">same y axis on every panel: 0 to %(scale)s (the largest reserved of all panels, %(scale_bytes)d bytes)</div>
+<div class="key" id="key"></div>
+<label><input type="checkbox" id="byindex"%(checked)s> x axis: event index (instead of time)</label>
+<div class="panels">
+%(panels)s
+</div>
+<script>
+const TAGS = %(tags)s, COLORS = %(colors)s, YMAX = %(scale_bytes)d, P = %(data)s;
+let byIndex = %(byindex)s;
+%(timeline)s
+showKey(P.map(p => p.D), P.map(p => p.S));
+// Panel n: canvas c<n>, tooltip tip<n>, all on the shared YMAX.
+drawAll(P.map((p, n) => drawPanel(document.getElementById('c' + n), document.getElementById('tip' + n),
+                                  p.D, p.S, YMAX, true)));
 </script></body></html>
 """
 
@@ -319,24 +279,32 @@ def summary(rows):
     return f"peak allocated {mib(alloc)}, peak reserved {mib(res)}, reserved/allocated {ratio}"
 
 
+def y_top(rows):
+    """The top of a timeline's y axis: its largest reserved (or allocated, where
+    larger or where the trace has no segment events); at least 1 byte."""
+    alloc, res = peaks(rows)
+    return max(1, alloc, res or 0)
+
+
+def shared_scale(panels):
+    """The y scale of every panel: the largest y_top of them all."""
+    return max([1] + [y_top(p["rows"]) for p in panels])
+
+
+def page_fields(data, x):
+    """The fields both pages fill alike: the script's constants and the x axis it starts on."""
+    return {"tags": json.dumps(TAGS), "colors": json.dumps(COLORS), "timeline": TIMELINE_JS,
+            "data": json.dumps(data, separators=(",", ":")).replace("</", "<\\/"),
+            "byindex": "true" if x == "index" else "false", "checked": " checked" if x == "index" else ""}
+
+
 def write_html(dev, rows, path, source, x="time"):
     peak = max((sum(r["v"]) for r in rows), default=0)
     sub = (f"{html.escape(source)}: {len(rows)} events, backend {html.escape(str(dev.get('backend', '?')))}, "
            f"peak allocated in the trace {peak / 2**20:.2f} MiB")
     with open(path, "w") as f:
-        f.write(PAGE % {"title": html.escape(dev.get("device", "?")), "subtitle": sub, "tags": json.dumps(TAGS),
-                        "colors": json.dumps(COLORS), "data": json.dumps(rows, separators=(",", ":")),
-                        "byindex": "true" if x == "index" else "false", "checked": " checked" if x == "index" else ""})
-
-
-def shared_scale(panels):
-    """The y scale of every panel: the largest reserved (or allocated, where larger
-    or where a trace has no segment events) of them all; at least 1 byte."""
-    top = 1
-    for p in panels:
-        alloc, res = peaks(p["rows"])
-        top = max(top, alloc, res or 0)
-    return top
+        f.write(PAGE % {"title": html.escape(dev.get("device", "?")), "subtitle": sub, "scale_bytes": y_top(rows),
+                        **page_fields(rows, x)})
 
 
 def write_html_multi(panels, path, x="time"):
@@ -348,14 +316,11 @@ def write_html_multi(panels, path, x="time"):
         sub = (f"{html.escape(p['source'])}: {len(p['rows'])} events of {html.escape(str(dev.get('device', '?')))}, "
                f"backend {html.escape(str(dev.get('backend', '?')))}, {len(p['steps'])} steps")
         blocks.append(PANEL % {"n": n, "title": html.escape(p["title"]), "summary": summary(p["rows"]), "sub": sub})
-    data = json.dumps([{"D": p["rows"], "S": p["steps"]} for p in panels], separators=(",", ":"))
+    data = [{"D": p["rows"], "S": p["steps"]} for p in panels]
     with open(path, "w") as f:
         f.write(MULTI_PAGE % {"title": html.escape(" | ".join(p["title"] for p in panels)),
                               "scale": mib(scale), "scale_bytes": scale, "panels": "\n".join(blocks),
-                              "tags": json.dumps(TAGS), "colors": json.dumps(COLORS),
-                              "data": data.replace("</", "<\\/"),
-                              "byindex": "true" if x == "index" else "false",
-                              "checked": " checked" if x == "index" else ""})
+                              **page_fields(data, x)})
 
 
 def pyplot():

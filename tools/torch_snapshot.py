@@ -210,6 +210,13 @@ class _Flow:
         self.removed += n
         self.low = min(self.low, self.cur)
 
+    def move(self, n, up):
+        """add(n) when up, else sub(n)."""
+        if up:
+            self.add(n)
+        else:
+            self.sub(n)
+
     def base(self, final=None):
         return max(-self.low, final - self.cur) if final is not None else -self.low
 
@@ -229,30 +236,26 @@ def compute_stats(events, segments, trace):
     prev = None
     for e in events:
         a, size = e["action"], e["size"]
-        if a == "alloc":
-            f["allocated_bytes"].add(size)
-            f["requested_bytes"].add(e["requested"])
-            f["allocation"].add(1)
-            tags[e["tag"]].add(size)
-            if prev == "segment_alloc":
-                misses += 1
+        if a in ("alloc", "free"):
+            up = a == "alloc"
+            for flow, n in ((f["allocated_bytes"], size), (f["requested_bytes"], e["requested"]),
+                            (f["allocation"], 1), (tags[e["tag"]], size)):
+                flow.move(n, up)
+            if up:
+                if prev == "segment_alloc":
+                    misses += 1
+                else:
+                    hits += 1
+                if f["allocated_bytes"].cur >= f["allocated_bytes"].high:
+                    tag_at_peak = {t: tags[t].cur for t in TAGS}
+        elif a in ("segment_alloc", "segment_free"):
+            up = a == "segment_alloc"
+            f["reserved_bytes"].move(size, up)
+            f["segment"].move(1, up)
+            if up:
+                raw_allocs += 1
             else:
-                hits += 1
-            if f["allocated_bytes"].cur >= f["allocated_bytes"].high:
-                tag_at_peak = {t: tags[t].cur for t in TAGS}
-        elif a == "free":
-            f["allocated_bytes"].sub(size)
-            f["requested_bytes"].sub(e["requested"])
-            f["allocation"].sub(1)
-            tags[e["tag"]].sub(size)
-        elif a == "segment_alloc":
-            f["reserved_bytes"].add(size)
-            f["segment"].add(1)
-            raw_allocs += 1
-        elif a == "segment_free":
-            f["reserved_bytes"].sub(size)
-            f["segment"].sub(1)
-            raw_frees += 1
+                raw_frees += 1
         else:
             ooms += 1
         prev = a

@@ -22,7 +22,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "memory_tour"))
 from check_outputs import check_png, fail  # noqa: E402  (the PNG check both examples share)
 
-POLICIES = ["best_fit", "first_fit", "size_class", "buddy", "expandable", "planned", "malloc"]
+POLICIES = ["best_fit", "first_fit", "size_class", "buddy", "expandable", "planned", "planned:expandable", "malloc"]
 
 
 def trace_names(folder):

@@ -69,6 +69,22 @@ std::vector<Trace> load_traces(const std::string& dir) {
   return out;
 }
 
+// The trace's settings under `policy`: a policy name, or planned:BASE for
+// the planned arena over another base policy.
+AllocatorSettings settings_for(const Trace& t, const std::string& policy) {
+  AllocatorSettings s = t.settings;
+  const std::size_t colon = policy.find(':');
+  s.policy = parse_policy(policy.substr(0, colon));
+  if (colon != std::string::npos) {
+    SNUG_CHECK(s.policy == AllocPolicy::planned, ValueError, "alloc_lab: \"", policy,
+               "\": only planned takes a base policy (planned:expandable)");
+    s.planned_base = parse_policy(policy.substr(colon + 1));
+  }
+  s.oom_snapshot.clear();
+  s.validate();
+  return s;
+}
+
 Row run(const Trace& t, const std::string& policy, int repeats) {
   Row row{t.name, policy};
   ReplayResult r;
@@ -81,10 +97,7 @@ Row run(const Trace& t, const std::string& policy, int repeats) {
     std::sort(ns.begin(), ns.end());
     row.ns = ns[ns.size() / 2];
   } else {
-    AllocatorSettings s = t.settings;
-    s.policy = parse_policy(policy);
-    s.oom_snapshot.clear();
-    r = replay(t.events, s, ReplayOptions{.repeats = repeats});
+    r = replay(t.events, settings_for(t, policy), ReplayOptions{.repeats = repeats});
     row.ns = r.steady_ns_per_alloc_free;
     row.fallbacks = r.planned.fallbacks;
   }
@@ -131,12 +144,14 @@ int main(int argc, char** argv) {
   CLI::App app{"examples/alloc_lab: every allocation policy over every shipped trace (docs/memory.md)", "alloc_lab"};
   cli::init(app);
   std::string dir = SNUG_SOURCE_DIR "/bench/traces", chart, timelines;
-  std::string policies_text = "best_fit,first_fit,size_class,buddy,expandable,planned,malloc";
+  std::string policies_text = "best_fit,first_fit,size_class,buddy,expandable,planned,planned:expandable,malloc";
   int64_t repeats = 20;
   bool json = false;
   app.add_option("--traces", dir, "a folder of snapshot JSONs (each device with events is a trace)")
       ->capture_default_str();
-  app.add_option("--policies", policies_text, "comma-separated policies (malloc: glibc's, the baseline)")
+  app.add_option("--policies", policies_text,
+                 "comma-separated policies (planned:expandable: planned with planned_base=expandable; malloc: glibc's, "
+                 "the baseline)")
       ->capture_default_str();
   app.add_option("--repeats", repeats, "replays of each trace per policy (timing: their median)")
       ->transform(cli::integer(1))
@@ -152,7 +167,7 @@ int main(int argc, char** argv) {
     for (std::size_t a = 0; a <= policies_text.size();) {
       const std::size_t b = std::min(policies_text.find(',', a), policies_text.size());
       const std::string p = policies_text.substr(a, b - a);
-      if (p != "malloc") parse_policy(p);  // a clear error for a name that is not a policy
+      if (p != "malloc") settings_for(Trace{}, p);  // a clear error for a name that is not a policy
       policies.push_back(p);
       a = b + 1;
     }
@@ -201,11 +216,9 @@ int main(int argc, char** argv) {
       SNUG_CHECK(worst != nullptr, ValueError, "alloc_lab --timelines: no snug policy among --policies");
       fs::create_directories(timelines);
       for (auto [row, file] : {std::pair{worst, "varlen_worst.json"}, std::pair{best, "varlen_best.json"}}) {
-        AllocatorSettings s = varlen->settings;
-        s.policy = parse_policy(row->policy);
-        s.oom_snapshot.clear();
         Snapshot snap;
-        snap.devices.push_back(replay(varlen->events, s, ReplayOptions{.record_history = true}).history);
+        snap.devices.push_back(
+            replay(varlen->events, settings_for(*varlen, row->policy), ReplayOptions{.record_history = true}).history);
         write_snapshot(snap, (fs::path(timelines) / file).string());
       }
       std::fprintf(stderr, "%s: worst %s (%.3f), best %s (%.3f); draw them with\n"
