@@ -319,7 +319,8 @@ TEST_CASE("oom_snapshot: an OutOfMemoryError first writes the history that led t
 TEST_CASE("replay: every policy on the shipped W-GPT trace, and glibc malloc") {
   const char* src = std::getenv("SNUG_SOURCE_DIR");
   const std::string trace = std::string(src ? src : ".") + "/bench/traces/wgpt_step.json";
-  const auto& events = load_snapshot(trace).devices.at(0).events;
+  const Snapshot snap = load_snapshot(trace);  // (a reference into a temporary would dangle: ASan caught it)
+  const auto& events = snap.devices.at(0).events;
   const ReplayResult best = replay(events, AllocatorSettings{});
   for (int i = 0; i < kNumPolicies; ++i) {
     const auto p = static_cast<AllocPolicy>(i);
