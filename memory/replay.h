@@ -75,6 +75,7 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
 // where it started (mallinfo2: the main arena plus mmapped chunks, sampled
 // after each alloc in a second, untimed pass); raw_allocs counts the times
 // the heap grew or a chunk was mmapped. Timing covers the first pass only.
+// Under a sanitizer, whose malloc keeps no mallinfo2 figures, both are 0.
 ReplayResult replay_malloc(const std::vector<TraceEntry>& events);
 
 }  // namespace snug::memory

@@ -338,7 +338,9 @@ TEST_CASE("replay: every policy on the shipped W-GPT trace, and glibc malloc") {
   CHECK(planned.steady_raw_allocs == 0);  // the arena was made at the second mark, before the steady part
   const ReplayResult m = replay_malloc(events);
   CHECK(m.peak_requested_bytes == best.peak_requested_bytes);
-  CHECK(m.peak_reserved_bytes > 0);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  CHECK(m.peak_reserved_bytes > 0);  // (a sanitizer's malloc keeps no mallinfo2 figures)
+#endif
 }
 
 TEST_CASE("expandable segments on a GPU: cuMemMap'd granules hold tensors (skips without a GPU)") {
