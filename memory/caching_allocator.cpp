@@ -101,14 +101,6 @@ CachingAllocator::~CachingAllocator() {
   for (Block* b : spare_blocks_) delete b;
 }
 
-std::size_t CachingAllocator::round_size(std::size_t nbytes) const {
-  std::size_t r = settings_.round;
-  // Room for the policy's rounding too (at most a doubling, buddy's).
-  SNUG_CHECK(nbytes <= (SIZE_MAX >> 2), ValueError, "memory::allocate: ", nbytes, " bytes is not a valid size");
-  const std::size_t n = nbytes < r ? r : (nbytes + r - 1) & ~(r - 1);
-  return own_rounding_ ? policy_->block_size(n) : n;
-}
-
 // ---- pools --------------------------------------------------------------------
 
 void CachingAllocator::pool_insert(Block* b) {
@@ -383,19 +375,73 @@ Block* CachingAllocator::alloc_slow(bool small, std::size_t size, std::size_t nb
 
 // A block of `size` bytes (asked: nbytes) is handed out, or comes back:
 // the statistics every policy keeps (active bytes follow the block's state).
-void CachingAllocator::count_alloc(std::size_t size, std::size_t nbytes, Tag tag) {
-  const auto bytes = static_cast<int64_t>(size);
-  stats_.allocated_bytes.add(bytes);
-  stats_.allocation.add(1);
-  stats_.requested_bytes.add(static_cast<int64_t>(nbytes));
-  stats_.active_bytes.add(bytes);
-  stats_.active.add(1);
-  stats_.tag_bytes[static_cast<int>(tag)].add(bytes);
-  if (stats_.allocated_bytes.current == stats_.allocated_bytes.peak)
-    for (int t = 0; t < kNumTags; ++t) stats_.tag_at_peak[t] = stats_.tag_bytes[t].current;
+std::size_t CachingAllocator::policy_block_size(std::size_t n) const { return policy_->block_size(n); }
+
+// NOTE [ Deferred peaks ]: an allocation raises the counts it changes, but
+// not their peaks: it marks them due. A running sum's peak is always reached
+// just before a decrease (or at the end), so bringing every peak up to its
+// current value before anything of count_alloc's (or the arena's) decreases,
+// and before any reader looks, gives exactly the peaks an update on every
+// add would, with one store per allocation instead of a compare per count.
+// A planned arena block counts only in PlannedArena::Counts (live and ever),
+// which merged() adds to stats_ for every reader; stats_'s peaks for these
+// counts are the peaks of the sums. (The arena's path is a few dozen
+// instructions; these counts were a third of them.)
+void CachingAllocator::settle(DeviceStats& st) const {
+  static const PlannedArena::Counts kNone;
+  const PlannedArena::Counts& a = arena_ ? arena_->counts() : kNone;
+  // tag_at_peak: the breakdown when allocated_bytes reaches (or meets again) its peak.
+  if (st.allocated_bytes.current + a.bytes >= st.allocated_bytes.peak)
+    for (int t = 0; t < kNumTags; ++t) st.tag_at_peak[t] = st.tag_bytes[t].current + a.tag[t];
+  auto up = [](Stat& x, int64_t arena) { x.peak = std::max(x.peak, x.current + arena); };
+  up(st.allocated_bytes, a.bytes);
+  up(st.active_bytes, a.bytes);
+  up(st.allocation, a.blocks);
+  up(st.active, a.blocks);
+  up(st.requested_bytes, a.requested);
+  for (int t = 0; t < kNumTags; ++t) up(st.tag_bytes[t], a.tag[t]);
 }
 
-void CachingAllocator::count_free(std::size_t size, std::size_t requested, Tag tag) {
+// stats_ with the arena's blocks added in: what every reader sees.
+DeviceStats CachingAllocator::merged() const {
+  DeviceStats st = stats_;
+  if (peaks_due_) settle(st);
+  if (arena_) add_counts(st, arena_->counts());
+  st.capacity = capacity_;
+  return st;
+}
+
+void CachingAllocator::add_counts(DeviceStats& st, const PlannedArena::Counts& a) {
+  auto add = [](Stat& x, int64_t live, int64_t total) {
+    x.current += live;
+    x.allocated += total;
+    x.freed += total - live;
+  };
+  add(st.allocated_bytes, a.bytes, a.total_bytes);
+  add(st.active_bytes, a.bytes, a.total_bytes);
+  add(st.allocation, a.blocks, a.total_blocks);
+  add(st.active, a.blocks, a.total_blocks);
+  add(st.requested_bytes, a.requested, a.total_requested);
+  for (int t = 0; t < kNumTags; ++t) add(st.tag_bytes[t], a.tag[t], a.tag_total[t]);
+}
+
+inline void CachingAllocator::count_alloc(std::size_t size, std::size_t nbytes, Tag tag) {
+  const auto bytes = static_cast<int64_t>(size);
+  for (Stat* x : {&stats_.allocated_bytes, &stats_.active_bytes, &stats_.tag_bytes[static_cast<int>(tag)]}) {
+    x->current += bytes;
+    x->allocated += bytes;
+  }
+  for (Stat* x : {&stats_.allocation, &stats_.active}) {
+    ++x->current;
+    ++x->allocated;
+  }
+  stats_.requested_bytes.current += static_cast<int64_t>(nbytes);
+  stats_.requested_bytes.allocated += static_cast<int64_t>(nbytes);
+  peaks_due_ = true;
+}
+
+inline void CachingAllocator::count_free(std::size_t size, std::size_t requested, Tag tag) {
+  settle_peaks();
   const auto bytes = static_cast<int64_t>(size);
   stats_.allocated_bytes.sub(bytes);
   stats_.allocation.sub(1);
@@ -403,26 +449,32 @@ void CachingAllocator::count_free(std::size_t size, std::size_t requested, Tag t
   stats_.tag_bytes[static_cast<int>(tag)].sub(bytes);
 }
 
+// allocate and deallocate are the planned arena's path, kept small (a short
+// prologue, nothing spilled); everything else is out of line, under the same lock.
 void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, const char* op) {
   const std::size_t size = round_size(nbytes);
   std::lock_guard<SpinLock> lock(mu_);
   // NOTE [ Planned arena ]: a planned step's block, with no search (its
   // stream is the default one: the plan records one stream's step).
-  if (arena_ && stream == 0 && arena_->state() == PlannedArena::State::planned) {
+  if (arena_ && stream == 0 && arena_->state() == PlannedArena::State::planned)
     if (char* p = arena_->take(size, nbytes, tag)) {
-      count_alloc(size, nbytes, tag);
-      if (history_.enabled())
+      peaks_due_ = true;  // the arena counted it (NOTE [ Deferred peaks ])
+      if (history_.enabled()) [[unlikely]]
         history_.record(Action::alloc, trace_now_ns(), reinterpret_cast<std::uintptr_t>(p), size, nbytes, stream, tag,
                         intern_op(op));
       return p;
     }
-    // A step of another kind: the arena's memory goes back now, not after
-    // the step (it would sit idle beside the fallback's), and this step is
-    // recorded for a new plan (NOTE [ Planned arena ]).
-    if (arena_->other_step()) {
-      release_arena();
-      arena_->replan();
-    }
+  return allocate_locked(size, nbytes, stream, tag, op);
+}
+
+void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
+                                        const char* op) {
+  // A step of another kind (take() just said so): the arena's memory goes
+  // back now, not after the step (it would sit idle beside the fallback's),
+  // and this step is recorded for a new plan (NOTE [ Planned arena ]).
+  if (arena_ && arena_->state() == PlannedArena::State::planned && arena_->other_step()) {
+    release_arena();
+    arena_->replan();
   }
   if (!pending_.empty()) process_events(/*wait=*/false);
   const bool small = size <= settings_.small_threshold;
@@ -463,28 +515,34 @@ void CachingAllocator::deallocate(void* p) {
   if (!p) return;
   std::lock_guard<SpinLock> lock(mu_);
   if (arena_ && arena_->contains(p)) {
+    settle_peaks();  // before the arena's counts go down (NOTE [ Deferred peaks ])
     std::size_t requested = 0;
     Tag tag = Tag::other;
     const auto bytes = static_cast<int64_t>(arena_->give_back(p, &requested, &tag));
-    // A planned block's bytes are the next planned block's at once: work on
-    // another stream that uses it must be done first (a host wait: rare).
-    if (!arena_uses_.empty())
-      if (auto it = arena_uses_.find(p); it != arena_uses_.end()) {
-        for (StreamId st : it->second) {
-          const EventHandle e = backend_->record_event(st);
-          backend_->synchronize_event(e);
-          backend_->destroy_event(e);
-        }
-        arena_uses_.erase(it);
-      }
-    count_free(static_cast<std::size_t>(bytes), requested, tag);
-    stats_.active_bytes.sub(bytes);
-    stats_.active.sub(1);
-    if (history_.enabled())
+    if (!arena_uses_.empty()) [[unlikely]]
+      wait_arena_uses(p);
+    if (history_.enabled()) [[unlikely]]
       history_.record(Action::free, trace_now_ns(), reinterpret_cast<std::uintptr_t>(p), static_cast<std::size_t>(bytes),
                       requested, 0, tag, nullptr);
     return;
   }
+  deallocate_locked(p);
+}
+
+// A planned block's bytes are the next planned block's at once: work on
+// another stream that uses it must be done first (a host wait: rare).
+void CachingAllocator::wait_arena_uses(void* p) {
+  auto it = arena_uses_.find(p);
+  if (it == arena_uses_.end()) return;
+  for (StreamId st : it->second) {
+    const EventHandle e = backend_->record_event(st);
+    backend_->synchronize_event(e);
+    backend_->destroy_event(e);
+  }
+  arena_uses_.erase(it);
+}
+
+void CachingAllocator::deallocate_locked(void* p) {
   if (arena_ && arena_->state() == PlannedArena::State::recording) arena_->record_free(p);
   Block** found = live_.find(p);
   SNUG_CHECK(found != nullptr, ValueError, "memory::deallocate: ", p, " is not a live allocation on ", device_,
@@ -510,6 +568,7 @@ void CachingAllocator::deallocate(void* p) {
 
 // b (allocated or pending) becomes free: merge with free neighbours, pool it.
 void CachingAllocator::free_block(Block* b) {
+  settle_peaks();  // NOTE [ Deferred peaks ]
   stats_.active_bytes.sub(static_cast<int64_t>(b->size));
   stats_.active.sub(1);
   b->state = BlockState::free;
@@ -602,9 +661,10 @@ std::size_t CachingAllocator::largest_free_block() const {
 void CachingAllocator::throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
                                  const char* op, bool backend_failed) {
   ++stats_.num_ooms;
+  settle_peaks();
   if (history_.enabled()) history_.record(Action::oom, trace_now_ns(), 0, size, nbytes, stream, tag, intern_op(op));
   const std::size_t seg = seg_for(small, size);
-  const auto allocated = static_cast<std::size_t>(stats_.allocated_bytes.current);
+  const auto allocated = static_cast<std::size_t>(merged().allocated_bytes.current);
   const auto reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
   const std::size_t cached = reserved - allocated;
   const std::size_t largest = largest_free_block();
@@ -713,6 +773,10 @@ void CachingAllocator::set_settings(const AllocatorSettings& s) {
                device_, "): policy=expandable needs address reservation, which the ", backend_->name(),
                " backend does not offer");
     expanses_.clear();
+    if (arena_) {  // its counts (nothing live) stay in the device's totals
+      settle_peaks();
+      add_counts(stats_, arena_->counts());
+    }
     arena_.reset();
     if (s.policy == AllocPolicy::planned) arena_ = std::make_unique<PlannedArena>();
   }
@@ -735,20 +799,26 @@ AllocatorSettings CachingAllocator::settings() const {
 
 DeviceStats CachingAllocator::stats() const {
   std::lock_guard<SpinLock> lock(mu_);
-  DeviceStats s = stats_;
-  s.capacity = capacity_;
-  return s;
+  return merged();
 }
 
 void CachingAllocator::reset_peak() {
   std::lock_guard<SpinLock> lock(mu_);
-  for (Stat* s : {&stats_.allocated_bytes, &stats_.requested_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes,
-                  &stats_.reserved_bytes, &stats_.allocation, &stats_.active, &stats_.inactive_split, &stats_.segment})
+  settle_peaks();
+  // Each peak starts over at its current value (the arena's blocks included).
+  const DeviceStats now = merged();
+  auto restart = [](Stat& x, const Stat& cur) { x.peak = cur.current; };
+  restart(stats_.allocated_bytes, now.allocated_bytes);
+  restart(stats_.requested_bytes, now.requested_bytes);
+  restart(stats_.active_bytes, now.active_bytes);
+  restart(stats_.allocation, now.allocation);
+  restart(stats_.active, now.active);
+  for (Stat* s : {&stats_.inactive_split_bytes, &stats_.reserved_bytes, &stats_.inactive_split, &stats_.segment})
     s->reset_peak();
   outside_arena_.reset_peak();
   for (int t = 0; t < kNumTags; ++t) {
-    stats_.tag_bytes[t].reset_peak();
-    stats_.tag_at_peak[t] = stats_.tag_bytes[t].current;
+    restart(stats_.tag_bytes[t], now.tag_bytes[t]);
+    stats_.tag_at_peak[t] = now.tag_bytes[t].current;
   }
 }
 
@@ -836,7 +906,7 @@ void CachingAllocator::warm_probation() {
 void CachingAllocator::attach_arena(std::size_t bytes) {
   char* base = nullptr;
   if (bytes > 0 && fits_capacity(bytes)) base = static_cast<char*>(backend_->alloc(bytes));
-  arena_->attach(base, base ? bytes : 0, settings_.round);
+  arena_->attach(base, base ? bytes : 0);
   if (!base) return;
   stats_.reserved_bytes.add(static_cast<int64_t>(bytes));
   stats_.segment.add(1);
@@ -865,8 +935,7 @@ DeviceSnapshot CachingAllocator::snapshot_locked() const {
   d.backend = backend_->name();
   d.settings = settings_;
   d.capacity = capacity_;
-  d.stats = stats_;
-  d.stats.capacity = capacity_;
+  d.stats = merged();
   for (const auto& [addr, head] : segments_) {
     SegmentInfo seg;
     seg.address = addr;
@@ -985,7 +1054,7 @@ void CachingAllocator::check_invariants() const {
   }
   if (n_free != small_free_.size() + large_free_.size()) fail("pools hold blocks that are not in any segment");
   if (n_live != live_.size()) fail("live map holds blocks that are not in any segment");
-  const DeviceStats& s = stats_;
+  const DeviceStats s = merged();
   // Expandable: reserved is what is mapped, not the extent the blocks tile.
   if (policy_->grows()) reserved = expandable_mapped;
   if (s.reserved_bytes.current != reserved) fail(str("reserved_bytes ", s.reserved_bytes.current, " != ", reserved));

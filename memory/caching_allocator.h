@@ -41,10 +41,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include <snug/base/error.h>
 #include <snug/memory/allocator.h>
 #include <snug/memory/block.h>
 #include <snug/memory/history.h>
 #include <snug/memory/node_pool.h>
+#include <snug/memory/planned_arena.h>
 #include <snug/memory/ptr_map.h>
 #include <snug/memory/raw_backend.h>
 #include <snug/memory/settings.h>
@@ -54,8 +56,6 @@
 namespace snug::memory {
 
 class BlockPolicy;
-class PlannedArena;
-struct PlannedStats;
 
 class CachingAllocator {
  public:
@@ -100,7 +100,15 @@ class CachingAllocator {
 
   Device device() const { return device_; }
   RawBackend& backend() { return *backend_; }
-  std::size_t round_size(std::size_t nbytes) const;
+  // nbytes rounded to the allocator's granule (settings.round), then the
+  // policy's size (size_class, buddy). Inline: every allocation asks.
+  std::size_t round_size(std::size_t nbytes) const {
+    // Room for the policy's rounding too (at most a doubling, buddy's).
+    SNUG_CHECK(nbytes <= (SIZE_MAX >> 2), ValueError, "memory::allocate: ", nbytes, " bytes is not a valid size");
+    const std::size_t r = settings_.round;
+    const std::size_t n = nbytes < r ? r : (nbytes + r - 1) & ~(r - 1);
+    return own_rounding_ ? policy_block_size(n) : n;
+  }
   std::size_t block_size(void* p) const;  // rounded size of a live allocation
   bool owns(const void* p) const;         // p is a live allocation of this allocator
   // Throws snug::Error describing the first broken invariant (tests call it).
@@ -132,12 +140,28 @@ class CachingAllocator {
   void release_arena();
   void warm_probation();
   DeviceSnapshot snapshot_locked() const;
+  // Under the lock: every allocation but a planned arena block's, every free but an arena block's.
+  [[gnu::noinline]] void* allocate_locked(std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
+                                          const char* op);
+  [[gnu::noinline]] void deallocate_locked(void* p);
+  void wait_arena_uses(void* p);
   Block* alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   [[noreturn]] void throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
                               const char* op, bool backend_failed);
   void pool_insert(Block* b);
   void pool_erase(Block* b);
+  std::size_t policy_block_size(std::size_t n) const;
+  // count_alloc leaves peaks due; settle them before anything decreases (NOTE [ Deferred peaks ]).
   void count_alloc(std::size_t size, std::size_t nbytes, Tag tag);
+  void settle(DeviceStats& st) const;
+  DeviceStats merged() const;  // stats_ with the planned arena's counts added in
+  static void add_counts(DeviceStats& st, const PlannedArena::Counts& a);
+  void settle_peaks() {
+    if (peaks_due_) {
+      settle(stats_);
+      peaks_due_ = false;
+    }
+  }
   void count_free(std::size_t size, std::size_t requested, Tag tag);
   void free_block(Block* b);
   void merge_and_pool(Block* b);
@@ -177,6 +201,7 @@ class CachingAllocator {
   std::unordered_set<std::string> op_names_;
   PtrMap<const char*> op_seen_;
   DeviceStats stats_;
+  bool peaks_due_ = false;  // NOTE [ Deferred peaks ]
   Stat outside_arena_;  // policy=planned: bytes allocated by best fit (PlannedStats::planned_peak)
   History history_;
 };

@@ -17,7 +17,7 @@ namespace {
 constexpr std::size_t kLookAhead = 8;
 // At most how many of a step's first allocations must match the recorded
 // step's exactly before the arena serves it (they go to the base policy).
-constexpr std::size_t kProbation = 8;
+constexpr std::size_t kProbation = 2;
 }  // namespace
 
 // ---- the recorded step ---------------------------------------------------------------
@@ -144,15 +144,13 @@ std::vector<std::size_t> PlannedArena::probation_sizes() const {
   return out;
 }
 
-void PlannedArena::attach(char* base, std::size_t bytes, std::size_t granule) {
+void PlannedArena::attach(char* base, std::size_t bytes) {
   base_ = base;
   bytes_ = bytes;
-  SNUG_CHECK(std::has_single_bit(granule), ValueError, "PlannedArena: granule ", granule, " is not a power of two");
-  // (A loop, not std::countr_zero: that compiles to tzcnt, which a baseline x86-64 lacks.)
-  granule_shift_ = 0;
-  while ((std::size_t{1} << granule_shift_) < granule) ++granule_shift_;
   for (Slot& sl : slots_) sl.done = sl.live = 0;
-  slot_at_.assign((bytes >> granule_shift_) + 1, -1);
+  by_offset_.clear();
+  for (std::size_t s = 0; s < slots_.size(); ++s) by_offset_.emplace_back(slots_[s].offset, static_cast<int32_t>(s));
+  std::sort(by_offset_.begin(), by_offset_.end());
   state_ = State::planned;
   cursor_ = freed_prefix_ = 0;
   active_ = base != nullptr;
@@ -182,7 +180,7 @@ void PlannedArena::next_step() {
   step_matched_ = false;
   other_step_ = false;
   if (state_ != State::planned || !base_) return;
-  if (live_count_ > 0) {  // a block of the last step outlives it: its bytes may be planned for others
+  if (counts_.blocks > 0) {  // a block of the last step outlives it: its bytes may be planned for others
     active_ = false;
     ++stats_.suspended_steps;
     return;
@@ -192,13 +190,7 @@ void PlannedArena::next_step() {
   active_ = true;
 }
 
-void PlannedArena::done(int32_t slot) {
-  slots_[static_cast<std::size_t>(slot)].done = 1;
-  while (freed_prefix_ < free_order_.size() && slots_[static_cast<std::size_t>(free_order_[freed_prefix_])].done)
-    ++freed_prefix_;
-}
-
-char* PlannedArena::take(std::size_t size, std::size_t requested, Tag tag) {
+char* PlannedArena::take_slow(std::size_t size, std::size_t requested, Tag tag) {
   if (!active_) {
     if (state_ == State::planned && base_) ++stats_.fallbacks;
     return nullptr;
@@ -212,7 +204,7 @@ char* PlannedArena::take(std::size_t size, std::size_t requested, Tag tag) {
   if (k < probation_) {
     if (entries_[k].size != size) {
       active_ = false;
-      other_step_ = live_count_ == 0;
+      other_step_ = counts_.blocks == 0;
       ++stats_.fallbacks;
       return nullptr;
     }
@@ -238,46 +230,24 @@ char* PlannedArena::take(std::size_t size, std::size_t requested, Tag tag) {
     ++stats_.kept_out;
     return nullptr;
   }
-  Slot& sl = slots_[static_cast<std::size_t>(s)];
-  if (freed_prefix_ < sl.frees_before) {  // a block planned to be gone by now is still live
+  if (freed_prefix_ < slots_[static_cast<std::size_t>(s)].frees_before) {  // a block planned to be gone by now is still live
     done(s);
     ++stats_.fallbacks;
     return nullptr;
   }
-  sl.live = 1;
-  sl.requested = requested;
-  sl.tag = tag;
-  slot_at_[sl.offset >> granule_shift_] = s;
-  live_bytes_ += sl.size;
-  ++live_count_;
-  ++stats_.hits;
-  return base_ + sl.offset;
+  return hand_out(s, requested, tag);
 }
 
-std::size_t PlannedArena::give_back(const void* p, std::size_t* requested, Tag* tag) {
+int32_t PlannedArena::live_slot_at(const void* p) const {
   const auto off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
-  const std::size_t mask = (std::size_t{1} << granule_shift_) - 1;
-  const int32_t s = (off & mask) == 0 ? slot_at_[off >> granule_shift_] : -1;
-  Slot* sl = s >= 0 ? &slots_[static_cast<std::size_t>(s)] : nullptr;
-  SNUG_CHECK(sl && sl->live && sl->offset == off, ValueError, "memory::deallocate: ", p,
-             " is not a live block of the planned arena (freed twice?)");
-  sl->live = 0;
-  slot_at_[off >> granule_shift_] = -1;
-  live_bytes_ -= sl->size;
-  --live_count_;
-  *requested = sl->requested;
-  *tag = sl->tag;
-  if (active_) done(s);
-  return sl->size;
+  auto it = std::lower_bound(by_offset_.begin(), by_offset_.end(), std::pair<std::size_t, int32_t>(off, -1));
+  for (; it != by_offset_.end() && it->first == off; ++it)
+    if (slots_[static_cast<std::size_t>(it->second)].live) return it->second;
+  throw ValueError(str("memory: ", p, " is not a live block of the planned arena (freed twice?)"));
 }
 
 std::size_t PlannedArena::size_of(const void* p) const {
-  const auto off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
-  const std::size_t mask = (std::size_t{1} << granule_shift_) - 1;
-  const int32_t s = (off & mask) == 0 ? slot_at_[off >> granule_shift_] : -1;
-  SNUG_CHECK(s >= 0 && slots_[static_cast<std::size_t>(s)].live, ValueError, p,
-             " is not a live block of the planned arena");
-  return slots_[static_cast<std::size_t>(s)].size;
+  return slots_[static_cast<std::size_t>(live_slot_at(p))].size;
 }
 
 std::vector<PlannedArena::Live> PlannedArena::live_blocks() const {

@@ -31,6 +31,7 @@
 // are freed.
 #pragma once
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -40,7 +41,7 @@
 namespace snug::memory {
 
 struct PlannedStats {
-  int64_t hits = 0;              // allocations served by the arena
+  int64_t hits = 0;              // allocations served by the arena (Counts::total_blocks)
   int64_t fallbacks = 0;         // allocations of a planned step that went to best fit
   int64_t kept_out = 0;          // allocations the plan leaves to best fit (not freed in the recorded step)
   int64_t steps = 0;             // step boundaries seen
@@ -74,7 +75,7 @@ class PlannedArena {
   std::vector<std::size_t> probation_sizes() const;
   // The arena's memory (from the device), after plan(); detach() lets it go
   // (empty_cache with no arena block live) until the next attach.
-  void attach(char* base, std::size_t bytes, std::size_t granule);
+  void attach(char* base, std::size_t bytes);
   void detach();
   char* base() const { return base_; }
   std::size_t bytes() const { return bytes_; }
@@ -87,11 +88,43 @@ class PlannedArena {
   // the step from here (or gives up after kMaxReplans in a row).
   bool other_step() const { return other_step_; }
   void replan();
-  // The arena block for the step's next allocation of `size`, or nullptr (best fit serves it).
-  char* take(std::size_t size, std::size_t requested, Tag tag);
+  // The arena block for the step's next allocation of `size`, or nullptr
+  // (the base policy serves it). The common case is inline, a few compares
+  // and stores: the next entry, of this size, planned, with every block
+  // planned to be gone by now gone. take_slow() has every other case.
+  char* take(std::size_t size, std::size_t requested, Tag tag) {
+    const std::size_t k = cursor_;
+    if (active_ && k >= probation_ && k < entries_.size() && entries_[k].size == size) {
+      const int32_t s = entries_[k].slot;
+      if (s >= 0 && freed_prefix_ >= slots_[static_cast<std::size_t>(s)].frees_before) {
+        cursor_ = k + 1;
+        return hand_out(s, requested, tag);
+      }
+    }
+    return take_slow(size, requested, tag);
+  }
   bool contains(const void* p) const { return p >= base_ && p < base_ + bytes_; }
-  // Frees an arena block; returns its size. Throws ValueError for an address that is not a live arena block.
-  std::size_t give_back(const void* p, std::size_t* requested, Tag* tag);
+  // Frees an arena block (p: contains(p)); returns its size. Throws
+  // ValueError for an address that is not a live arena block.
+  std::size_t give_back(const void* p, std::size_t* requested, Tag* tag) {
+    const auto off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
+    // The free the plan expects next first: in a step that follows the plan
+    // it is this one, and its slot is warm (done() below just read it), so
+    // the address table is not looked up.
+    int32_t s = freed_prefix_ < free_order_.size() ? free_order_[freed_prefix_] : -1;
+    if (s < 0 || slots_[static_cast<std::size_t>(s)].offset != off || !slots_[static_cast<std::size_t>(s)].live)
+      s = live_slot_at(p);  // throws unless p is a live arena block
+    Slot& sl = slots_[static_cast<std::size_t>(s)];
+    sl.live = 0;
+    counts_.bytes -= static_cast<int64_t>(sl.size);
+    --counts_.blocks;
+    counts_.requested -= static_cast<int64_t>(sl.requested);
+    counts_.tag[static_cast<int>(sl.tag)] -= static_cast<int64_t>(sl.size);
+    *requested = sl.requested;
+    *tag = sl.tag;
+    if (active_) done(s);
+    return sl.size;
+  }
   std::size_t size_of(const void* p) const;  // a live arena block's size (ValueError otherwise)
 
   struct Live {
@@ -99,9 +132,23 @@ class PlannedArena {
     Tag tag;
   };
   std::vector<Live> live_blocks() const;  // by offset
-  std::size_t live_bytes() const { return live_bytes_; }
-  int64_t live_count() const { return live_count_; }
-  const PlannedStats& stats() const { return stats_; }
+  std::size_t live_bytes() const { return static_cast<std::size_t>(counts_.bytes); }
+  int64_t live_count() const { return counts_.blocks; }
+  // What the arena's blocks add to the device's statistics: live now, and
+  // ever handed out. The caching allocator adds them in when it reports
+  // (NOTE [ Deferred peaks ] in caching_allocator.cpp), so a planned block
+  // updates these few counts and nothing else.
+  struct Counts {
+    int64_t bytes = 0, blocks = 0, requested = 0;                    // live
+    int64_t total_bytes = 0, total_blocks = 0, total_requested = 0;  // ever handed out
+    std::array<int64_t, kNumTags> tag{}, tag_total{};                // bytes by tag: live, ever
+  };
+  const Counts& counts() const { return counts_; }
+  PlannedStats stats() const {
+    PlannedStats s = stats_;
+    s.hits = counts_.total_blocks;
+    return s;
+  }
   void count_step() { ++stats_.steps; }
 
  private:
@@ -118,7 +165,33 @@ class PlannedArena {
     Tag tag = Tag::other;
     std::size_t requested = 0;
   };
-  void done(int32_t slot);
+  // Slot s's block is freed (or will not be used this step): the prefix of
+  // free_order_ that is all done grows.
+  void done(int32_t s) {
+    slots_[static_cast<std::size_t>(s)].done = 1;
+    while (freed_prefix_ < free_order_.size() && slots_[static_cast<std::size_t>(free_order_[freed_prefix_])].done)
+      ++freed_prefix_;
+  }
+  char* hand_out(int32_t s, std::size_t requested, Tag tag) {
+    Slot& sl = slots_[static_cast<std::size_t>(s)];
+    sl.live = 1;
+    sl.requested = requested;
+    sl.tag = tag;
+    const auto bytes = static_cast<int64_t>(sl.size);
+    counts_.bytes += bytes;
+    ++counts_.blocks;
+    counts_.requested += static_cast<int64_t>(requested);
+    counts_.tag[static_cast<int>(tag)] += bytes;
+    counts_.total_bytes += bytes;
+    ++counts_.total_blocks;
+    counts_.total_requested += static_cast<int64_t>(requested);
+    counts_.tag_total[static_cast<int>(tag)] += bytes;
+    return base_ + sl.offset;
+  }
+  char* take_slow(std::size_t size, std::size_t requested, Tag tag);
+  // The live slot whose block starts at p (ValueError if none): a binary
+  // search of by_offset_, for frees out of the recorded order.
+  int32_t live_slot_at(const void* p) const;
 
   State state_ = State::waiting;
   // Recording: each allocation's size, when it came and when it was freed
@@ -137,7 +210,6 @@ class PlannedArena {
   std::vector<int32_t> free_order_;  // slots by recorded free time
   char* base_ = nullptr;
   std::size_t bytes_ = 0;
-  unsigned granule_shift_ = 9;  // offsets are multiples of 2^this (settings.round): a shift, not a division
 
   // This step.
   std::size_t probation_ = 0;       // the step's first entries, checked and left to the base policy
@@ -147,9 +219,8 @@ class PlannedArena {
   bool other_step_ = false;         // this step began unlike the recorded one
   bool step_matched_ = false;       // this step's first allocation matched the plan
   int replans_in_row_ = 0;
-  std::vector<int32_t> slot_at_;    // by offset / granule_: the slot last handed out there
-  std::size_t live_bytes_ = 0;
-  int64_t live_count_ = 0;
+  std::vector<std::pair<std::size_t, int32_t>> by_offset_;  // (offset, slot), sorted: at most one of an offset's slots is live
+  Counts counts_;
   PlannedStats stats_;
 };
 

@@ -15,20 +15,29 @@ namespace snug::memory {
 
 class SpinLock {
  public:
+  // The uncontended case inline (one exchange); waiting out of line.
   void lock() noexcept {
-    for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
-      // Wait on a plain load (no cache-line ping-pong) until it looks free.
-      while (locked_.load(std::memory_order_relaxed)) {
-        if (++spins < 64)
-          pause();
-        else
-          std::this_thread::yield();
-      }
-    }
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]]
+      return;
+    wait_and_lock();
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
+ // One round of waiting: a pause hint for the first 64, then a yield.
+  static void relax(int& spins) noexcept {
+    if (++spins < 64)
+      pause();
+    else
+      std::this_thread::yield();
+  }
+
  private:
+  [[gnu::noinline]] void wait_and_lock() noexcept {
+    for (int spins = 0; locked_.exchange(true, std::memory_order_acquire);) {
+      // Wait on a plain load (no cache-line ping-pong) until it looks free.
+      while (locked_.load(std::memory_order_relaxed)) relax(spins);
+    }
+  }
   static void pause() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

@@ -9,6 +9,7 @@
 // followed, skipped, outlived and broken.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <map>
 #include <random>
 #include <vector>
@@ -50,6 +51,10 @@ int run(const AllocatorSettings& settings, std::size_t capacity, int ops, uint64
   std::map<std::uintptr_t, Live> live;  // by address
   std::vector<void*> order;             // for picking a random live block
   int64_t model_allocated = 0, model_requested = 0;
+  // Peaks as an update on every allocation gives them (the allocator defers
+  // them: NOTE [ Deferred peaks ]), and the tag breakdown at the peak.
+  int64_t peak_allocated = 0, peak_requested = 0, peak_count = 0;
+  std::array<int64_t, kNumTags> model_tag{}, model_tag_at_peak{};
   int ooms = 0;
 
   auto free_at = [&](std::size_t i) {
@@ -58,6 +63,7 @@ int run(const AllocatorSettings& settings, std::size_t capacity, int ops, uint64
     REQUIRE(it != live.end());
     model_allocated -= static_cast<int64_t>(it->second.size);
     model_requested -= static_cast<int64_t>(it->second.requested);
+    model_tag[static_cast<int>(it->second.tag)] -= static_cast<int64_t>(it->second.size);
     live.erase(it);
     order[i] = order.back();
     order.pop_back();
@@ -98,6 +104,11 @@ int run(const AllocatorSettings& settings, std::size_t capacity, int ops, uint64
       order.push_back(p);
       model_allocated += static_cast<int64_t>(size);
       model_requested += static_cast<int64_t>(n);
+      model_tag[static_cast<int>(tag)] += static_cast<int64_t>(size);
+      if (model_allocated >= peak_allocated) model_tag_at_peak = model_tag;
+      peak_allocated = std::max(peak_allocated, model_allocated);
+      peak_requested = std::max(peak_requested, model_requested);
+      peak_count = std::max(peak_count, static_cast<int64_t>(live.size()));
       if (std::uniform_int_distribution<int>(0, 49)(rng) == 0) a.record_stream(p, 3);
     } else {
       free_at(std::uniform_int_distribution<std::size_t>(0, order.size() - 1)(rng));
@@ -106,6 +117,10 @@ int run(const AllocatorSettings& settings, std::size_t capacity, int ops, uint64
     REQUIRE(s.allocated_bytes.current == model_allocated);
     REQUIRE(s.requested_bytes.current == model_requested);
     REQUIRE(s.allocation.current == static_cast<int64_t>(live.size()));
+    REQUIRE(s.allocated_bytes.peak == peak_allocated);
+    REQUIRE(s.requested_bytes.peak == peak_requested);
+    REQUIRE(s.allocation.peak == peak_count);
+    REQUIRE(s.tag_at_peak == model_tag_at_peak);
     REQUIRE(s.allocated_bytes.current <= s.active_bytes.current);
     // (Expandable: free blocks may lie on unmapped granules, so only the active ones count.)
     REQUIRE(s.active_bytes.current + (expandable ? 0 : s.inactive_split_bytes.current) <= s.reserved_bytes.current);
@@ -208,6 +223,7 @@ TEST_CASE("property: the planned arena over 1,000,000 operations of deviating st
   std::mt19937_64 rng(21);
   const std::vector<StepOp> base = make_step(rng, 400);
   std::map<std::uintptr_t, std::size_t> live;  // address -> size, every live block
+  int64_t live_bytes = 0, peak_bytes = 0;       // the peak an update on every allocation gives
   auto add = [&](void* p) {
     const auto addr = reinterpret_cast<std::uintptr_t>(p);
     const std::size_t size = a.block_size(p);
@@ -215,8 +231,11 @@ TEST_CASE("property: the planned arena over 1,000,000 operations of deviating st
     if (next != live.end()) REQUIRE(addr + size <= next->first);
     if (next != live.begin()) REQUIRE(std::prev(next)->first + std::prev(next)->second <= addr);
     live.emplace(addr, size);
+    live_bytes += static_cast<int64_t>(size);
+    peak_bytes = std::max(peak_bytes, live_bytes);
   };
   auto drop = [&](void* p) {
+    live_bytes -= static_cast<int64_t>(live.at(reinterpret_cast<std::uintptr_t>(p)));
     live.erase(reinterpret_cast<std::uintptr_t>(p));
     a.deallocate(p);
   };
@@ -248,6 +267,14 @@ TEST_CASE("property: the planned arena over 1,000,000 operations of deviating st
       }
     }
     if (step % 50 == 0) a.check_invariants();
+    const DeviceStats st = a.stats();
+    REQUIRE(st.allocated_bytes.current == live_bytes);
+    REQUIRE(st.allocated_bytes.peak == peak_bytes);
+    if (step % 97 == 0) {  // a new peak from here: arena blocks included in the current value
+      a.reset_peak();
+      peak_bytes = live_bytes;
+      REQUIRE(a.stats().allocated_bytes.peak == live_bytes);
+    }
   }
   for (void* p : late) drop(p);
   a.check_invariants();
