@@ -17,7 +17,7 @@ namespace {
 constexpr std::size_t kLookAhead = 8;
 // At most how many of a step's first allocations must match the recorded
 // step's exactly before the arena serves it (they go to the base policy).
-constexpr std::size_t kProbation = 2;
+constexpr std::size_t kProbation = 8;
 }  // namespace
 
 // ---- the recorded step ---------------------------------------------------------------
