@@ -158,7 +158,7 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
         "\"fragmentation\":%.4f,\"raw_allocs\":%lld,\"steps\":%lld,\"steady_peak_reserved_bytes\":%lld,"
         "\"steady_raw_allocs\":%lld,\"num_ooms\":%lld,\"skipped_frees\":%lld,\"ns_per_op\":%.1f,"
         "\"ns_per_alloc_free\":%.1f,\"steady_ns_per_alloc_free\":%.1f,\"planned_peak_bytes\":%zu,\"planned_hits\":%lld,\"planned_fallbacks\":%lld,\"planned_kept_out\":%lld,"
-        "\"planned_arena_bytes\":%zu,\"planned_lower_bound_bytes\":%zu}\n",
+        "\"planned_held_hits\":%lld,\"planned_arena_bytes\":%zu,\"planned_lower_bound_bytes\":%zu}\n",
         path.c_str(), dev->device.c_str(), policy.c_str(), settings.c_str(), dev->events.size(),
         static_cast<long long>(r.ops), static_cast<long long>(r.peak_allocated_bytes),
         static_cast<long long>(r.peak_requested_bytes), static_cast<long long>(r.peak_reserved_bytes),
@@ -168,7 +168,8 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
         static_cast<long long>(r.num_ooms), static_cast<long long>(r.skipped_frees), r.ns_per_op, r.ns_per_alloc_free,
         r.steady_ns_per_alloc_free, r.planned.planned_peak,
         static_cast<long long>(r.planned.hits), static_cast<long long>(r.planned.fallbacks),
-        static_cast<long long>(r.planned.kept_out), r.planned.arena_bytes, r.planned.lower_bound);
+        static_cast<long long>(r.planned.kept_out), static_cast<long long>(r.planned.held_hits), r.planned.arena_bytes,
+        r.planned.lower_bound);
   } else {
     std::printf("trace %s (%s, %zu events)\npolicy %s, settings %s\n", path.c_str(), dev->device.c_str(),
                 dev->events.size(), policy.c_str(), settings.c_str());

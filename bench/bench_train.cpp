@@ -149,11 +149,12 @@ void report(const Args& a, const char* name, const Common& c, const StepResult& 
         "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld, \"cpu_isa\": \"%s\", "
         "\"amp\": \"%s\", \"device\": \"%s\", \"alloc_policy\": \"%s\", \"steady_peak_reserved_bytes\": %zu, "
         "\"raw_allocs_after_step1\": %lld, \"planned_arena_bytes\": %zu, \"planned_peak_bytes\": %zu, "
-        "\"planned_hits\": %lld, \"planned_fallbacks\": %lld}\n",
+        "\"planned_hits\": %lld, \"planned_held_hits\": %lld, \"planned_fallbacks\": %lld}\n",
         name, ms, lo, hi, rate_name, items_per_step / (ms / 1e3), r.loss_first, r.loss_last, (long long)r.params,
         r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup, (long long)c.threads,
         cpu_isa().c_str(), amp, c.device.str().c_str(), memory::policy_name(as.policy), r.steady_peak_reserved,
-        (long long)r.raw_allocs_after_step1, ps.arena_bytes, ps.planned_peak, (long long)ps.hits, (long long)ps.fallbacks);
+        (long long)r.raw_allocs_after_step1, ps.arena_bytes, ps.planned_peak, (long long)ps.hits, (long long)ps.held_hits,
+        (long long)ps.fallbacks);
   } else {
     std::printf(
         "%s: median %.2f ms/step (min %.2f, max %.2f) over %lld steps, %.0f %s, loss %.4f -> %.4f, "

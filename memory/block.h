@@ -35,6 +35,7 @@ struct Block {
   Tag tag = Tag::other;
   const char* op = nullptr;
   int pending_events = 0;
+  int32_t held = -1;  // policy=planned: its index among the planner's held blocks (CachingAllocator::held_)
   Block* prev = nullptr;  // neighbours in the same segment, by address
   Block* next = nullptr;
   std::vector<StreamId> stream_uses;  // other streams that use this block

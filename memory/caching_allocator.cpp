@@ -2,6 +2,7 @@
 #include <snug/memory/caching_allocator.h>
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <cstring>
 
@@ -43,6 +44,7 @@ Block* CachingAllocator::new_block() {
   b->tag = Tag::other;
   b->op = nullptr;
   b->pending_events = 0;
+  b->held = -1;
   b->prev = b->next = nullptr;
   return b;
 }
@@ -65,6 +67,7 @@ const char* CachingAllocator::intern_op(const char* op) {
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<SpinLock> lock(mu_);
+  release_held();
   for (auto& [e, b] : pending_) backend_->destroy_event(e);
   if (arena_ && arena_->base() && arena_->live_count() == 0) backend_->free(arena_->base(), arena_->bytes());
   for (auto& [key, e] : expanses_) {
@@ -170,8 +173,10 @@ void CachingAllocator::release_segment(Block* b) {
 // Returns every segment that is one free block to the backend (expandable:
 // unmaps every free tail).
 void CachingAllocator::release_cached() {
-  // An arena with nothing live in it is cache too; the next step takes it again.
+  // An arena with nothing live in it is cache too, and so are idle held
+  // blocks; the next step takes them again.
   if (arena_ && arena_->base() && arena_->live_count() == 0) release_arena();
+  release_held();
   if (policy_->grows()) {
     for (auto& [key, e] : expanses_) shrink(e);
     return;
@@ -350,6 +355,13 @@ void CachingAllocator::shrink(Expanse& e) {
 Block* CachingAllocator::alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
                                     const char* op) {
   auto more = [&]() { return policy_->grows() ? grow(small, size, stream) : new_segment(small, seg_for(small, size), stream); };
+  // Idle held blocks are cache: before the pool grows they go back to it, one
+  // by one (their entries adopt a block again at their next fallback).
+  if (release_idle_held())
+    if (Block* b = find_free(small, size, stream)) {
+      ++stats_.num_cache_hits;
+      return b;
+    }
   if (Block* b = more()) {
     ++stats_.num_cache_misses;
     return b;
@@ -476,6 +488,20 @@ void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, St
     release_arena();
     arena_->replan();
   }
+  int32_t adopt = -1;
+  if (arena_)
+    if (const int32_t h = arena_->take_held_request(); h >= 0) {
+      if (Block* b = serve_held(h, size, nbytes, stream, tag, op)) return b->ptr;
+      arena_->count_fallback();
+      // Both busy, or one missing: the block the base policy gives now
+      // becomes the entry's (its second: a value replaced while the old one
+      // is still held, `loss = step()`), so the next step has one free.
+      for (std::size_t i = 2 * static_cast<std::size_t>(h); i < 2 * static_cast<std::size_t>(h) + 2; ++i)
+        if (stream == 0 && i < held_.size() && !held_[i].b) {
+          adopt = static_cast<int32_t>(i);
+          break;
+        }
+    }
   if (!pending_.empty()) process_events(/*wait=*/false);
   const bool small = size <= settings_.small_threshold;
   Block* b = find_free(small, size, stream);
@@ -508,6 +534,10 @@ void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, St
 
   count_alloc(b->size, nbytes, tag);
   if (history_.enabled()) record(Action::alloc, b, nbytes);
+  if (adopt >= 0) {  // (above: an entry's second held block)
+    b->held = adopt;
+    held_[static_cast<std::size_t>(adopt)] = Held{b, true};
+  }
   return b->ptr;
 }
 
@@ -549,6 +579,18 @@ void CachingAllocator::deallocate_locked(void* p) {
              " (freed twice, or allocated on another device)");
   Block* b = *found;
   live_.erase(p);
+  if (b->held >= 0) {
+    if (b->stream_uses.empty()) {  // back to its entry, idle (NOTE [ Held blocks ])
+      held_[static_cast<std::size_t>(b->held)].busy = false;
+      count_free(b->size, b->requested, b->tag);
+      stats_.active_bytes.sub(static_cast<int64_t>(b->size));
+      stats_.active.sub(1);
+      if (history_.enabled()) record(Action::free, b, b->requested);
+      return;
+    }
+    held_[static_cast<std::size_t>(b->held)].b = nullptr;  // used on another stream: an ordinary block from here
+    b->held = -1;
+  }
   if (arena_) outside_arena_.sub(static_cast<int64_t>(b->size));
   count_free(b->size, b->requested, b->tag);
   if (history_.enabled()) record(Action::free, b, b->requested);
@@ -845,6 +887,7 @@ void CachingAllocator::release_arena() {
   stats_.segment.sub(1);
   ++stats_.num_raw_frees;
   arena_->detach();
+  release_held();
 }
 
 void CachingAllocator::mark_step() {
@@ -856,7 +899,9 @@ void CachingAllocator::mark_step() {
     case PlannedArena::State::waiting: arena_->start_recording(); break;
     case PlannedArena::State::recording: plan_arena(); break;
     case PlannedArena::State::planned:
+      // Given back (empty_cache): taken again.
       if (!arena_->base() && arena_->stats().arena_bytes > 0) attach_arena(arena_->stats().arena_bytes);
+      if (held_.empty() && arena_->base()) make_held(/*adopt=*/false);
       arena_->next_step();
       break;
     case PlannedArena::State::gave_up: break;
@@ -867,37 +912,103 @@ void CachingAllocator::mark_step() {
 // and give back the segments best fit no longer needs (the recorded step's
 // blocks are all free now; from here on they live in the arena).
 void CachingAllocator::plan_arena() {
+  release_held();
   const std::size_t bytes = arena_->plan();
   if (bytes > 0) {
     process_events(/*wait=*/true);
     release_cached();
   }
   attach_arena(bytes);
-  warm_probation();
+  make_held(/*adopt=*/true);
 }
 
-// The base policy will serve each step's probation blocks: give it their
-// memory now, at the plan, so that the planned steps ask the device for nothing.
-void CachingAllocator::warm_probation() {
-  std::vector<Block*> taken;
+// NOTE [ Held blocks ]: the entries the arena does not place, the probation
+// window's (which must not be the arena's: NOTE [ Planned arena ]) and those
+// the recorded step did not free (gradients, freed in the next step), are each
+// served by one block of the base policy that the plan keeps between uses: a
+// planned step hands it out with no search, and its free makes it idle again
+// (not pooled, not counted as allocated). A block the entry's recorded
+// allocation still holds at the plan is adopted when it is freed, so a
+// gradient is not kept twice; the others are taken now, so that the planned
+// steps ask the device for nothing. Safety is the block's own: an entry whose
+// block is still handed out falls back to the base policy. Idle held blocks
+// are cache: empty_cache, a step of another kind and a new plan give them back.
+void CachingAllocator::make_held(bool adopt) {
+  const auto& plan = arena_->held_plan();
+  // Built aside: taking a block may free the cache (release_held) on the way.
+  std::vector<Held> made(2 * plan.size());  // an entry's first block at 2h, its second (made later) at 2h + 1
   try {
-    for (std::size_t size : arena_->probation_sizes()) {
+    for (std::size_t h = 0; h < plan.size(); ++h) {
+      const std::size_t size = plan[h].size;
+      if (adopt && plan[h].live_at != 0) {
+        Block** found = live_.find(reinterpret_cast<void*>(plan[h].live_at));
+        if (found && (*found)->held < 0 && (*found)->stream == 0 && (*found)->size >= size) {
+          (*found)->held = static_cast<int32_t>(2 * h);  // busy until its owner frees it
+          made[2 * h] = Held{*found, true};
+          continue;
+        }
+      }
       const bool small = size <= settings_.small_threshold;
       Block* b = find_free(small, size, 0);
       if (!b) b = alloc_slow(small, size, size, 0, Tag::other, nullptr);
       while (const std::size_t keep = policy_->split(*b, size)) split_block(b, keep);
-      // Held (as allocated, so no merge takes it) until all are placed.
-      b->state = BlockState::allocated;
-      taken.push_back(b);
+      b->state = BlockState::allocated;  // (so no merge takes it; counted nowhere while idle)
+      b->held = static_cast<int32_t>(2 * h);
+      made[2 * h] = Held{b, false};
+      outside_arena_.add(static_cast<int64_t>(b->size));  // part of what the plan needs
       if (policy_->grows() && !map_block(b, false)) break;
     }
   } catch (const OutOfMemoryError&) {
-    // No room now: the first planned step asks the device then.
+    // No room now: those entries fall back to the base policy.
   }
-  for (Block* b : taken) {
-    b->state = BlockState::free;
-    merge_and_pool(b);
-  }
+  held_ = std::move(made);
+}
+
+bool CachingAllocator::release_idle_held() {
+  bool any = false;
+  for (Held& hd : held_)
+    if (hd.b && !hd.busy) {
+      Block* b = std::exchange(hd.b, nullptr);
+      b->held = -1;
+      outside_arena_.sub(static_cast<int64_t>(b->size));
+      b->requested = 0;
+      b->tag = Tag::other;
+      b->op = nullptr;
+      b->state = BlockState::free;
+      merge_and_pool(b);
+      any = true;
+    }
+  return any;
+}
+
+// Idle held blocks go back to the base policy; handed-out ones become
+// ordinary blocks, pooled when freed.
+void CachingAllocator::release_held() {
+  release_idle_held();
+  for (Held& hd : held_)
+    if (hd.b) hd.b->held = -1;
+  held_.clear();
+}
+
+Block* CachingAllocator::serve_held(int32_t h, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
+                                    const char* op) {
+  Held* hd = nullptr;
+  for (std::size_t i = 2 * static_cast<std::size_t>(h); i < 2 * static_cast<std::size_t>(h) + 2 && i < held_.size(); ++i)
+    if (held_[i].b && !held_[i].busy && held_[i].b->stream == stream && held_[i].b->size >= size) {
+      hd = &held_[i];
+      break;
+    }
+  if (!hd) return nullptr;
+  Block* b = hd->b;
+  hd->busy = true;
+  b->requested = nbytes;
+  b->tag = tag;
+  b->op = intern_op(op);
+  live_.insert(b->ptr, b);
+  count_alloc(b->size, nbytes, tag);
+  ++held_hits_;
+  if (history_.enabled()) record(Action::alloc, b, nbytes);
+  return b;
 }
 
 // The arena's memory from the device. Without it (nothing to plan, or no
@@ -920,6 +1031,7 @@ PlannedStats CachingAllocator::planned_stats() const {
   std::lock_guard<SpinLock> lock(mu_);
   if (!arena_) return {};
   PlannedStats s = arena_->stats();
+  s.held_hits = held_hits_;
   s.planned_peak = s.arena_bytes + static_cast<std::size_t>(outside_arena_.peak);
   return s;
 }
@@ -943,8 +1055,12 @@ DeviceSnapshot CachingAllocator::snapshot_locked() const {
     seg.small_pool = head->small;
     for (const Block* b = head; b; b = b->next) {
       seg.size += b->size;
-      seg.blocks.push_back(BlockInfo{reinterpret_cast<std::uintptr_t>(b->ptr), b->size, b->requested, b->state, b->tag,
-                                     b->op ? b->op : ""});
+      if (idle_held(b))  // cache, as far as anyone outside can tell (NOTE [ Held blocks ])
+        seg.blocks.push_back(BlockInfo{reinterpret_cast<std::uintptr_t>(b->ptr), b->size, 0, BlockState::free,
+                                       Tag::other, ""});
+      else
+        seg.blocks.push_back(BlockInfo{reinterpret_cast<std::uintptr_t>(b->ptr), b->size, b->requested, b->state,
+                                       b->tag, b->op ? b->op : ""});
     }
     d.segments.push_back(std::move(seg));
   }
@@ -995,7 +1111,7 @@ void CachingAllocator::check_invariants() const {
   auto fail = [&](const std::string& what) { throw Error(str("CachingAllocator(", device_, ") invariant: ", what)); };
   int64_t reserved = 0, allocated = 0, requested = 0, active = 0, n_alloc = 0, n_active = 0, split_bytes = 0,
           n_split = 0;
-  std::size_t n_free = 0, n_live = 0;
+  std::size_t n_free = 0, n_live = 0, n_idle_held = 0;
   for (const auto& [addr, head] : segments_) {
     if (head->prev) fail("segment head has a prev block");
     if (reinterpret_cast<std::uintptr_t>(head->ptr) != addr) fail("segment map key differs from its head");
@@ -1006,7 +1122,10 @@ void CachingAllocator::check_invariants() const {
       if (b->next && b->next->prev != b) fail("broken prev/next links");
       if (b->next && b->ptr + b->size != b->next->ptr) fail("blocks do not tile the segment");
       if (b->stream != head->stream || b->small != head->small) fail("block stream/pool differs from its segment");
-      if (b->state == BlockState::free) {
+      if (idle_held(b)) {  // counted nowhere (NOTE [ Held blocks ])
+        if (live_.find(b->ptr)) fail("an idle held block is in the live map");
+        ++n_idle_held;
+      } else if (b->state == BlockState::free) {
         ++n_free;
         if (b->next && b->next->state == BlockState::free && policy_->may_merge(*b, *b->next))
           fail("two adjacent free blocks (missed coalesce)");
@@ -1054,6 +1173,15 @@ void CachingAllocator::check_invariants() const {
   }
   if (n_free != small_free_.size() + large_free_.size()) fail("pools hold blocks that are not in any segment");
   if (n_live != live_.size()) fail("live map holds blocks that are not in any segment");
+  if (!policy_->grows()) {
+    std::size_t idle = 0;
+    for (const Held& hd : held_)
+      if (hd.b && (hd.b->held < 0 || held_[static_cast<std::size_t>(hd.b->held)].b != hd.b))
+        fail("a held block does not point back at its entry");
+      else if (hd.b && !hd.busy)
+        ++idle;
+    if (idle != n_idle_held) fail("idle held blocks are not all in segments");
+  }
   const DeviceStats s = merged();
   // Expandable: reserved is what is mapped, not the extent the blocks tile.
   if (policy_->grows()) reserved = expandable_mapped;

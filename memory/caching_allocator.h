@@ -138,7 +138,12 @@ class CachingAllocator {
   void plan_arena();
   void attach_arena(std::size_t bytes);
   void release_arena();
-  void warm_probation();
+  // NOTE [ Held blocks ]
+  void make_held(bool adopt);
+  void release_held();
+  bool release_idle_held();  // true if any went back to the pool
+  bool idle_held(const Block* b) const { return b->held >= 0 && !held_[static_cast<std::size_t>(b->held)].busy; }
+  Block* serve_held(int32_t h, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   DeviceSnapshot snapshot_locked() const;
   // Under the lock: every allocation but a planned arena block's, every free but an arena block's.
   [[gnu::noinline]] void* allocate_locked(std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
@@ -178,6 +183,12 @@ class CachingAllocator {
   std::unique_ptr<BlockPolicy> policy_;
   bool own_rounding_ = false;  // the policy rounds sizes itself (size_class, buddy): round_size asks it
   std::unique_ptr<PlannedArena> arena_;          // policy=planned only
+  struct Held {
+    Block* b = nullptr;  // nullptr: none could be had
+    bool busy = false;   // handed out (else idle: kept for its entry, not in live_, counted nowhere)
+  };
+  std::vector<Held> held_;  // NOTE [ Held blocks ]: entry h's at 2h and 2h + 1; Block::held indexes this
+  int64_t held_hits_ = 0;
   std::unordered_map<const void*, std::vector<StreamId>> arena_uses_;  // record_stream on planned blocks
   std::map<std::pair<StreamId, bool>, Expanse> expanses_;  // policy=expandable only
   std::size_t capacity_ = kNoLimit;

@@ -69,6 +69,9 @@ std::size_t PlannedArena::plan() {
   entries_.clear();
   slots_.clear();
   std::vector<std::size_t> rec_of;  // slot -> rec index
+  held_plan_.clear();
+  std::unordered_map<std::size_t, std::uintptr_t> live_addr;  // rec index -> address, blocks live now
+  for (const auto& [addr, i] : rec_live_) live_addr.emplace(i, addr);
   for (std::size_t i = 0; i < rec_.size(); ++i) {
     const bool own = rec_[i].t_free >= 0 && i >= probation_;
     entries_.push_back(Entry{rec_[i].size, own ? static_cast<int32_t>(slots_.size()) : -1});
@@ -76,9 +79,12 @@ std::size_t PlannedArena::plan() {
       slots_.push_back(Slot{0, rec_[i].size, 0});
       rec_of.push_back(i);
     } else {
-      ++stats_.kept_out;
+      entries_.back().held = static_cast<int32_t>(held_plan_.size());
+      const auto it = live_addr.find(i);
+      held_plan_.push_back(HeldPlan{rec_[i].size, it == live_addr.end() ? 0 : it->second});
     }
   }
+  stats_.held_blocks = static_cast<int64_t>(held_plan_.size());
   const std::size_t n = slots_.size();
   auto t_alloc = [&](std::size_t s) { return rec_[rec_of[s]].t_alloc; };
   auto t_free = [&](std::size_t s) { return rec_[rec_of[s]].t_free; };
@@ -138,12 +144,6 @@ std::size_t PlannedArena::plan() {
   return arena;
 }
 
-std::vector<std::size_t> PlannedArena::probation_sizes() const {
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < probation_ && i < entries_.size(); ++i) out.push_back(entries_[i].size);
-  return out;
-}
-
 void PlannedArena::attach(char* base, std::size_t bytes) {
   base_ = base;
   bytes_ = bytes;
@@ -191,6 +191,7 @@ void PlannedArena::next_step() {
 }
 
 char* PlannedArena::take_slow(std::size_t size, std::size_t requested, Tag tag) {
+  held_request_ = -1;
   if (!active_) {
     if (state_ == State::planned && base_) ++stats_.fallbacks;
     return nullptr;
@@ -211,6 +212,7 @@ char* PlannedArena::take_slow(std::size_t size, std::size_t requested, Tag tag) 
     cursor_ = k + 1;
     if (cursor_ == probation_) step_matched_ = true;
     ++stats_.probation;
+    held_request_ = entries_[k].held;
     return nullptr;
   }
   if (k >= entries_.size() || entries_[k].size != size) {
@@ -226,8 +228,9 @@ char* PlannedArena::take_slow(std::size_t size, std::size_t requested, Tag tag) 
   }
   cursor_ = k + 1;
   const int32_t s = entries_[k].slot;
-  if (s < 0) {  // the plan leaves this one to best fit
+  if (s < 0) {  // not in the arena: its held block, if it has one
     ++stats_.kept_out;
+    held_request_ = entries_[k].held;
     return nullptr;
   }
   if (freed_prefix_ < slots_[static_cast<std::size_t>(s)].frees_before) {  // a block planned to be gone by now is still live

@@ -10,7 +10,9 @@
 // address (greedy by size, largest first, each at the lowest offset free for
 // its whole lifetime, as ggml-alloc and TFLite's planner do for inference; here
 // the tape includes the backward). Blocks the step does not free (optimizer
-// state, the gradients kept for the next step) stay with best fit.
+// state, the gradients kept for the next step) are not placed: each such
+// entry is served by a held block of the base policy (NOTE [ Held blocks ] in
+// caching_allocator.cpp), as are the probation window's (below).
 //
 // Later steps replay the plan: the k-th allocation of a step takes slot k's
 // offset when its size matches, with no search: a few compares and stores.
@@ -18,13 +20,14 @@
 // not make) looks a few entries ahead, and otherwise falls back to best fit;
 // each fallback is counted. A step's first few allocations (at most 8, and
 // beyond the first at most 1/16 of the step's bytes) are left out of the
-// plan: the base policy serves them while they are checked against the
-// recorded step's; a step that differs among them is another kind of step (other shapes: a new
-// sequence length, an evaluation): the arena's memory goes back at once (its
-// step would only hold it idle beside the fallback's), that step is recorded
-// instead, and its end plans a new arena. After kMaxReplans such steps in a
-// row the policy stops planning and its fallback serves everything
-// (planned_base: best_fit, or expandable). Safety does not depend on the step matching: a
+// arena: held blocks of the base policy serve them while they are checked
+// against the recorded step's; a step that differs among them is another
+// kind of step (other shapes: a new sequence length, an evaluation): the
+// arena's memory goes back at once (its step would only hold it idle beside
+// the fallback's), that step is recorded instead, and its end plans a new
+// arena. After kMaxReplans such steps in a row the policy stops planning and
+// its fallback serves everything (planned_base: best_fit, or expandable).
+// Safety does not depend on the step matching: a
 // slot is handed out only once every block planned to be freed before it
 // has been freed (frees_before), so two live blocks never share bytes. A
 // step that ends with arena blocks still live suspends the arena until they
@@ -43,11 +46,13 @@ namespace snug::memory {
 struct PlannedStats {
   int64_t hits = 0;              // allocations served by the arena (Counts::total_blocks)
   int64_t fallbacks = 0;         // allocations of a planned step that went to best fit
-  int64_t kept_out = 0;          // allocations the plan leaves to best fit (not freed in the recorded step)
+  int64_t kept_out = 0;          // allocations of entries the recorded step did not free (held blocks serve them)
+  int64_t held_hits = 0;         // allocations served by a held block (probation, kept entries)
+  int64_t held_blocks = 0;       // held blocks the plan keeps
   int64_t steps = 0;             // step boundaries seen
   int64_t suspended_steps = 0;   // steps that began with arena blocks still live
   int64_t replans = 0;           // plans made after the first (steps of another kind)
-  int64_t probation = 0;         // a step's first allocations, served by the base policy while checked
+  int64_t probation = 0;         // a step's first allocations, served by held blocks while checked
   bool gave_up = false;          // too many replans in a row: the fallback serves everything
   std::size_t arena_bytes = 0;   // the plan's arena (0 before the plan)
   std::size_t lower_bound = 0;   // the most bytes the recorded step's own blocks held at once
@@ -71,8 +76,23 @@ class PlannedArena {
   void record_free(const void* p);
   // Solves the recorded step; returns the arena bytes it needs (0: nothing to plan).
   std::size_t plan();
-  // The sizes of the probation window's blocks (the base policy serves them).
-  std::vector<std::size_t> probation_sizes() const;
+  // Held blocks (NOTE [ Held blocks ] in caching_allocator.cpp): the
+  // probation window's entries and those the recorded step did not free each
+  // get one block of the base policy, kept by the plan between uses. For each:
+  // its size, and the address of the recorded step's block when that is
+  // still live at the plan (it is adopted: no second copy of a gradient).
+  struct HeldPlan {
+    std::size_t size;
+    std::uintptr_t live_at;
+  };
+  const std::vector<HeldPlan>& held_plan() const { return held_plan_; }
+  // The held block the last take() that returned nullptr asks for (-1:
+  // none), cleared by the call.
+  int32_t take_held_request() {
+    const int32_t h = held_request_;
+    held_request_ = -1;
+    return h;
+  }
   // The arena's memory (from the device), after plan(); detach() lets it go
   // (empty_cache with no arena block live) until the next attach.
   void attach(char* base, std::size_t bytes);
@@ -150,11 +170,13 @@ class PlannedArena {
     return s;
   }
   void count_step() { ++stats_.steps; }
+  void count_fallback() { ++stats_.fallbacks; }  // a held block that was not free
 
  private:
   struct Entry {           // one allocation of the recorded step, in order
     std::size_t size;
-    int32_t slot;          // -1: left to best fit
+    int32_t slot;          // -1: not in the arena
+    int32_t held = -1;     // its held block (probation and kept entries)
   };
   // Everything about a slot in one place: a planned step touches one line per block.
   struct Slot {
@@ -206,13 +228,15 @@ class PlannedArena {
 
   // The plan.
   std::vector<Entry> entries_;
+  std::vector<HeldPlan> held_plan_;
+  int32_t held_request_ = -1;
   std::vector<Slot> slots_;
   std::vector<int32_t> free_order_;  // slots by recorded free time
   char* base_ = nullptr;
   std::size_t bytes_ = 0;
 
   // This step.
-  std::size_t probation_ = 0;       // the step's first entries, checked and left to the base policy
+  std::size_t probation_ = 0;       // the step's first entries, checked and left to held blocks
   std::size_t cursor_ = 0;          // next entry
   std::size_t freed_prefix_ = 0;    // free_order_[0, freed_prefix_) are all done
   bool active_ = false;             // false: suspended, every allocation goes to best fit

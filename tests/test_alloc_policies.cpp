@@ -227,6 +227,54 @@ TEST_CASE("planned: the first step is recorded, later ones take the arena with n
   CHECK(found);
 }
 
+TEST_CASE("planned: held blocks serve the probation window and the kept gradient, with no second copy") {
+  auto a = make(AllocPolicy::planned);
+  StepDriver d{*a};
+  d.step();
+  void* const g1 = d.grad;  // the recorded step's gradient: live at the plan, adopted
+  d.step();
+  const PlannedStats s1 = a->planned_stats();
+  CHECK(s1.held_blocks >= 2);  // the probation window's first entry at least, and the gradient
+  CHECK(d.grad == g1);          // freed at this step's start, its block took the new gradient
+  const int64_t raw = a->stats().num_raw_allocs;
+  for (int i = 0; i < 5; ++i) {
+    d.step();
+    CHECK(d.grad == g1);
+  }
+  const PlannedStats s2 = a->planned_stats();
+  CHECK(s2.fallbacks == 0);
+  CHECK(s2.held_hits - s1.held_hits == 5 * s1.held_blocks);  // every held entry, every step
+  CHECK(a->stats().num_raw_allocs == raw);
+  a->check_invariants();
+
+  // A gradient the caller keeps: the next one cannot have its block, so best
+  // fit serves it (a fallback), elsewhere.
+  void* kept = std::exchange(d.grad, nullptr);
+  d.step();
+  CHECK(d.grad != kept);
+  CHECK(a->planned_stats().fallbacks == s2.fallbacks + 1);
+  a->deallocate(kept);
+  CHECK(has_error([&] { a->deallocate(kept); }, "not a live allocation"));  // idle held: freed twice
+  a->check_invariants();
+
+  // Idle held blocks are cache: they count as nothing allocated, show as free,
+  // and go back with empty_cache; the next step takes them again.
+  a->deallocate(std::exchange(d.grad, nullptr));
+  CHECK(a->stats().allocated_bytes.current == 0);
+  for (const SegmentInfo& seg : a->snapshot().segments)
+    for (const BlockInfo& b : seg.blocks) CHECK(b.state != BlockState::allocated);
+  a->check_invariants();
+  const int64_t reserved = a->stats().reserved_bytes.current;
+  a->empty_cache();
+  CHECK(a->stats().reserved_bytes.current < reserved);
+  a->check_invariants();
+  const int64_t hits = a->planned_stats().held_hits;
+  d.step();
+  d.step();
+  CHECK(a->planned_stats().held_hits > hits);
+  a->check_invariants();
+}
+
 TEST_CASE("planned: a step of other shapes falls back, is counted, and is planned in turn") {
   auto a = make(AllocPolicy::planned);
   StepDriver d{*a};
@@ -367,8 +415,11 @@ TEST_CASE("replay: the variable-length and W-GPT step traces hold the lab's figu
   const Snapshot steps = load_snapshot(dir + "wgpt_steps.json");
   const ReplayResult p = replay(steps.devices.at(0).events, with(AllocPolicy::planned));
   CHECK(p.steady_raw_allocs == 0);
-  CHECK(p.planned.fallbacks == 0);
+  // One: the loop's loss is replaced while the old one is held, which the first
+  // planned step finds out (its held entry then gets a second block).
+  CHECK(p.planned.fallbacks <= 1);
   CHECK(p.planned.hits > 0);
+  CHECK(p.planned.held_hits > 0);
   CHECK(static_cast<double>(p.steady_peak_reserved_bytes) <= 1.02 * static_cast<double>(p.planned.planned_peak));
 }
 

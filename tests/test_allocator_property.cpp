@@ -279,8 +279,10 @@ TEST_CASE("property: the planned arena over 1,000,000 operations of deviating st
   for (void* p : late) drop(p);
   a.check_invariants();
   const PlannedStats s = a.planned_stats();
-  MESSAGE("planned: ", s.hits, " hits, ", s.fallbacks, " fallbacks, ", s.suspended_steps, " suspended steps");
+  MESSAGE("planned: ", s.hits, " hits, ", s.held_hits, " held hits, ", s.fallbacks, " fallbacks, ", s.suspended_steps,
+          " suspended steps");
   CHECK(s.hits > 0);
+  CHECK(s.held_hits > 0);
   CHECK(s.fallbacks > 0);
   CHECK(s.suspended_steps > 0);
   CHECK(a.stats().allocated_bytes.current == 0);
