@@ -403,7 +403,7 @@ void CachingAllocator::settle(DeviceStats& st) const {
   static const PlannedArena::Counts kNone;
   const PlannedArena::Counts& a = arena_ ? arena_->counts() : kNone;
   // tag_at_peak: the breakdown when allocated_bytes reaches (or meets again) its peak.
-  if (st.allocated_bytes.current + a.bytes >= st.allocated_bytes.peak)
+  if (st.allocated_bytes.current + a.bytes >= st.allocated_bytes.peak) [[unlikely]]
     for (int t = 0; t < kNumTags; ++t) st.tag_at_peak[t] = st.tag_bytes[t].current + a.tag[t];
   auto up = [](Stat& x, int64_t arena) { x.peak = std::max(x.peak, x.current + arena); };
   up(st.allocated_bytes, a.bytes);
@@ -411,7 +411,12 @@ void CachingAllocator::settle(DeviceStats& st) const {
   up(st.allocation, a.blocks);
   up(st.active, a.blocks);
   up(st.requested_bytes, a.requested);
-  for (int t = 0; t < kNumTags; ++t) up(st.tag_bytes[t], a.tag[t]);
+  // Only the tags allocated since the last settling can have risen (a step
+  // that allocates and frees by turns settles on every free).
+  // (A shift loop, not std::countr_zero: tzcnt is beyond the x86-64 baseline,
+  // tools/check_cpu_levels.py.)
+  for (uint32_t due = due_tags_, t = 0; due != 0; due >>= 1, ++t)
+    if (due & 1u) up(st.tag_bytes[t], a.tag[t]);
 }
 
 // stats_ with the arena's blocks added in: what every reader sees.
@@ -450,6 +455,7 @@ inline void CachingAllocator::count_alloc(std::size_t size, std::size_t nbytes, 
   stats_.requested_bytes.current += static_cast<int64_t>(nbytes);
   stats_.requested_bytes.allocated += static_cast<int64_t>(nbytes);
   peaks_due_ = true;
+  due_tags_ |= 1u << static_cast<int>(tag);
 }
 
 inline void CachingAllocator::count_free(std::size_t size, std::size_t requested, Tag tag) {
@@ -471,6 +477,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   if (arena_ && stream == 0 && arena_->state() == PlannedArena::State::planned)
     if (char* p = arena_->take(size, nbytes, tag)) {
       peaks_due_ = true;  // the arena counted it (NOTE [ Deferred peaks ])
+      due_tags_ |= 1u << static_cast<int>(tag);
       if (history_.enabled()) [[unlikely]]
         history_.record(Action::alloc, trace_now_ns(), reinterpret_cast<std::uintptr_t>(p), size, nbytes, stream, tag,
                         intern_op(op));
@@ -535,8 +542,10 @@ void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, St
   count_alloc(b->size, nbytes, tag);
   if (history_.enabled()) record(Action::alloc, b, nbytes);
   if (adopt >= 0) {  // (above: an entry's second held block)
+    live_.erase(b->ptr);
     b->held = adopt;
     held_[static_cast<std::size_t>(adopt)] = Held{b, true};
+    index_held();
   }
   return b->ptr;
 }
@@ -574,22 +583,27 @@ void CachingAllocator::wait_arena_uses(void* p) {
 
 void CachingAllocator::deallocate_locked(void* p) {
   if (arena_ && arena_->state() == PlannedArena::State::recording) arena_->record_free(p);
-  Block** found = live_.find(p);
-  SNUG_CHECK(found != nullptr, ValueError, "memory::deallocate: ", p, " is not a live allocation on ", device_,
-             " (freed twice, or allocated on another device)");
-  Block* b = *found;
-  live_.erase(p);
-  if (b->held >= 0) {
-    if (b->stream_uses.empty()) {  // back to its entry, idle (NOTE [ Held blocks ])
-      held_[static_cast<std::size_t>(b->held)].busy = false;
+  Block* b = nullptr;
+  if (Held* hd = held_at(p)) {  // a held block (NOTE [ Held blocks ]): not in the live map
+    SNUG_CHECK(hd->busy, ValueError, "memory::deallocate: ", p, " is not a live allocation on ", device_,
+               " (freed twice, or allocated on another device)");
+    b = hd->b;
+    if (b->stream_uses.empty()) {  // back to its entry, idle
+      hd->busy = false;
       count_free(b->size, b->requested, b->tag);
       stats_.active_bytes.sub(static_cast<int64_t>(b->size));
       stats_.active.sub(1);
       if (history_.enabled()) record(Action::free, b, b->requested);
       return;
     }
-    held_[static_cast<std::size_t>(b->held)].b = nullptr;  // used on another stream: an ordinary block from here
-    b->held = -1;
+    unhold(*hd);  // used on another stream: an ordinary block from here
+    live_.erase(p);
+  } else {
+    Block** found = live_.find(p);
+    SNUG_CHECK(found != nullptr, ValueError, "memory::deallocate: ", p, " is not a live allocation on ", device_,
+               " (freed twice, or allocated on another device)");
+    b = *found;
+    live_.erase(p);
   }
   if (arena_) outside_arena_.sub(static_cast<int64_t>(b->size));
   count_free(b->size, b->requested, b->tag);
@@ -669,8 +683,10 @@ void CachingAllocator::record_stream(void* p, StreamId stream) {
     return;
   }
   Block** found = live_.find(p);
-  SNUG_CHECK(found != nullptr, ValueError, "memory::record_stream: ", p, " is not a live allocation on ", device_);
-  Block* b = *found;
+  Held* hd = found ? nullptr : held_at(p);
+  SNUG_CHECK(found != nullptr || (hd && hd->busy), ValueError, "memory::record_stream: ", p,
+             " is not a live allocation on ", device_);
+  Block* b = found ? *found : hd->b;
   if (stream == b->stream) return;  // its own stream orders its reuse already
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);
@@ -943,8 +959,10 @@ void CachingAllocator::make_held(bool adopt) {
       if (adopt && plan[h].live_at != 0) {
         Block** found = live_.find(reinterpret_cast<void*>(plan[h].live_at));
         if (found && (*found)->held < 0 && (*found)->stream == 0 && (*found)->size >= size) {
-          (*found)->held = static_cast<int32_t>(2 * h);  // busy until its owner frees it
-          made[2 * h] = Held{*found, true};
+          Block* b = *found;
+          live_.erase(b->ptr);  // held blocks are found through held_at, not the live map
+          b->held = static_cast<int32_t>(2 * h);  // busy until its owner frees it
+          made[2 * h] = Held{b, true};
           continue;
         }
       }
@@ -962,6 +980,7 @@ void CachingAllocator::make_held(bool adopt) {
     // No room now: those entries fall back to the base policy.
   }
   held_ = std::move(made);
+  index_held();
 }
 
 bool CachingAllocator::release_idle_held() {
@@ -978,7 +997,52 @@ bool CachingAllocator::release_idle_held() {
       merge_and_pool(b);
       any = true;
     }
+  if (any) index_held();
   return any;
+}
+
+// A handed-out held block becomes an ordinary live block.
+void CachingAllocator::unhold(Held& hd) {
+  Block* b = std::exchange(hd.b, nullptr);
+  b->held = -1;
+  live_.insert(b->ptr, b);
+  index_held();
+}
+
+// held_table_: an open-addressing table of the held blocks by address
+// (Fibonacci hashing, linear probing, at most a quarter full), rebuilt when
+// the set of held blocks changes (a plan, an adoption, a release: rare), so a
+// free finds its held block, or learns it has none, in a probe or two.
+namespace {
+std::size_t held_home(const void* p, unsigned bits) {
+  const auto k = reinterpret_cast<std::uintptr_t>(p) >> 9;  // blocks are 512-byte aligned
+  return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+}  // namespace
+
+void CachingAllocator::index_held() {
+  std::size_t n = 0;
+  for (const Held& hd : held_) n += hd.b != nullptr;
+  held_bits_ = 4;
+  while ((std::size_t{1} << held_bits_) < 4 * n) ++held_bits_;
+  held_table_.assign(std::size_t{1} << held_bits_, -1);
+  const std::size_t mask = held_table_.size() - 1;
+  for (std::size_t i = 0; i < held_.size(); ++i)
+    if (held_[i].b) {
+      std::size_t at = held_home(held_[i].b->ptr, held_bits_);
+      while (held_table_[at] >= 0) at = (at + 1) & mask;
+      held_table_[at] = static_cast<int32_t>(i);
+    }
+}
+
+CachingAllocator::Held* CachingAllocator::held_at(const void* p) {
+  if (held_table_.empty()) return nullptr;
+  const std::size_t mask = held_table_.size() - 1;
+  for (std::size_t at = held_home(p, held_bits_);; at = (at + 1) & mask) {
+    const int32_t i = held_table_[at];
+    if (i < 0) return nullptr;
+    if (held_[static_cast<std::size_t>(i)].b->ptr == p) return &held_[static_cast<std::size_t>(i)];
+  }
 }
 
 // Idle held blocks go back to the base policy; handed-out ones become
@@ -986,8 +1050,12 @@ bool CachingAllocator::release_idle_held() {
 void CachingAllocator::release_held() {
   release_idle_held();
   for (Held& hd : held_)
-    if (hd.b) hd.b->held = -1;
+    if (hd.b) {  // handed out: ordinary from here
+      hd.b->held = -1;
+      live_.insert(hd.b->ptr, hd.b);
+    }
   held_.clear();
+  held_table_.clear();
 }
 
 Block* CachingAllocator::serve_held(int32_t h, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
@@ -1004,7 +1072,6 @@ Block* CachingAllocator::serve_held(int32_t h, std::size_t size, std::size_t nby
   b->requested = nbytes;
   b->tag = tag;
   b->op = intern_op(op);
-  live_.insert(b->ptr, b);
   count_alloc(b->size, nbytes, tag);
   ++held_hits_;
   if (history_.enabled()) record(Action::alloc, b, nbytes);
@@ -1095,12 +1162,15 @@ bool CachingAllocator::owns(const void* p) const {
       return false;
     }
   }
-  return live_.find(const_cast<void*>(p)) != nullptr;
+  if (live_.find(const_cast<void*>(p)) != nullptr) return true;
+  const Held* hd = held_at(p);
+  return hd && hd->busy;
 }
 
 std::size_t CachingAllocator::block_size(void* p) const {
   std::lock_guard<SpinLock> lock(mu_);
   if (arena_ && arena_->contains(p)) return arena_->size_of(p);
+  if (const Held* hd = held_at(p); hd && hd->busy) return hd->b->size;
   Block* const* found = live_.find(p);
   SNUG_CHECK(found != nullptr, ValueError, "memory::block_size: ", p, " is not a live allocation on ", device_);
   return (*found)->size;
@@ -1139,12 +1209,17 @@ void CachingAllocator::check_invariants() const {
         active += static_cast<int64_t>(b->size);
         ++n_active;
         if (b->state == BlockState::allocated) {
-          ++n_live;
           allocated += static_cast<int64_t>(b->size);
           requested += static_cast<int64_t>(b->requested);
           ++n_alloc;
-          Block* const* it = live_.find(b->ptr);
-          if (!it || *it != b) fail("allocated block missing from the live map");
+          if (b->held >= 0) {  // a handed-out held block: found through held_at, not the live map
+            if (held_at(b->ptr) != &held_[static_cast<std::size_t>(b->held)] || live_.find(b->ptr))
+              fail("a held block is not where held_at finds it");
+          } else {
+            ++n_live;
+            Block* const* it = live_.find(b->ptr);
+            if (!it || *it != b) fail("allocated block missing from the live map");
+          }
         }
       }
     }

@@ -142,6 +142,7 @@ class CachingAllocator {
   void make_held(bool adopt);
   void release_held();
   bool release_idle_held();  // true if any went back to the pool
+  void index_held();
   bool idle_held(const Block* b) const { return b->held >= 0 && !held_[static_cast<std::size_t>(b->held)].busy; }
   Block* serve_held(int32_t h, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   DeviceSnapshot snapshot_locked() const;
@@ -165,6 +166,7 @@ class CachingAllocator {
     if (peaks_due_) {
       settle(stats_);
       peaks_due_ = false;
+      due_tags_ = 0;
     }
   }
   void count_free(std::size_t size, std::size_t requested, Tag tag);
@@ -188,6 +190,11 @@ class CachingAllocator {
     bool busy = false;   // handed out (else idle: kept for its entry, not in live_, counted nowhere)
   };
   std::vector<Held> held_;  // NOTE [ Held blocks ]: entry h's at 2h and 2h + 1; Block::held indexes this
+  std::vector<int32_t> held_table_;  // index_held(): slots of held_, -1 empty
+  unsigned held_bits_ = 4;           // held_table_ has 2^this slots
+  Held* held_at(const void* p);  // p's held block (handed out or idle), or nullptr
+  const Held* held_at(const void* p) const { return const_cast<CachingAllocator*>(this)->held_at(p); }
+  void unhold(Held& hd);
   int64_t held_hits_ = 0;
   std::unordered_map<const void*, std::vector<StreamId>> arena_uses_;  // record_stream on planned blocks
   std::map<std::pair<StreamId, bool>, Expanse> expanses_;  // policy=expandable only
@@ -213,6 +220,7 @@ class CachingAllocator {
   PtrMap<const char*> op_seen_;
   DeviceStats stats_;
   bool peaks_due_ = false;  // NOTE [ Deferred peaks ]
+  uint32_t due_tags_ = 0;   // bit t: tag t was allocated since the last settling
   Stat outside_arena_;  // policy=planned: bytes allocated by best fit (PlannedStats::planned_peak)
   History history_;
 };
