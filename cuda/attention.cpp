@@ -17,9 +17,11 @@
 #include <initializer_list>
 
 #include <snug/core/backend.h>
+#include <snug/core/profiler.h>
 #include <snug/core/raw_ops.h>
 #include <snug/cuda/cuda_backend.h>
 #include <snug/cuda/kernels.h>
+#include <snug/cuda/sdpa_plan.h>
 #include <snug/memory/allocator.h>
 
 namespace snug::cuda {
@@ -210,8 +212,41 @@ bool kernels_take(const AttentionMask& mask, const Tensor& qkv, int64_t heads) {
 }
 }  // namespace
 
+namespace {
+// The key of a 16-bit call that cuDNN may serve (NOTE [ Attention through
+// cuDNN ] in cuda/attention_cudnn.cpp): its choice says, and the profiler
+// shows which path ran.
+SdpaKey sdpa_key(const Tensor& qkv, int64_t heads, double scale, bool causal, bool backward) {
+  SdpaKey k;
+  k.B = qkv.size(0);
+  k.T = qkv.size(1);
+  k.H = heads;
+  k.D = qkv.size(2) / 3 / heads;
+  k.dtype = qkv.dtype();
+  k.causal = causal;
+  k.backward = backward;
+  k.scale = scale;
+  k.device = qkv.device().index;
+  return k;
+}
+bool all_contiguous(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!t->is_contiguous()) return false;
+  return true;
+}
+}  // namespace
+
 void CudaBackend::attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
                             const Tensor& lse) {
+  if (is_half(qkv.dtype()) && qkv.size(2) % (3 * heads) == 0 && y.dtype() == qkv.dtype() &&
+      lse.dtype() == DType::f32 && all_contiguous({&qkv, &y, &lse})) {
+    const SdpaKey key = sdpa_key(qkv, heads, scale, mask.causal, false);
+    if (cudnn_attention_choice(key, mask.key_padding.defined(), mask.mask.defined()).path == SdpaPath::cudnn) {
+      profiler::RecordRange path("attention[cudnn]");
+      if (cudnn_attention_forward(key, qkv, y, lse)) return;
+    }
+  }
+  profiler::RecordRange path("attention[kernels]");
   if (!kernels_take(mask, qkv, heads)) {
     Backend::attention(qkv, heads, scale, mask, y, lse);
     return;
@@ -232,6 +267,16 @@ void CudaBackend::attention(const Tensor& qkv, int64_t heads, double scale, cons
 
 void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
                                      int64_t heads, double scale, const AttentionMask& mask, const Tensor& grad_qkv) {
+  if (is_half(qkv.dtype()) && qkv.size(2) % (3 * heads) == 0 && y.dtype() == qkv.dtype() &&
+      grad_y.dtype() == qkv.dtype() && grad_qkv.dtype() == qkv.dtype() && lse.dtype() == DType::f32 &&
+      all_contiguous({&qkv, &y, &lse, &grad_y, &grad_qkv})) {
+    const SdpaKey key = sdpa_key(qkv, heads, scale, mask.causal, true);
+    if (cudnn_attention_choice(key, mask.key_padding.defined(), mask.mask.defined()).path == SdpaPath::cudnn) {
+      profiler::RecordRange path("attention_backward[cudnn]");
+      if (cudnn_attention_backward(key, qkv, y, lse, grad_y, grad_qkv)) return;
+    }
+  }
+  profiler::RecordRange path("attention_backward[kernels]");
   if (!kernels_take(mask, qkv, heads)) {
     Backend::attention_backward(qkv, y, lse, grad_y, heads, scale, mask, grad_qkv);
     return;

@@ -9,7 +9,7 @@
 # /usr/local/cuda when present, and snug builds without it otherwise.
 set -euo pipefail
 
-#   scripts/install_deps.sh [--mpi] [--fuzz|--tsan] [--qemu] [--aarch64]
+#   scripts/install_deps.sh [--mpi] [--fuzz|--tsan] [--qemu] [--aarch64] [--cudnn-frontend]
 required=(cmake g++ make ccache libeigen3-dev doctest-dev zlib1g-dev nlohmann-json3-dev libcli11-dev pkgconf python3)
 for arg in "$@"; do
   case "$arg" in
@@ -27,9 +27,34 @@ for arg in "$@"; do
     # The aarch64 cross build (preset aarch64): the cross g++ and the target's
     # zlib (the arm64 architecture is added to dpkg for it).
     --aarch64) required+=(qemu-user g++-aarch64-linux-gnu zlib1g-dev:arm64) ;;
-    *) echo "install_deps: unknown option $arg (known: --mpi --fuzz --tsan --qemu --aarch64)" >&2; exit 2 ;;
+    # cuDNN's C++ frontend, header-only (attention through cuDNN's fused flash
+    # attention, cuda/attention_cudnn.cpp): the pinned version's headers from
+    # PyPI's nvidia-cudnn-frontend wheel, unpacked into ~/.cache/snug (or
+    # $SNUG_CUDNN_FRONTEND_DIR), where cuda/CMakeLists.txt looks. Optional: on
+    # failure the CUDA build compiles that path out.
+    --cudnn-frontend) want_cudnn_frontend=1 ;;
+    *) echo "install_deps: unknown option $arg (known: --mpi --fuzz --tsan --qemu --aarch64 --cudnn-frontend)" >&2; exit 2 ;;
   esac
 done
+
+cudnn_frontend_version=1.32.0
+if [ "${want_cudnn_frontend:-0}" = 1 ]; then
+  dest="${SNUG_CUDNN_FRONTEND_DIR:-$HOME/.cache/snug/cudnn_frontend}"
+  if [ -f "$dest/include/cudnn_frontend.h" ] && [ "$(cat "$dest/VERSION" 2>/dev/null)" = "$cudnn_frontend_version" ]; then
+    echo "install_deps: cuDNN frontend $cudnn_frontend_version present in $dest"
+  else
+    tmp=$(mktemp -d)
+    if python3 -m pip download -q --no-deps --only-binary=:all: "nvidia-cudnn-frontend==$cudnn_frontend_version" -d "$tmp" &&
+      python3 -m zipfile -e "$tmp"/nvidia_cudnn_frontend-*.whl "$tmp/wheel" && [ -f "$tmp/wheel/include/cudnn_frontend.h" ]; then
+      mkdir -p "$dest" && rm -rf "$dest/include" && cp -r "$tmp/wheel/include" "$dest/" &&
+        echo "$cudnn_frontend_version" > "$dest/VERSION" &&
+        echo "install_deps: cuDNN frontend $cudnn_frontend_version headers in $dest/include"
+    else
+      echo "install_deps: could not fetch nvidia-cudnn-frontend==$cudnn_frontend_version from PyPI; attention through cuDNN will be compiled out" >&2
+    fi
+    rm -rf "$tmp"
+  fi
+fi
 optional=(ninja-build)  # faster builds; the scripts use it when present
 
 is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

@@ -279,6 +279,54 @@ TEST_CASE("cuda parity: fused causal self-attention, forward and backward (head 
   parity("causal_self_attention bf16", {qkv, w}, run16, 5e-2);
 }
 
+// NOTE [ Attention through cuDNN ] (cuda/attention_cudnn.cpp): bf16 and f16
+// attention, causal or not, goes through cuDNN's fused flash attention where
+// the GPU and the build allow it; the profiler names the path that ran.
+// Tolerances: bf16 5e-2, f16 1e-2 (the same as the kernels' 16-bit cases;
+// both sides round y and the gradients to 16 bits once).
+TEST_CASE("cuda parity: bf16 and f16 attention through cuDNN, forward and backward, causal or not") {
+  if (skip_without_gpu()) return;
+  manual_seed(11);
+  struct Case {
+    int64_t B, T, C, H;
+  };
+  int cudnn_runs = 0, kernel_runs = 0;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (bool causal : {true, false})
+      for (Case c : {Case{2, 128, 256, 4}, Case{1, 200, 384, 3}, Case{2, 64, 128, 4}}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(causal);
+        CAPTURE(c.C / c.H);
+        const Tensor qkv = randn({c.B, c.T, 3 * c.C}), w = randn({c.B, c.T, c.C});
+        auto run = [&](const std::vector<Tensor>& v) {
+          Tensor x = v[0].to(dt).detach();
+          x.requires_grad_();
+          Tensor y = nn::functional::self_attention(x, c.H, causal);
+          CHECK(y.dtype() == dt);
+          sum(mul(y.to(DType::f32), v[1])).backward();
+          CHECK(x.grad().dtype() == dt);
+          return cat({y.detach().to(DType::f32).flatten(), x.grad().to(DType::f32).flatten()});
+        };
+        parity(str("self_attention ", dtype_name(dt), causal ? " causal" : ""), {qkv, w}, run,
+               dt == DType::bf16 ? 5e-2 : 1e-2);
+        // Which path the GPU took, from the profiler's ranges.
+        profiler::Profile prof;
+        run({qkv.to(kGpu), w.to(kGpu)});
+        prof.stop();
+        bool fwd_cudnn = false, bwd_cudnn = false, fwd_kernels = false;
+        for (const profiler::Event& e : prof.events()) {
+          fwd_cudnn = fwd_cudnn || e.name == "attention[cudnn]";
+          bwd_cudnn = bwd_cudnn || e.name == "attention_backward[cudnn]";
+          fwd_kernels = fwd_kernels || e.name == "attention[kernels]";
+        }
+        CHECK(fwd_cudnn != fwd_kernels);  // exactly one path ran
+        CHECK(fwd_cudnn == bwd_cudnn);    // (the same shapes: both or neither)
+        (fwd_cudnn ? cudnn_runs : kernel_runs) += 1;
+      }
+  MESSAGE("attention through cuDNN in ", cudnn_runs, " cases, the kernels in ", kernel_runs,
+          " (the kernels: a build without cuDNN's frontend, or a GPU before sm 80)");
+}
+
 TEST_CASE("cuda parity: masked and non-causal self-attention (key padding, bool and additive masks)") {
   if (skip_without_gpu()) return;
   manual_seed(21);
