@@ -11,7 +11,7 @@
 #   tools/gpu_check.sh [--out DIR] [--third-party DIR] [--build-dir DIR] [--budget SECONDS]
 #                      [--jobs N] [--skip-build] [--tests-cap SECONDS] [--no-bench] [--no-torch] [--quick]
 #                      [--no-memcheck] [--no-train] [--train-steps N] [--mnist DIR]
-#   tools/gpu_check.sh --pack DIR    (here: copy Eigen, doctest, CLI11 and zlib headers, and
+#   tools/gpu_check.sh --pack DIR    (here: copy Eigen, doctest, CLI11, zlib and cuDNN frontend headers, and
 #                                     MNIST when found, into DIR, the folder to put beside the
 #                                     tree on the GPU machine)
 #
@@ -74,11 +74,18 @@ if [ -n "$pack" ]; then
   mkdir -p "$pack/cli11" && cp -r "$(dirname "$cli11_src")" "$pack/cli11/"
   for h in zlib.h zconf.h; do [ -f "/usr/include/$h" ] && cp "/usr/include/$h" "$pack/zlib/include/"; done
   cp -P /usr/lib/x86_64-linux-gnu/libz.so* "$pack/zlib/lib/" 2>/dev/null
+  # cuDNN's C++ frontend, header-only (scripts/install_deps.sh --cudnn-frontend).
+  fe="${SNUG_CUDNN_FRONTEND_DIR:-$HOME/.cache/snug/cudnn_frontend}"
+  if [ -f "$fe/include/cudnn_frontend.h" ]; then
+    mkdir -p "$pack/cudnn_frontend" && cp -r "$fe/include" "$pack/cudnn_frontend/"
+  else
+    echo "gpu_check: --pack: no cuDNN frontend headers in $fe (scripts/install_deps.sh --cudnn-frontend); attention through cuDNN will not be built there" >&2
+  fi
   # MNIST for `mnist --device cuda` (the GPU machine has no ../shared).
   for d in "$ROOT/datasets/mnist" "$ROOT/../shared/data/mnist"; do
     if [ -f "$d/train-images-idx3-ubyte.gz" ]; then mkdir -p "$pack/mnist" && cp "$d"/*-ubyte.gz "$pack/mnist/"; break; fi
   done
-  echo "gpu_check: packed $(du -sh "$pack" | cut -f1) into $pack (eigen3/, doctest/, cli11/, zlib/$([ -d "$pack/mnist" ] && echo ", mnist/"))"
+  echo "gpu_check: packed $(du -sh "$pack" | cut -f1) into $pack (eigen3/, doctest/, cli11/, zlib/$([ -d "$pack/cudnn_frontend" ] && echo ", cudnn_frontend/")$([ -d "$pack/mnist" ] && echo ", mnist/"))"
   exit 0
 fi
 
@@ -159,6 +166,10 @@ if [ "$skip_build" = 0 ]; then
   [ -n "$cudnn_root" ] && cfg+=(-DSNUG_CUDNN_ROOT="$cudnn_root")
   [ -n "$nccl_root" ] && cfg+=(-DSNUG_NCCL_ROOT="$nccl_root")
   [ -n "$third_party" ] && cfg+=(-DSNUG_THIRD_PARTY_DIR="$third_party")
+  # cuDNN's C++ frontend (attention through cuDNN): packed beside the rest, or
+  # where scripts/install_deps.sh --cudnn-frontend put it.
+  [ -n "$third_party" ] && [ -f "$third_party/cudnn_frontend/include/cudnn_frontend.h" ] &&
+    cfg+=(-DSNUG_CUDNN_FRONTEND_DIR="$third_party/cudnn_frontend")
   if run_stage configure 120 cmake "${cfg[@]}" && run_stage build 300 cmake --build "$build_dir" -j"$jobs"; then
     build_ok=1
   fi
