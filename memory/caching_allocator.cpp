@@ -541,7 +541,9 @@ void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, St
 
   count_alloc(b->size, nbytes, tag);
   if (history_.enabled()) record(Action::alloc, b, nbytes);
-  if (adopt >= 0) {  // (above: an entry's second held block)
+  // (Above: an entry's second held block; unless freeing the cache on the way
+  // to this block, an OOM retry, gave every held block back.)
+  if (adopt >= 0 && static_cast<std::size_t>(adopt) < held_.size() && !held_[static_cast<std::size_t>(adopt)].b) {
     live_.erase(b->ptr);
     b->held = adopt;
     held_[static_cast<std::size_t>(adopt)] = Held{b, true};
