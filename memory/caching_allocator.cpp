@@ -482,12 +482,15 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
         history_.record(Action::alloc, trace_now_ns(), reinterpret_cast<std::uintptr_t>(p), size, nbytes, stream, tag,
                         intern_op(op));
       return p;
+    } else if (const int32_t h = arena_->take_held_request(); h >= 0) {  // NOTE [ Held blocks ]
+      if (Block* b = serve_held(h, size, nbytes, stream, tag, op)) return b->ptr;
+      return allocate_locked(size, nbytes, stream, tag, op, h);
     }
-  return allocate_locked(size, nbytes, stream, tag, op);
+  return allocate_locked(size, nbytes, stream, tag, op, -1);
 }
 
 void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
-                                        const char* op) {
+                                        const char* op, int32_t held_miss) {
   // A step of another kind (take() just said so): the arena's memory goes
   // back now, not after the step (it would sit idle beside the fallback's),
   // and this step is recorded for a new plan (NOTE [ Planned arena ]).
@@ -497,8 +500,7 @@ void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, St
   }
   int32_t adopt = -1;
   if (arena_)
-    if (const int32_t h = arena_->take_held_request(); h >= 0) {
-      if (Block* b = serve_held(h, size, nbytes, stream, tag, op)) return b->ptr;
+    if (const int32_t h = held_miss; h >= 0) {  // its held block(s) were out (allocate)
       arena_->count_fallback();
       // Both busy, or one missing: the block the base policy gives now
       // becomes the entry's (its second: a value replaced while the old one
@@ -567,6 +569,17 @@ void CachingAllocator::deallocate(void* p) {
                       requested, 0, tag, nullptr);
     return;
   }
+  if (!held_table_.empty())  // a held block back to its entry, idle (NOTE [ Held blocks ])
+    if (Held* hd = held_at(p); hd && hd->busy && hd->b->stream_uses.empty()) {
+      Block* b = hd->b;
+      hd->busy = false;
+      count_free(b->size, b->requested, b->tag);
+      stats_.active_bytes.sub(static_cast<int64_t>(b->size));
+      stats_.active.sub(1);
+      if (history_.enabled()) [[unlikely]]
+        record(Action::free, b, b->requested);
+      return;
+    }
   deallocate_locked(p);
 }
 

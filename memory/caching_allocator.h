@@ -147,8 +147,9 @@ class CachingAllocator {
   Block* serve_held(int32_t h, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   DeviceSnapshot snapshot_locked() const;
   // Under the lock: every allocation but a planned arena block's, every free but an arena block's.
+  // held_miss: the held entry whose blocks were all out (-1: none).
   [[gnu::noinline]] void* allocate_locked(std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
-                                          const char* op);
+                                          const char* op, int32_t held_miss);
   [[gnu::noinline]] void deallocate_locked(void* p);
   void wait_arena_uses(void* p);
   Block* alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);

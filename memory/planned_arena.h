@@ -109,16 +109,30 @@ class PlannedArena {
   bool other_step() const { return other_step_; }
   void replan();
   // The arena block for the step's next allocation of `size`, or nullptr
-  // (the base policy serves it). The common case is inline, a few compares
-  // and stores: the next entry, of this size, planned, with every block
-  // planned to be gone by now gone. take_slow() has every other case.
+  // (the base policy serves it, or the held block take_held_request() names).
+  // The common case is inline, a few compares and stores: the next entry, of
+  // this size, planned with every block planned to be gone by now gone, or
+  // held. take_slow() has every other case.
   char* take(std::size_t size, std::size_t requested, Tag tag) {
     const std::size_t k = cursor_;
-    if (active_ && k >= probation_ && k < entries_.size() && entries_[k].size == size) {
-      const int32_t s = entries_[k].slot;
-      if (s >= 0 && freed_prefix_ >= slots_[static_cast<std::size_t>(s)].frees_before) {
+    if (active_ && k < entries_.size() && entries_[k].size == size) {
+      const Entry& e = entries_[k];
+      if (k < probation_) {  // the recorded step's, as it should be: its held block
         cursor_ = k + 1;
-        return hand_out(s, requested, tag);
+        if (cursor_ == probation_) step_matched_ = true;
+        ++stats_.probation;
+        held_request_ = e.held;
+        return nullptr;
+      }
+      if (e.slot < 0) {  // not in the arena: its held block
+        cursor_ = k + 1;
+        ++stats_.kept_out;
+        held_request_ = e.held;
+        return nullptr;
+      }
+      if (freed_prefix_ >= slots_[static_cast<std::size_t>(e.slot)].frees_before) {
+        cursor_ = k + 1;
+        return hand_out(e.slot, requested, tag);
       }
     }
     return take_slow(size, requested, tag);
