@@ -85,16 +85,20 @@ SdpaCaps caps_of(int device) {
 
 fe::DataType_t fe_type(DType t) { return t == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF; }
 
-// q, k or v (part 0, 1, 2) of the packed qkv, as (B, H, T, D).
-std::shared_ptr<fe::graph::Tensor_attributes> qkv_part(fe::graph::Graph& g, const SdpaKey& k, int part, int64_t uid,
-                                                       const char* name) {
+// A third of a packed (B, T, 3C) tensor (q, k or v; dq, dk or dv) as
+// (B, H, T, D): the same strides for each (which third it is, is the pointer
+// bound at execution, part() below).
+std::vector<int64_t> packed_strides(const SdpaKey& k) {
   const int64_t C = k.H * k.D;
-  (void)part;  // (the part is the pointer bound at execution; the strides are the same)
+  return {k.T * 3 * C, k.D, 3 * C, 1};
+}
+std::shared_ptr<fe::graph::Tensor_attributes> qkv_part(fe::graph::Graph& g, const SdpaKey& k, int64_t uid,
+                                                       const char* name) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
                       .set_dim({k.B, k.H, k.T, k.D})
-                      .set_stride({k.T * 3 * C, k.D, 3 * C, 1}));
+                      .set_stride(packed_strides(k)));
 }
 // A (B, T, C) tensor as (B, H, T, D).
 std::vector<int64_t> btc_strides(const SdpaKey& k) {
@@ -119,9 +123,9 @@ std::shared_ptr<fe::graph::Graph> make_graph(const SdpaKey& k) {
   g->set_io_data_type(fe_type(k.dtype))
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto q = qkv_part(*g, k, 0, kQ, "q");
-  auto kk = qkv_part(*g, k, 1, kK, "k");
-  auto v = qkv_part(*g, k, 2, kV, "v");
+  auto q = qkv_part(*g, k, kQ, "q");
+  auto kk = qkv_part(*g, k, kK, "k");
+  auto v = qkv_part(*g, k, kV, "v");
   if (!k.backward) {
     auto attrs = fe::graph::SDPA_attributes()
                      .set_name("sdpa")
@@ -157,8 +161,7 @@ std::shared_ptr<fe::graph::Graph> make_graph(const SdpaKey& k) {
                      .set_attn_scale(static_cast<float>(k.scale))
                      .set_causal_mask(k.causal);
     auto [dq, dk, dv] = g->sdpa_backward(q, kk, v, o, d_o, stats, attrs);
-    const int64_t C = k.H * k.D;
-    const std::vector<int64_t> packed = {k.T * 3 * C, k.D, 3 * C, 1};  // into dqkv's thirds
+    const std::vector<int64_t> packed = packed_strides(k);  // into dqkv's thirds
     dq->set_output(true).set_uid(kDQ).set_dim({k.B, k.H, k.T, k.D}).set_stride(packed);
     dk->set_output(true).set_uid(kDK).set_dim({k.B, k.H, k.T, k.D}).set_stride(packed);
     dv->set_output(true).set_uid(kDV).set_dim({k.B, k.H, k.T, k.D}).set_stride(packed);

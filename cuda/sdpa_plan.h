@@ -15,6 +15,10 @@
 
 #include <snug/core/dtype.h>
 
+namespace snug {
+class Tensor;
+}
+
 namespace snug::cuda {
 
 // One attention call as a graph sees it: qkv (B, T, 3C) packed, C = H * D.
@@ -98,12 +102,6 @@ class SdpaGraphCache {
   std::unordered_map<SdpaKey, std::shared_ptr<Graph>, SdpaKeyHash> graphs_;
   int64_t hits_ = 0, misses_ = 0;
 };
-
-}  // namespace snug::cuda
-namespace snug {
-class Tensor;
-}
-namespace snug::cuda {
 
 // cuda/attention_cudnn.cpp (the CUDA plugin). The choice for a call on its
 // device (a build without the frontend always says kernels). The runs take

@@ -2,9 +2,9 @@
 #include <snug/memory/caching_allocator.h>
 
 #include <algorithm>
-#include <utility>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include <snug/base/error.h>
 #include <snug/memory/alloc_policy.h>
@@ -474,7 +474,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   std::lock_guard<SpinLock> lock(mu_);
   // NOTE [ Planned arena ]: a planned step's block, with no search (its
   // stream is the default one: the plan records one stream's step).
-  if (arena_ && stream == 0 && arena_->state() == PlannedArena::State::planned)
+  if (arena_ && stream == 0 && arena_->state() == PlannedArena::State::planned) {
     if (char* p = arena_->take(size, nbytes, tag)) {
       peaks_due_ = true;  // the arena counted it (NOTE [ Deferred peaks ])
       due_tags_ |= 1u << static_cast<int>(tag);
@@ -486,6 +486,7 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
       if (Block* b = serve_held(h, size, nbytes, stream, tag, op)) return b->ptr;
       return allocate_locked(size, nbytes, stream, tag, op, h);
     }
+  }
   return allocate_locked(size, nbytes, stream, tag, op, -1);
 }
 
@@ -499,18 +500,17 @@ void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, St
     arena_->replan();
   }
   int32_t adopt = -1;
-  if (arena_)
-    if (const int32_t h = held_miss; h >= 0) {  // its held block(s) were out (allocate)
-      arena_->count_fallback();
-      // Both busy, or one missing: the block the base policy gives now
-      // becomes the entry's (its second: a value replaced while the old one
-      // is still held, `loss = step()`), so the next step has one free.
-      for (std::size_t i = 2 * static_cast<std::size_t>(h); i < 2 * static_cast<std::size_t>(h) + 2; ++i)
-        if (stream == 0 && i < held_.size() && !held_[i].b) {
-          adopt = static_cast<int32_t>(i);
-          break;
-        }
-    }
+  if (held_miss >= 0) {  // its held block(s) were out (allocate)
+    arena_->count_fallback();
+    // Both busy, or one missing: the block the base policy gives now
+    // becomes the entry's (its second: a value replaced while the old one
+    // is still held, `loss = step()`), so the next step has one free.
+    for (std::size_t i = 2 * static_cast<std::size_t>(held_miss); i < 2 * static_cast<std::size_t>(held_miss) + 2; ++i)
+      if (stream == 0 && i < held_.size() && !held_[i].b) {
+        adopt = static_cast<int32_t>(i);
+        break;
+      }
+  }
   if (!pending_.empty()) process_events(/*wait=*/false);
   const bool small = size <= settings_.small_threshold;
   Block* b = find_free(small, size, stream);
@@ -580,7 +580,7 @@ void CachingAllocator::deallocate(void* p) {
         record(Action::free, b, b->requested);
       return;
     }
-  deallocate_locked(p);
+  deallocate_locked(p);  // (held blocks reach it only freed twice, or used on another stream)
 }
 
 // A planned block's bytes are the next planned block's at once: work on
@@ -602,16 +602,10 @@ void CachingAllocator::deallocate_locked(void* p) {
   if (Held* hd = held_at(p)) {  // a held block (NOTE [ Held blocks ]): not in the live map
     SNUG_CHECK(hd->busy, ValueError, "memory::deallocate: ", p, " is not a live allocation on ", device_,
                " (freed twice, or allocated on another device)");
+    // Out and used on another stream (deallocate took the rest): an ordinary
+    // block from here, whose free waits for that stream below.
     b = hd->b;
-    if (b->stream_uses.empty()) {  // back to its entry, idle
-      hd->busy = false;
-      count_free(b->size, b->requested, b->tag);
-      stats_.active_bytes.sub(static_cast<int64_t>(b->size));
-      stats_.active.sub(1);
-      if (history_.enabled()) record(Action::free, b, b->requested);
-      return;
-    }
-    unhold(*hd);  // used on another stream: an ordinary block from here
+    unhold(*hd);
     live_.erase(p);
   } else {
     Block** found = live_.find(p);

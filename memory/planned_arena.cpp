@@ -198,21 +198,14 @@ char* PlannedArena::take_slow(std::size_t size, std::size_t requested, Tag tag) 
   }
   std::size_t k = cursor_;
   // Probation: a step's first allocations must be the recorded step's first,
-  // exactly; they go to the base policy while the step shows what kind it
-  // is, and a step that differs among them is another kind of step (other
-  // shapes, an evaluation, a set-up) before any arena block is handed out:
-  // the base policy serves all of it, and the caller may re-plan from it.
+  // exactly (take() served those that are); a step that differs among them is
+  // another kind of step (other shapes, an evaluation, a set-up), found before
+  // any arena block is handed out: the base policy serves all of it, and the
+  // caller may re-plan from it.
   if (k < probation_) {
-    if (entries_[k].size != size) {
-      active_ = false;
-      other_step_ = counts_.blocks == 0;
-      ++stats_.fallbacks;
-      return nullptr;
-    }
-    cursor_ = k + 1;
-    if (cursor_ == probation_) step_matched_ = true;
-    ++stats_.probation;
-    held_request_ = entries_[k].held;
+    active_ = false;
+    other_step_ = counts_.blocks == 0;
+    ++stats_.fallbacks;
     return nullptr;
   }
   if (k >= entries_.size() || entries_[k].size != size) {
