@@ -10,6 +10,7 @@
 // default stream unless a memory::StreamGuard says otherwise); copies to the
 // host wait for that stream.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include <snug/core/backend.h>
@@ -47,9 +48,16 @@ struct CudaBackend final : Backend {
   void pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices) override;   // pool.cu
   void pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, const Tensor& indices,
                        const Tensor& grad_x) override;  // pool.cu
-  // Fused ops (NOTE [ Fused ops are backend entries ] in core/fused_defaults.cpp): attention runs
-  // the kernels of cuda/attention.cu (attention.cpp); linear_act and conv2d_relu use Backend's
-  // composed defaults (cuBLAS, cuDNN and the elementwise kernels).
+  // Fused ops (NOTE [ Fused ops are backend entries ] in core/fused_defaults.cpp): attention goes
+  // through cuDNN's flash attention or the kernels of cuda/attention.cu (attention.cpp); the
+  // Linear's GEMMs through cuBLASLt with their bias, GELU and bias-gradient epilogues
+  // (linear_lt.cpp); conv2d_relu uses Backend's composed default (cuDNN and the elementwise kernels).
+  void linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act, const Tensor& out,
+                  const Tensor& pre) override;  // linear_lt.cpp
+  void linear_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& grad_x,
+                       const Tensor& grad_weight, const Tensor& grad_bias) override;  // linear_lt.cpp
+  void linear_backward_act(const Tensor& grad_out, const Tensor& weight, Activation act, const Tensor& z,
+                           const Tensor& grad_z) override;  // linear_lt.cpp
   void attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
                  const Tensor& lse) override;  // attention.cpp
   void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y, int64_t heads,
@@ -84,6 +92,17 @@ CudaBackend& cuda_backend();
 // done nothing, otherwise. Queued on `stream`; the device must be current.
 bool cudnn_pool2d(const Tensor& x, const Pool2dParams& p, const Tensor& out, const Tensor& indices,
                   std::uintptr_t stream);
+
+// matmul.cpp: the workspace of device's cuBLAS handle for `stream`, which
+// cuBLASLt calls on that stream share (a stream runs one GEMM at a time);
+// and whether an f32 GEMM on this thread may use TF32 now (set_allow_tf32
+// or a Tf32Scope).
+struct GemmWorkspace {
+  void* ptr;
+  std::size_t bytes;
+};
+GemmWorkspace gemm_workspace(int device, std::uintptr_t stream);
+bool tf32_here();
 
 // Makes `device` current for the scope and restores the previous one.
 class DeviceGuard {

@@ -57,20 +57,27 @@ struct LockedHandle {
   cublasHandle_t h;
 };
 
+std::mutex g_mu[kMaxHandles];
+HandleState g_handles[kMaxHandles];
+
+// The stream's workspace of device's state, allocated on first use; under the device's lock.
+void* workspace_locked(HandleState& hs, int device, std::uintptr_t stream) {
+  void*& ws = hs.workspaces[stream];
+  if (!ws) {
+    memory::TagScope tag(memory::Tag::workspace);
+    memory::OpScope op("cublas_workspace");
+    ws = memory::allocate(Device(DeviceType::CUDA, device), kWorkspaceBytes, stream);
+  }
+  return ws;
+}
+
 LockedHandle handle_for(int device, std::uintptr_t stream) {
-  static std::mutex mu[kMaxHandles];
-  static HandleState handles[kMaxHandles];
   SNUG_CHECK(device >= 0 && device < kMaxHandles, DeviceError, "cuBLAS: device index ", device, " out of range");
-  std::unique_lock<std::mutex> lock(mu[device]);
-  HandleState& hs = handles[device];
+  std::unique_lock<std::mutex> lock(g_mu[device]);
+  HandleState& hs = g_handles[device];
   if (!hs.h) SNUG_CUBLAS_CHECK(cublasCreate(&hs.h));
   if (!hs.bound || hs.stream != stream) {
-    void*& ws = hs.workspaces[stream];
-    if (!ws) {
-      memory::TagScope tag(memory::Tag::workspace);
-      memory::OpScope op("cublas_workspace");
-      ws = memory::allocate(Device(DeviceType::CUDA, device), kWorkspaceBytes, stream);
-    }
+    void* ws = workspace_locked(hs, device, stream);
     // cublasSetStream puts the handle back on cuBLAS's own workspace, so the
     // workspace is set after it.
     SNUG_CUBLAS_CHECK(cublasSetStream(hs.h, reinterpret_cast<cudaStream_t>(stream)));
@@ -92,6 +99,13 @@ thread_local bool t_tf32_scope = false;
 }
 Tf32Scope::Tf32Scope(bool on) : prev_(t_tf32_scope) { t_tf32_scope = prev_ || on; }
 Tf32Scope::~Tf32Scope() { t_tf32_scope = prev_; }
+bool tf32_here() { return allow_tf32() || t_tf32_scope; }
+
+GemmWorkspace gemm_workspace(int device, std::uintptr_t stream) {
+  SNUG_CHECK(device >= 0 && device < kMaxHandles, DeviceError, "cuBLAS: device index ", device, " out of range");
+  std::lock_guard<std::mutex> lock(g_mu[device]);
+  return {workspace_locked(g_handles[device], device, stream), kWorkspaceBytes};
+}
 
 // a (B,M,K), b (B,K,N) -> out (B,M,N) contiguous.
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -122,7 +136,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (out.dtype()) {
     case DType::f32:
       dt = CUDA_R_32F;
-      ct = allow_tf32() || t_tf32_scope ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      ct = tf32_here() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
     case DType::f16:
       dt = CUDA_R_16F;

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include <snug/autograd/autocast.h>
 #include <snug/autograd/grad_mode.h>
 #include <snug/autograd/ops.h>
 #include <snug/core/backend.h>
@@ -32,6 +33,7 @@
 #include <snug/memory/stream.h>
 #include <snug/nn/amp/grad_scaler.h>
 #include <snug/nn/functional.h>
+#include <snug/nn/fused.h>
 #include <snug/nn/models/gpt.h>
 #include <snug/nn/optim/optimizer.h>
 
@@ -485,6 +487,95 @@ TEST_CASE("cuda parity: matmul through cuBLAS") {
   parity(
       "tf32", {a, b}, [&](const std::vector<Tensor>& v) { return matmul(v[0], v[1]); }, 2e-2);
   cuda::set_allow_tf32(false);
+}
+
+TEST_CASE("cuda parity: a Linear's GEMMs through cuBLASLt with bias, GELU and bias-gradient epilogues") {
+  // The backend entries straight (NOTE [ Linear through cuBLASLt ] in cuda/linear_lt.cpp), every
+  // activation with and without bias and pre-activation, against the CPU's. Widths 64 and 96 take
+  // the aux epilogues, 20 the fallbacks (an aux leading dimension not a multiple of 8), f64 the
+  // composed default. Tolerances: 1e-4 for f32 (cuBLASLt may sum in another order), 3e-2 for 16-bit
+  // (one rounding of the result, and of the pre-activation the GELU reads).
+  if (skip_without_gpu()) return;
+  manual_seed(21);
+  using Act = Backend::Activation;
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64})
+    for (int64_t width : {64, 96, 20}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(width);
+      const double tol = dt == kFloat64 ? 1e-12 : (dt == kFloat32 ? 1e-4 : 3e-2);
+      const int64_t N = 48, in = width, outf = width;
+      const Tensor x = randn({N, in}).to(dt), w = (randn({outf, in}) * 0.2).to(dt), b = randn({outf}).to(dt);
+      const Tensor g = randn({N, outf}).to(dt), z = randn({N, in}).to(dt);
+      for (Act act : {Act::none, Act::relu, Act::gelu, Act::gelu_tanh})
+        for (bool with_bias : {true, false})
+          for (bool with_pre : {true, false}) {
+            CAPTURE(static_cast<int>(act));
+            CAPTURE(with_bias);
+            CAPTURE(with_pre);
+            auto fwd = [&](const std::vector<Tensor>& v) {
+              const Tensor out = empty({N, outf}, v[0].options());
+              const Tensor pre = with_pre ? empty({N, outf}, v[0].options()) : Tensor();
+              backend_for(v[0].device()).linear_act(v[0], v[1], with_bias ? v[2] : Tensor(), act, out, pre);
+              return with_pre ? cat({out.flatten(), pre.flatten()}) : out;
+            };
+            parity("linear_act", {x, w, b}, fwd, tol);
+          }
+      // Backward: every subset of the gradients, the bias's by BGRADB where cuBLASLt has it.
+      for (int wanted = 1; wanted < 8; ++wanted) {
+        CAPTURE(wanted);
+        auto bwd = [&](const std::vector<Tensor>& v) {
+          const Tensor gx = wanted & 1 ? empty({N, in}, v[0].options()) : Tensor();
+          const Tensor gw = wanted & 2 ? empty({outf, in}, v[0].options()) : Tensor();
+          const Tensor gb = wanted & 4 ? empty({outf}, v[0].options()) : Tensor();
+          backend_for(v[0].device()).linear_backward(v[0], v[1], v[2], gx, gw, gb);
+          std::vector<Tensor> parts;
+          for (const Tensor& t : {gx, gw, gb})
+            if (t.defined()) parts.push_back(t.flatten());
+          return cat(parts);
+        };
+        parity("linear_backward", {g, x, w}, bwd, tol * 4);
+      }
+      // x transposed (a column-major operand), and the weight as a transposed view.
+      parity(
+          "linear_backward, strided operands", {g, x.t().contiguous().t(), w.t().contiguous().t()},
+          [&](const std::vector<Tensor>& v) {
+            const Tensor gx = empty({N, in}, v[0].options()), gw = empty({outf, in}, v[0].options());
+            const Tensor gb = empty({outf}, v[0].options());
+            backend_for(v[0].device()).linear_backward(v[0], v[1], v[2], gx, gw, gb);
+            return cat({gx.flatten(), gw.flatten(), gb});
+          },
+          tol * 4);
+      for (Act act : {Act::relu, Act::gelu, Act::gelu_tanh}) {
+        CAPTURE(static_cast<int>(act));
+        parity(
+            "linear_backward_act", {g, w, z},
+            [&](const std::vector<Tensor>& v) {
+              const Tensor gz = empty({N, in}, v[0].options());
+              backend_for(v[0].device()).linear_backward_act(v[0], v[1], act, v[2], gz);
+              return gz;
+            },
+            tol * 4);
+      }
+    }
+  // Through nn: a bf16 GELU(tanh) MLP's forward and all its gradients.
+  const Tensor x = randn({64, 128}), w1 = randn({256, 128}) * 0.1, b1 = randn({256}) * 0.1;
+  const Tensor w2 = randn({128, 256}) * 0.1, b2 = randn({128}) * 0.1;
+  parity(
+      "gelu_mlp bf16 under autocast", {x, w1, b1, w2, b2},
+      [&](const std::vector<Tensor>& v) {
+        std::vector<Tensor> p;
+        for (const Tensor& t : v) p.push_back(t.detach().requires_grad_());
+        Tensor y;
+        {
+          AutocastGuard ac(kBFloat16);
+          y = nn::functional::gelu_mlp(p[0], p[1], p[2], p[3], p[4], GeluApprox::tanh);
+        }
+        sum(y.to(kFloat32)).backward();
+        std::vector<Tensor> parts{y.detach().to(kFloat32).flatten()};
+        for (const Tensor& t : p) parts.push_back(t.grad().flatten());
+        return cat(parts);
+      },
+      5e-2);
 }
 
 TEST_CASE("cuda parity: conv2d through cuDNN and pooling, forward and backward") {
