@@ -128,7 +128,7 @@ struct Backend {
     throw DeviceError(str("pool2d_backward: not implemented on backend ", name()));
   }
 
-  // ---- fused ops: linear + activation, MLP, attention, conv + ReLU (NOTE [ Fused ops are backend entries ]) --
+  // ---- fused ops: linear + activation, MLP, attention, conv + ReLU, cross-entropy (NOTE [ Fused ops are backend entries ]) --
   // Each has a default composed from the primitives above (core/fused_defaults.cpp). A backend overrides
   // the ones it has a faster kernel for and calls Backend::X where that kernel does not apply (a dtype,
   // a layout, a size it does not take); the caller never checks which runs.
@@ -172,7 +172,21 @@ struct Backend {
   virtual void conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x, const Tensor& weight,
                                     const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
                                     const Tensor& grad_bias);
-  // ---- end of fused ops: linear + activation, MLP, attention, conv + ReLU -------------------------------------
+  // Cross-entropy over the classes of each row, from the logits in their own dtype (16-bit under
+  // autocast: the math is f32 inside, and no f32 copy of the logits is made; NOTE [ Fused
+  // cross-entropy ] in core/fused_defaults.cpp). logits (N, C) contiguous floating, C >= 1; target
+  // (N) i64 contiguous, each in [0, C) or ignore_index (the caller checked); loss (N) and lse (N)
+  // in promote_types(logits' dtype, f32), contiguous:
+  //   lse_i  = log sum_c exp(x_ic)
+  //   loss_i = (1 - eps) (lse_i - x_i,t_i) + eps (lse_i - mean_c x_ic),  0 for an ignored row.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                             const Tensor& loss, const Tensor& lse);
+  // grad_logits (N, C) in logits' dtype, contiguous, every element written:
+  //   w_i (softmax(x_i) - (1 - eps) onehot(t_i) - eps / C),  0 for an ignored row,
+  // from w (N) in loss's dtype (the upstream gradient of each row's loss) and forward's lse.
+  virtual void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& w,
+                                      int64_t ignore_index, double smoothing, const Tensor& grad_logits);
+  // ---- end of fused ops: linear + activation, MLP, attention, conv + ReLU, cross-entropy ----------------------
 
   // Copies between devices (at least one on this backend's type). Contiguous.
   virtual void copy_across(const Tensor& src, const Tensor& dst) = 0;

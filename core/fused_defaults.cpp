@@ -225,6 +225,57 @@ double Backend::attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D, 
   return cpu::attention_flops(B, T, heads, D, causal);
 }
 
+// ---- cross-entropy -------------------------------------------------------------------------------------------
+// NOTE [ Fused cross-entropy ]
+// The loss reads the logits in their own dtype and keeps only each row's
+// logsumexp for backward, which writes the logits' gradient once, in their
+// dtype: under autocast a (N, V) f32 copy of the logits, their f32 log-softmax
+// (saved) and an f32 gradient converted back to 16 bits never exist. The CUDA
+// backend runs one kernel for each direction (cuda/cross_entropy.cu). This
+// default composes the primitives in the math type (f32, f64 for f64 logits):
+// log-softmax, the target's column, the smoothing term; lse is max_c x - max_c
+// logp (the largest logit's log-probability is exactly -log s). Its backward
+// recomputes the softmax rather than reading lse, so it keeps the vectorized
+// row kernel of the CPU.
+namespace {
+// logits in the math type (a copy only for 16-bit logits).
+Tensor ce_math(const Tensor& logits) {
+  const DType acc = promote_types(logits.dtype(), DType::f32);
+  return logits.dtype() == acc ? logits : raw::to_dtype(logits, acc);
+}
+}  // namespace
+
+// logits (N, C), target (N) -> loss (N), lse (N).
+void Backend::cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                            const Tensor& loss, const Tensor& lse) {
+  const int64_t N = logits.size(0);
+  const Tensor x = ce_math(logits);                                                 // (N, C)
+  const Tensor logp = raw::softmax(x, 1, true);                                     // (N, C)
+  const Tensor valid = raw::compare_scalar(CompareOp::ne, target, double(ignore_index));  // (N) bool
+  const Tensor tsafe = raw::where(valid, target, zeros({}, TensorOptions(DType::i64, target.device())));
+  Tensor row = raw::unary(UnaryOp::neg, raw::view(raw::gather(logp, 1, raw::view(tsafe, {N, 1})), {N}));
+  if (smoothing > 0) {
+    const Tensor smooth = raw::unary(UnaryOp::neg, raw::reduce(ReduceOp::mean, logp, {1}, false));
+    row = raw::binary(BinaryOp::add, raw::unary(UnaryOp::affine, row, 1 - smoothing, 0),
+                      raw::unary(UnaryOp::affine, smooth, smoothing, 0));
+  }
+  binary(BinaryOp::mul, row, raw::to_dtype(valid, row.dtype()), loss);  // ignored rows give exactly 0
+  binary(BinaryOp::sub, raw::reduce(ReduceOp::max, x, {1}, false), raw::reduce(ReduceOp::max, logp, {1}, false), lse);
+}
+
+// grad_logits (N, C) = w (softmax - (1 - eps) onehot - eps / C), w (N) zero on ignored rows by the caller.
+void Backend::cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor&, const Tensor& w,
+                                     int64_t ignore_index, double smoothing, const Tensor& grad_logits) {
+  const int64_t N = logits.size(0), C = logits.size(1);
+  const Tensor valid = raw::compare_scalar(CompareOp::ne, target, double(ignore_index));
+  const Tensor tsafe = raw::where(valid, target, zeros({}, TensorOptions(DType::i64, target.device())));
+  const Tensor w2 = raw::view(raw::binary(BinaryOp::mul, w, raw::to_dtype(valid, w.dtype())), {N, 1});  // (N, 1)
+  Tensor g = raw::binary(BinaryOp::mul, raw::softmax(ce_math(logits), 1, false), w2);                // (N, C)
+  if (smoothing > 0) g = raw::binary(BinaryOp::sub, g, raw::unary(UnaryOp::affine, w2, smoothing / double(C), 0));
+  g = raw::scatter_add(g, 1, raw::view(tsafe, {N, 1}), raw::unary(UnaryOp::affine, w2, -(1 - smoothing), 0));
+  copy(g, grad_logits);  // rounds to the logits' dtype once
+}
+
 // ---- conv2d + ReLU ---------------------------------------------------------------------------
 void Backend::conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p,
                           const Tensor& out) {

@@ -225,6 +225,27 @@ void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, c
       g.stream());
 }
 
+// logits (N, C), target (N) -> loss (N), lse (N); NOTE [ Fused cross-entropy ].
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                                const Tensor& loss, const Tensor& lse) {
+  if (!logits.is_contiguous() || !target.is_contiguous())
+    return Backend::cross_entropy(logits, target, ignore_index, smoothing, loss, lse);
+  OnDevice g(dev(logits));
+  kernels::cross_entropy(logits.dtype(), logits.size(0), logits.size(1), ignore_index, smoothing, logits.data_ptr(),
+                         static_cast<const int64_t*>(target.data_ptr()), loss.data_ptr(), lse.data_ptr(), g.stream());
+}
+
+void CudaBackend::cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse,
+                                         const Tensor& w, int64_t ignore_index, double smoothing,
+                                         const Tensor& grad_logits) {
+  if (!logits.is_contiguous() || !target.is_contiguous() || !w.is_contiguous())
+    return Backend::cross_entropy_backward(logits, target, lse, w, ignore_index, smoothing, grad_logits);
+  OnDevice g(dev(logits));
+  kernels::cross_entropy_backward(logits.dtype(), logits.size(0), logits.size(1), ignore_index, smoothing,
+                                  logits.data_ptr(), static_cast<const int64_t*>(target.data_ptr()), lse.data_ptr(),
+                                  w.data_ptr(), grad_logits.data_ptr(), g.stream());
+}
+
 void CudaBackend::causal_softmax(const Tensor& x, double scale, const Tensor& out) {
   OnDevice g(dev(out));
   const int64_t Tk = x.size(-1), Tq = x.size(-2);

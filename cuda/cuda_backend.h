@@ -58,6 +58,11 @@ struct CudaBackend final : Backend {
                        const Tensor& grad_weight, const Tensor& grad_bias) override;  // linear_lt.cpp
   void linear_backward_act(const Tensor& grad_out, const Tensor& weight, Activation act, const Tensor& z,
                            const Tensor& grad_z) override;  // linear_lt.cpp
+  // The kernels of cross_entropy.cu (cuda_backend.cpp).
+  void cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
+                     const Tensor& loss, const Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& w,
+                              int64_t ignore_index, double smoothing, const Tensor& grad_logits) override;
   void attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
                  const Tensor& lse) override;  // attention.cpp
   void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y, int64_t heads,

@@ -7,7 +7,8 @@
 // definition of each op's math ]), core/softmax_math.h, core/layer_norm_math.h,
 // core/attention_math.h, core/pool_window.h and core/update_math.h, shared
 // with the CPU loops. cuda/X.cu holds the kernels of core/cpu/X.cpp (softmax,
-// layer_norm, pool, index, random, reduce, elementwise, attention, update).
+// layer_norm, pool, index, random, reduce, elementwise, attention, update; cross_entropy.cu is
+// the fused cross-entropy, whose CPU side is the composed default).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -102,6 +103,14 @@ void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const 
 int64_t layer_norm_wb_chunks(int64_t R);
 void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w, const float* mean,
                          const float* rstd, void* gx, void* gw, void* gb, void* scratch, StreamHandle s);
+
+// ---- cross_entropy.cu: the fused cross-entropy (NOTE [ Fused cross-entropy ]) ----
+// x (N, C) of dtype t, contiguous; target (N) i64; loss, lse, w (N) f32 (f64 for f64 x);
+// gx (N, C) of dtype t, every element written.
+void cross_entropy(DType t, int64_t N, int64_t C, int64_t ignore_index, double eps, const void* x,
+                   const int64_t* target, void* loss, void* lse, StreamHandle s);
+void cross_entropy_backward(DType t, int64_t N, int64_t C, int64_t ignore_index, double eps, const void* x,
+                            const int64_t* target, const void* lse, const void* w, void* gx, StreamHandle s);
 
 // ---- pool.cu --------------------------------------------------------------------
 // Windows over (H, W) of core/pool_window.h, shared with core/cpu/pool.cpp.

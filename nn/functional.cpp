@@ -352,22 +352,32 @@ Tensor reduce_loss(const Tensor& per_row, Reduction r, const Tensor& count_valid
 // logits (N, C), target (N) -> scalar (or (N) with Reduction::none)
 // loss_i = (1 - eps) * (-logp[i, t_i]) + eps * mean_c(-logp[i, c]) for rows with t_i != ignore
 // d loss_i / d logits_i = softmax_i - (1 - eps) * onehot(t_i) - eps / C
+// The arithmetic is the backend's (cross_entropy, cross_entropy_backward: NOTE [ Fused
+// cross-entropy ] in core/fused_defaults.cpp): under autocast it reads 16-bit logits as they are
+// (f32 math inside, an f32 loss) and writes their gradient in their dtype, so no f32 copy of the
+// logits, of their log-softmax or of their gradient is made; backward keeps the logits and one
+// logsumexp per row.
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index, double eps,
                      Reduction reduction) {
-  const Tensor logits = autocast::widen(logits_in);  // autocast: losses in f32
+  const Tensor& logits = logits_in;
   SNUG_CHECK(logits.dim() == 2, ShapeError, "cross_entropy: logits must be (N, C), got ", shape_str(logits.shape()),
              "; flatten extra dims first, e.g. logits.view({-1, C})");
+  SNUG_CHECK(logits.is_floating_point(), DTypeError,
+             "cross_entropy: logits must be floating (f32, f64, f16, bf16), got ", dtype_name(logits.dtype()));
   SNUG_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), ShapeError, "cross_entropy: target of shape ",
              shape_str(target.shape()), " does not match logits ", shape_str(logits.shape()), " (expected (",
              logits.size(0), "))");
   SNUG_CHECK(target.dtype() == DType::i64, DTypeError, "cross_entropy: target must be i64 class indices, got ",
              dtype_name(target.dtype()));
+  SNUG_CHECK(target.device() == logits.device(), DeviceError, "cross_entropy: logits are on ",
+             logits.device().str(), " but target is on ", target.device().str());
   SNUG_CHECK(eps >= 0 && eps < 1, ValueError, "cross_entropy: label_smoothing must be in [0, 1), got ", eps);
   const int64_t N = logits.size(0), C = logits.size(1);
+  SNUG_CHECK(C >= 1 || N == 0, ShapeError, "cross_entropy: logits ", shape_str(logits.shape()), " have no classes");
   Tensor valid = raw::compare_scalar(CompareOp::ne, target, static_cast<double>(ignore_index));  // (N) bool
-  Tensor tsafe = raw::where(valid, target, zeros({}, TensorOptions(DType::i64, target.device())));
   {
     // Range check on the valid targets only, with a message naming the value.
+    Tensor tsafe = raw::where(valid, target, zeros({}, TensorOptions(DType::i64, target.device())));
     Tensor bad = raw::binary(
         BinaryOp::mul, raw::to_dtype(valid, DType::i64),
         raw::to_dtype(
@@ -382,16 +392,14 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
                            ignore_index, ")"));
     }
   }
-  Tensor logp = raw::softmax(logits, 1, true);                                     // (N, C)
-  Tensor picked = raw::view(raw::gather(logp, 1, raw::view(tsafe, {N, 1})), {N});  // (N)
-  Tensor loss = raw::unary(UnaryOp::neg, picked);
-  if (eps > 0) {
-    Tensor smooth = raw::unary(UnaryOp::neg, raw::reduce(ReduceOp::mean, logp, {1}, false));
-    loss = raw::binary(BinaryOp::add, raw::unary(UnaryOp::affine, loss, 1 - eps, 0),
-                       raw::unary(UnaryOp::affine, smooth, eps, 0));
+  const Tensor x = raw::contiguous(logits), t = raw::contiguous(target);
+  const TensorOptions acc(promote_types(x.dtype(), DType::f32), x.device());
+  Tensor loss = empty({N}, acc), lse = empty({N}, acc);
+  if (N > 0) {
+    profiler::RecordOp rec("cross_entropy", x.device());
+    backend_for(x.device()).cross_entropy(x, t, ignore_index, eps, loss, lse);
   }
-  Tensor validf = raw::to_dtype(valid, loss.dtype());
-  loss = raw::binary(BinaryOp::mul, loss, validf);  // ignored rows give exactly 0
+  Tensor validf = raw::to_dtype(valid, acc.dtype);
   Tensor count = raw::reduce(ReduceOp::sum, validf, {}, false);
   Tensor out;
   switch (reduction) {
@@ -406,21 +414,18 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
       break;
   }
   if (any_requires_grad({logits})) {
-    record("cross_entropy", {logits}, {out}, {logp, tsafe, validf, count},
-           [eps, C, N, reduction](FunctionNode& self, const G& g) -> G {
-             Tensor lp = self.saved_at(0), t = self.saved_at(1), vf = self.saved_at(2);
+    record("cross_entropy", {logits}, {out}, {x, t, lse, validf, count},
+           [eps, N, ignore_index, reduction](FunctionNode& self, const G& g) -> G {
+             const Tensor xs = self.saved_at(0), ts = self.saved_at(1), ls = self.saved_at(2);
              // Per-row weight w_i = upstream grad for row i (x 1/count for mean), 0 if ignored.
              Tensor w = reduction == Reduction::none ? g[0] : raw::expand(raw::view(g[0], {1}), {N});
-             if (reduction == Reduction::mean) w = raw::binary(BinaryOp::div, w, self.saved_at(3));
-             w = raw::binary(BinaryOp::mul, w, vf);  // (N)
-             Tensor w2 = raw::view(raw::contiguous(w), {N, 1});
-             // softmax = exp(logp); computed as softmax(logp) (the same up to rounding:
-             // logp's rows already sum to one in exp) because the row kernel's exp is
-             // vectorized and the generic exp calls libm once per element.
-             Tensor gl = raw::binary(BinaryOp::mul, raw::softmax(lp, 1, false), w2);  // softmax * w
-             if (eps > 0) gl = raw::binary(BinaryOp::sub, gl, raw::unary(UnaryOp::affine, w2, eps / double(C), 0));
-             Tensor hot = raw::unary(UnaryOp::affine, w2, -(1 - eps), 0);  // (N, 1)
-             gl = raw::scatter_add(gl, 1, raw::view(t, {N, 1}), hot);
+             if (reduction == Reduction::mean) w = raw::binary(BinaryOp::div, w, self.saved_at(4));
+             w = raw::contiguous(raw::binary(BinaryOp::mul, w, self.saved_at(3)));  // (N)
+             Tensor gl = empty(xs.shape(), xs.options());                           // (N, C), the logits' dtype
+             if (N > 0) {
+               profiler::RecordOp rec("cross_entropy_backward", xs.device());
+               backend_for(xs.device()).cross_entropy_backward(xs, ts, ls, w, ignore_index, eps, gl);
+             }
              return {gl};
            });
   }

@@ -308,6 +308,44 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("autocast: cross-entropy reads 16-bit logits as they are (NOTE [ Fused cross-entropy ])") {
+  // The loss keeps the 16-bit logits (the caller's) and one f32 logsumexp per
+  // row, not an f32 copy of the logits or their f32 log-softmax; the gradient
+  // comes back in the logits' dtype, the f32 computation's rounded once.
+  const int64_t N = 512, C = 1000;
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    Tensor logits = (randn32({N, C}, 12) * 3.0).to(dt).requires_grad_();
+    Generator g(13);
+    Tensor t = randint(0, C, {N}, DType::i64, &g);
+    const int64_t held = held_by([&] {
+      AutocastGuard ac(dt);
+      return F::cross_entropy(logits, t, -100, 0.1);
+    });
+    MESSAGE("cross_entropy keeps ", held, " bytes for ", N, " x ", C, " ", std::string(dtype_name(dt)), " logits");
+    CHECK(held < N * C * 2);  // less than the logits' own 16-bit bytes; an f32 copy would be twice that
+    Tensor loss;
+    {
+      AutocastGuard ac(dt);
+      loss = F::cross_entropy(logits, t, -100, 0.1);
+    }
+    CHECK(loss.dtype() == kFloat32);
+    loss.backward();
+    CHECK(logits.grad().dtype() == dt);
+    // The reference: the same loss on the logits widened by hand, in f32.
+    Tensor l32 = logits.detach().to(kFloat32).requires_grad_();
+    Tensor ref = F::cross_entropy(l32, t, -100, 0.1);
+    ref.backward();
+    CHECK(loss.item() == doctest::Approx(ref.item()).epsilon(1e-6));
+    const auto gh = logits.grad().to(kFloat32).to_vector<float>(), gr = l32.grad().to_vector<float>();
+    // One rounding to 16 bits; f16's gradients here (about 1 / (N C)) are subnormal, spaced 6e-8.
+    const float floor = dt == DType::f16 ? 6e-8f : 1e-12f;
+    int64_t bad = 0;
+    for (size_t i = 0; i < gh.size(); ++i) bad += std::fabs(gh[i] - gr[i]) > 1e-2f * std::fabs(gr[i]) + floor;
+    CHECK(bad == 0);
+  }
+}
+
 TEST_CASE("autocast: a GPT's forward keeps at most 0.55x the bytes it keeps in f32") {
   nn::models::GPTConfig c;
   c.vocab = 65, c.block = 128, c.layers = 2, c.heads = 4, c.embd = 128;

@@ -578,6 +578,36 @@ TEST_CASE("cuda parity: a Linear's GEMMs through cuBLASLt with bias, GELU and bi
       5e-2);
 }
 
+TEST_CASE("cuda parity: the fused cross-entropy, 16-bit logits read as they are, ignore_index and smoothing") {
+  // One kernel each way on the GPU (cuda/cross_entropy.cu), the composed default on the CPU.
+  // Tolerances: 1e-5 for f32 (exp_approx, sums in another order), 2e-2 for the 16-bit gradients
+  // (one rounding), the loss within 1e-4 for every dtype (f32 math either way).
+  if (skip_without_gpu()) return;
+  manual_seed(31);
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kFloat16})
+    for (int64_t C : {7, 50257})
+      for (double eps : {0.0, 0.1}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(C);
+        CAPTURE(eps);
+        const int64_t N = C > 1000 ? 24 : 300;
+        const Tensor logits = (randn({N, C}) * 2.0).to(dt);
+        Generator g(5);
+        Tensor t = randint(0, C, {N}, DType::i64, &g);
+        t.narrow(0, 0, 3).fill_(-100);  // ignored rows
+        for (auto red : {nn::functional::Reduction::mean, nn::functional::Reduction::none}) {
+          auto run = [&](const std::vector<Tensor>& v) {
+            Tensor x = v[0].detach().requires_grad_();
+            Tensor loss = nn::functional::cross_entropy(x, v[1], -100, eps, red);
+            sum(loss).backward();
+            CHECK(x.grad().dtype() == dt);
+            return cat({loss.to(kFloat64).flatten(), x.grad().to(kFloat64).flatten()});
+          };
+          parity("cross_entropy", {logits, t}, run, dt == kFloat64 ? 1e-10 : (dt == kFloat32 ? 1e-5 : 2e-2));
+        }
+      }
+}
+
 TEST_CASE("cuda parity: conv2d through cuDNN and pooling, forward and backward") {
   if (skip_without_gpu()) return;
   namespace F = nn::functional;
