@@ -31,7 +31,7 @@
 //   linear            nn::functional::linear, linear_relu, linear_gelu,
 //                     relu_mlp, gelu_mlp (one name: a policy that keeps
 //                     Linear outputs keeps the fused layers' too)
-//   layer_norm        nn::functional::layer_norm
+//   layer_norm        nn::functional::layer_norm, add_layer_norm (its sum and norm)
 //   causal_softmax    nn::functional::causal_softmax
 //   causal_attention  nn::functional::causal_self_attention's fused op
 //   attention         nn::functional::self_attention's fused op, not causal

@@ -128,7 +128,7 @@ struct Backend {
     throw DeviceError(str("pool2d_backward: not implemented on backend ", name()));
   }
 
-  // ---- fused ops: linear + activation, MLP, attention, conv + ReLU, cross-entropy (NOTE [ Fused ops are backend entries ]) --
+  // ---- fused ops: linear + activation, MLP, attention, conv + ReLU, add + layer norm, cross-entropy (NOTE [ Fused ops are backend entries ]) --
   // Each has a default composed from the primitives above (core/fused_defaults.cpp). A backend overrides
   // the ones it has a faster kernel for and calls Backend::X where that kernel does not apply (a dtype,
   // a layout, a size it does not take); the caller never checks which runs.
@@ -172,6 +172,17 @@ struct Backend {
   virtual void conv2d_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x, const Tensor& weight,
                                     const Conv2dParams& p, const Tensor& grad_x, const Tensor& grad_weight,
                                     const Tensor& grad_bias);
+  // The residual add and the layer norm after it, in one pass (a pre-norm transformer block's
+  // h = x + r; y = layer_norm(h)): x, r, h, y (R, C) contiguous of one floating dtype; weight, bias
+  // (C) or undefined; mean, rstd (R) f32. h is rounded to its dtype before it is normalized, so the
+  // values are those of binary add, then layer_norm.
+  virtual void add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps,
+                              const Tensor& h, const Tensor& y, const Tensor& mean, const Tensor& rstd);
+  // The gradient of h, which is both x's and r's: grad_sum (R, C) = grad_h + layer_norm_backward's
+  // grad_x from grad_y (grad_h undefined: zero); grad_weight, grad_bias as layer_norm_backward's.
+  virtual void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_h, const Tensor& h,
+                                       const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                       const Tensor& grad_sum, const Tensor& grad_weight, const Tensor& grad_bias);
   // Cross-entropy over the classes of each row, from the logits in their own dtype (16-bit under
   // autocast: the math is f32 inside, and no f32 copy of the logits is made; NOTE [ Fused
   // cross-entropy ] in core/fused_defaults.cpp). logits (N, C) contiguous floating, C >= 1; target
@@ -186,7 +197,7 @@ struct Backend {
   // from w (N) in loss's dtype (the upstream gradient of each row's loss) and forward's lse.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& w,
                                       int64_t ignore_index, double smoothing, const Tensor& grad_logits);
-  // ---- end of fused ops: linear + activation, MLP, attention, conv + ReLU, cross-entropy ----------------------
+  // ---- end of fused ops: linear + activation, MLP, attention, conv + ReLU, add + layer norm, cross-entropy-------------------
 
   // Copies between devices (at least one on this backend's type). Contiguous.
   virtual void copy_across(const Tensor& src, const Tensor& dst) = 0;

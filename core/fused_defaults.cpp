@@ -225,6 +225,20 @@ double Backend::attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D, 
   return cpu::attention_flops(B, T, heads, D, causal);
 }
 
+// ---- residual add + layer norm -------------------------------------------------------------------------------
+void Backend::add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps,
+                             const Tensor& h, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  binary(BinaryOp::add, x, r, h);
+  layer_norm(h, weight, bias, eps, y, mean, rstd);
+}
+
+void Backend::add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_h, const Tensor& h,
+                                      const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& grad_sum, const Tensor& grad_weight, const Tensor& grad_bias) {
+  layer_norm_backward(grad_y, h, weight, mean, rstd, grad_sum, grad_weight, grad_bias);
+  if (grad_sum.defined() && grad_h.defined()) binary(BinaryOp::add, grad_sum, grad_h, grad_sum);  // in place: safe
+}
+
 // ---- cross-entropy -------------------------------------------------------------------------------------------
 // NOTE [ Fused cross-entropy ]
 // The loss reads the logits in their own dtype and keeps only each row's

@@ -203,15 +203,17 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor
                              const Tensor& mean, const Tensor& rstd) {
   OnDevice g(dev(out));
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
-  kernels::layer_norm(x.dtype(), R, C, eps, x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
-                      bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr(), static_cast<float*>(mean.data_ptr()),
-                      static_cast<float*>(rstd.data_ptr()), g.stream());
+  kernels::layer_norm(x.dtype(), R, C, eps, x.data_ptr(), nullptr, weight.defined() ? weight.data_ptr() : nullptr,
+                      bias.defined() ? bias.data_ptr() : nullptr, nullptr, out.data_ptr(),
+                      static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()), g.stream());
 }
 
-void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                      const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
-                                      const Tensor& grad_bias) {
-  OnDevice g(dev(x));
+namespace {
+// layer_norm_backward with gadd (add_layer_norm_backward's gradient of h) or without.
+void layer_norm_backward_into(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& gadd, const Tensor& grad_x, const Tensor& grad_weight,
+                              const Tensor& grad_bias) {
+  OnDevice g(x.device().index);
   const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
   Tensor scratch;  // per-chunk column sums for the weight and bias gradients
   if (grad_weight.defined() || grad_bias.defined())
@@ -220,9 +222,37 @@ void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, c
   kernels::layer_norm_backward(
       x.dtype(), R, C, grad_out.data_ptr(), x.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
       static_cast<const float*>(mean.data_ptr()), static_cast<const float*>(rstd.data_ptr()),
-      grad_x.defined() ? grad_x.data_ptr() : nullptr, grad_weight.defined() ? grad_weight.data_ptr() : nullptr,
-      grad_bias.defined() ? grad_bias.data_ptr() : nullptr, scratch.defined() ? scratch.data_ptr() : nullptr,
-      g.stream());
+      gadd.defined() ? gadd.data_ptr() : nullptr, grad_x.defined() ? grad_x.data_ptr() : nullptr,
+      grad_weight.defined() ? grad_weight.data_ptr() : nullptr, grad_bias.defined() ? grad_bias.data_ptr() : nullptr,
+      scratch.defined() ? scratch.data_ptr() : nullptr, g.stream());
+}
+}  // namespace
+
+void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight,
+                                      const Tensor& grad_bias) {
+  layer_norm_backward_into(grad_out, x, weight, mean, rstd, Tensor(), grad_x, grad_weight, grad_bias);
+}
+
+// h = x + r, y = layer_norm(h): one kernel (cuda/layer_norm.cu).
+void CudaBackend::add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias,
+                                 double eps, const Tensor& h, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  if (!x.is_contiguous() || !r.is_contiguous() || r.dtype() != x.dtype() || r.shape() != x.shape())
+    return Backend::add_layer_norm(x, r, weight, bias, eps, h, y, mean, rstd);
+  OnDevice g(dev(y));
+  const int64_t C = x.size(-1), R = C ? x.numel() / C : 0;
+  kernels::layer_norm(x.dtype(), R, C, eps, x.data_ptr(), r.data_ptr(), weight.defined() ? weight.data_ptr() : nullptr,
+                      bias.defined() ? bias.data_ptr() : nullptr, h.data_ptr(), y.data_ptr(),
+                      static_cast<float*>(mean.data_ptr()), static_cast<float*>(rstd.data_ptr()), g.stream());
+}
+
+// grad_sum = grad_h + layer norm's grad_x, in the store of layer norm's backward kernel.
+void CudaBackend::add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_h, const Tensor& h,
+                                          const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                          const Tensor& grad_sum, const Tensor& grad_weight, const Tensor& grad_bias) {
+  if (grad_h.defined() && (!grad_h.is_contiguous() || grad_h.dtype() != h.dtype() || grad_h.shape() != h.shape()))
+    return Backend::add_layer_norm_backward(grad_y, grad_h, h, weight, mean, rstd, grad_sum, grad_weight, grad_bias);
+  layer_norm_backward_into(grad_y, h, weight, mean, rstd, grad_h, grad_sum, grad_weight, grad_bias);
 }
 
 // logits (N, C), target (N) -> loss (N), lse (N); NOTE [ Fused cross-entropy ].

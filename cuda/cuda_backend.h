@@ -58,6 +58,12 @@ struct CudaBackend final : Backend {
                        const Tensor& grad_weight, const Tensor& grad_bias) override;  // linear_lt.cpp
   void linear_backward_act(const Tensor& grad_out, const Tensor& weight, Activation act, const Tensor& z,
                            const Tensor& grad_z) override;  // linear_lt.cpp
+  // The residual add and layer norm in layer_norm.cu's kernels (cuda_backend.cpp).
+  void add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps,
+                      const Tensor& h, const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+  void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_h, const Tensor& h, const Tensor& weight,
+                               const Tensor& mean, const Tensor& rstd, const Tensor& grad_sum,
+                               const Tensor& grad_weight, const Tensor& grad_bias) override;
   // The kernels of cross_entropy.cu (cuda_backend.cpp).
   void cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
                      const Tensor& loss, const Tensor& lse) override;

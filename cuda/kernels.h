@@ -94,15 +94,19 @@ void attention_softmax_lse_backward(int64_t rows, int64_t row0, int64_t T, int64
                                     float* s, float* dp, const float* lse, StreamHandle st);
 
 // ---- layer_norm.cu -------------------------------------------------------------
-// x, y (R, C) contiguous; w, b (C) or null; mean, rstd (R) f32.
-void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const void* w, const void* b, void* y,
-                float* mean, float* rstd, StreamHandle s);
-// gx (R, C) or null; gw, gb (C) or null. scratch: 2 * layer_norm_wb_chunks(R) * C
+// x, y (R, C) contiguous; w, b (C) or null; mean, rstd (R) f32. res, h: null,
+// or (R, C): then h = x + res (rounded to t) is written and normalized
+// (Backend::add_layer_norm).
+void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const void* res, const void* w,
+                const void* b, void* h, void* y, float* mean, float* rstd, StreamHandle s);
+// gx (R, C) or null; gw, gb (C) or null; gadd (R, C) or null, added to gx
+// (add_layer_norm_backward). scratch: 2 * layer_norm_wb_chunks(R) * C
 // elements of the accumulation type (f64 for f64, else f32) when gw or gb is
 // given (the column sums' per-chunk partials).
 int64_t layer_norm_wb_chunks(int64_t R);
 void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w, const float* mean,
-                         const float* rstd, void* gx, void* gw, void* gb, void* scratch, StreamHandle s);
+                         const float* rstd, const void* gadd, void* gx, void* gw, void* gb, void* scratch,
+                         StreamHandle s);
 
 // ---- cross_entropy.cu: the fused cross-entropy (NOTE [ Fused cross-entropy ]) ----
 // x (N, C) of dtype t, contiguous; target (N) i64; loss, lse, w (N) f32 (f64 for f64 x);

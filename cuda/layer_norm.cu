@@ -6,6 +6,7 @@
 // (layer_norm_row::), the same functions the CPU loops call:
 //
 //   y = (x - mean) rstd w + b,  rstd = 1 / sqrt(var + eps)
+//   add_layer_norm: x is h = x + res (written), and gx gets the gradient of h's other uses added
 //   gx = rstd (gh - mean(gh) - xhat mean(gh xhat)),  gh = g w
 //   gw = sum_rows(g xhat),  gb = sum_rows(g)
 //
@@ -20,15 +21,29 @@ namespace snug::cuda::kernels {
 
 namespace {
 
+// res, h: null, or the residual add's other operand and its sum (h = x + res,
+// rounded to T, written, then normalized: add_layer_norm).
 template <class T>
-__global__ void layer_norm_kernel(int64_t R, int64_t C, compute_t<T> eps, const T* x, const T* w, const T* b, T* y,
-                                  float* mean, float* rstd) {
+__global__ void layer_norm_kernel(int64_t R, int64_t C, compute_t<T> eps, const T* x, const T* res, const T* w,
+                                  const T* b, T* h, T* y, float* mean, float* rstd) {
   using A = compute_t<T>;
   __shared__ A buf[kThreads];
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const T* xr = x + r * C;
     A s = 0;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += A(xr[c]);
+    if (res) {
+      // Each thread reads back only the elements it wrote: the later loops stride the same way.
+      const T* rr = res + r * C;
+      T* hr = h + r * C;
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        const T v = T(A(xr[c]) + A(rr[c]));
+        hr[c] = v;
+        s += A(v);
+      }
+      xr = hr;
+    } else {
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += A(xr[c]);
+    }
     const A mu = layer_norm_row::mean(block_reduce(s, SumOp<A>{}, buf), C);
     A v = 0;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
@@ -46,9 +61,11 @@ __global__ void layer_norm_kernel(int64_t R, int64_t C, compute_t<T> eps, const 
   }
 }
 
+// gadd: null, or a gradient added to gx in the same store (add_layer_norm's
+// gradient of h from its other uses).
 template <class T>
 __global__ void layer_norm_backward_x_kernel(int64_t R, int64_t C, const T* g, const T* x, const T* w,
-                                             const float* mean, const float* rstd, T* gx) {
+                                             const float* mean, const float* rstd, const T* gadd, T* gx) {
   using A = compute_t<T>;
   __shared__ A buf[kThreads];
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
@@ -65,10 +82,12 @@ __global__ void layer_norm_backward_x_kernel(int64_t R, int64_t C, const T* g, c
     const A m1 = layer_norm_row::mean(block_reduce(s1, SumOp<A>{}, buf), C);
     const A m2 = layer_norm_row::mean(block_reduce(s2, SumOp<A>{}, buf), C);
     T* gxr = gx + r * C;
+    const T* gar = gadd ? gadd + r * C : nullptr;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       const A xh = layer_norm_row::xhat(A(xr[c]), mu, rs);
       const A gh = layer_norm_row::ghat(A(gr[c]), w, c);
-      gxr[c] = T(layer_norm_row::grad_x_at(gh, xh, m1, m2, rs));
+      const A d = layer_norm_row::grad_x_at(gh, xh, m1, m2, rs);
+      gxr[c] = gar ? T(A(T(d)) + A(gar[c])) : T(d);  // rounded as the unfused ops round
     }
   }
 }
@@ -128,13 +147,13 @@ __global__ void layer_norm_wb_finish_kernel(int64_t C, int64_t chunks, const com
 
 }  // namespace
 
-void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const void* w, const void* b, void* y,
-                float* mean, float* rstd, StreamHandle s) {
+void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const void* res, const void* w,
+                const void* b, void* h, void* y, float* mean, float* rstd, StreamHandle s) {
   if (R == 0) return;
-  dispatch_floating(t, "layer_norm", [&]<class T>() {
-    layer_norm_kernel<T><<<row_grid(R), kThreads, 0, as_stream(s)>>>(R, C, compute_t<T>(eps), static_cast<const T*>(x),
-                                                                     static_cast<const T*>(w), static_cast<const T*>(b),
-                                                                     static_cast<T*>(y), mean, rstd);
+  dispatch_floating(t, res ? "add_layer_norm" : "layer_norm", [&]<class T>() {
+    layer_norm_kernel<T><<<row_grid(R), kThreads, 0, as_stream(s)>>>(
+        R, C, compute_t<T>(eps), static_cast<const T*>(x), static_cast<const T*>(res), static_cast<const T*>(w),
+        static_cast<const T*>(b), static_cast<T*>(h), static_cast<T*>(y), mean, rstd);
     check_launch("layer_norm");
   });
 }
@@ -142,12 +161,14 @@ void layer_norm(DType t, int64_t R, int64_t C, double eps, const void* x, const 
 int64_t layer_norm_wb_chunks(int64_t R) { return R <= 0 ? 0 : ((R + 63) / 64 < 512 ? (R + 63) / 64 : 512); }
 
 void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const void* x, const void* w, const float* mean,
-                         const float* rstd, void* gx, void* gw, void* gb, void* scratch, StreamHandle s) {
+                         const float* rstd, const void* gadd, void* gx, void* gw, void* gb, void* scratch,
+                         StreamHandle s) {
   dispatch_floating(t, "layer_norm_backward", [&]<class T>() {
     if (gx && R > 0) {
       layer_norm_backward_x_kernel<T>
           <<<row_grid(R), kThreads, 0, as_stream(s)>>>(R, C, static_cast<const T*>(g), static_cast<const T*>(x),
-                                                       static_cast<const T*>(w), mean, rstd, static_cast<T*>(gx));
+                                                       static_cast<const T*>(w), mean, rstd,
+                                                       static_cast<const T*>(gadd), static_cast<T*>(gx));
       check_launch("layer_norm_backward");
     }
     if ((gw || gb) && C > 0) {

@@ -68,8 +68,10 @@ Tensor TransformerBlock::forward(const Tensor& x) { return forward(x, Tensor(), 
 
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& attn_mask, const Tensor& key_padding_mask) {
   if (options.norm_first) {
-    Tensor h = x + drop->forward(attn->forward(ln_1->forward(x), attn_mask, key_padding_mask));
-    return h + drop->forward(mlp(ln_2->forward(h)));
+    // h = x + attn(...) and ln_2(h) as one op (one kernel each way on a GPU).
+    const Tensor a = drop->forward(attn->forward(ln_1->forward(x), attn_mask, key_padding_mask));
+    const auto [h, u] = functional::add_layer_norm(x, a, ln_2->weight, ln_2->bias, ln_2->eps);
+    return h + drop->forward(mlp(u));
   }
   Tensor h = ln_1->forward(x + drop->forward(attn->forward(x, attn_mask, key_padding_mask)));
   return ln_2->forward(h + drop->forward(mlp(h)));

@@ -310,6 +310,62 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   return y;
 }
 
+// ---- residual add + layer norm ----------------------------------------------------
+// h = x + r, y = layer_norm(h); backward: dh = g_h + layer_norm's dx from g_y, which is both x's
+// and r's gradient (in their dtype, which is h's).
+std::array<Tensor, 2> add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias,
+                                     double eps) {
+  // Broadcasting, mixed dtypes or devices, a non-floating input: the two ops, whose checks and
+  // promotion apply.
+  if (x.shape() != r.shape() || x.dtype() != r.dtype() || x.device() != r.device() || !x.is_floating_point() ||
+      x.dim() < 1) {
+    Tensor h = x + r;
+    return {h, layer_norm(h, weight, bias, eps)};
+  }
+  const int64_t C = x.size(-1);
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined())
+      SNUG_CHECK(p->dim() == 1 && p->size(0) == C, ShapeError, "add_layer_norm: weight/bias of shape ",
+                 shape_str(p->shape()), " do not match the last dim of input ", shape_str(x.shape()));
+  profiler::RecordOp rec("add_layer_norm", x.device());
+  const Tensor xc = raw::contiguous(x), rc = raw::contiguous(r);
+  const Tensor w = weight.defined() ? raw::contiguous(raw::to_dtype(weight, x.dtype())) : Tensor();
+  const Tensor b = bias.defined() ? raw::contiguous(raw::to_dtype(bias, x.dtype())) : Tensor();
+  const int64_t R = C ? x.numel() / C : 0;
+  // "layer_norm" to a recomputation policy (autograd/checkpoint.h): one name for both norms.
+  auto outs = autograd::keep_or_compute("layer_norm", [&] {
+    Tensor h = empty(x.shape(), x.options()), y = empty(x.shape(), x.options());
+    Tensor mean = empty({R}, TensorOptions(DType::f32, x.device()));
+    Tensor rstd = empty({R}, TensorOptions(DType::f32, x.device()));
+    backend_for(x.device()).add_layer_norm(xc, rc, w, b, eps, h, y, mean, rstd);
+    return std::vector<Tensor>{h, y, mean, rstd};
+  });
+  Tensor h = outs[0], y = outs[1];
+  if (any_requires_grad({x, r, weight, bias})) {
+    record("add_layer_norm", {x, r, weight, bias}, {h, y}, {outs[0], w, outs[2], outs[3]},
+           [C](FunctionNode& self, const G& g) -> G {
+             const Tensor hs = self.saved_at(0), ws = self.saved_at(1);
+             profiler::RecordOp rec("add_layer_norm_backward", hs.device());
+             const bool need_sum = self.needs_grad(0) || self.needs_grad(1);
+             Tensor gh = g[0].defined() ? raw::contiguous(raw::to_dtype(g[0], hs.dtype())) : Tensor();
+             Tensor gsum = need_sum ? empty(hs.shape(), hs.options()) : Tensor();
+             Tensor gw = self.needs_grad(2) ? empty({C}, hs.options()) : Tensor();
+             Tensor gb = self.needs_grad(3) ? empty({C}, hs.options()) : Tensor();
+             if (g[1].defined()) {
+               const Tensor gy = raw::contiguous(raw::to_dtype(g[1], hs.dtype()));
+               backend_for(hs.device())
+                   .add_layer_norm_backward(gy, gh, hs, ws, self.saved_at(2), self.saved_at(3), gsum, gw, gb);
+             } else {  // y got no gradient: h's own is the sum's; the norm's parameters get zeros
+               if (need_sum) gsum = gh.defined() ? gh : zeros(hs.shape(), hs.options());
+               if (gw.defined()) gw = zeros({C}, hs.options());
+               if (gb.defined()) gb = zeros({C}, hs.options());
+             }
+             return {self.needs_grad(0) ? gsum : Tensor(), self.needs_grad(1) ? gsum : Tensor(), gw, gb};
+           });
+  }
+  return {h, y};
+}
+
 // ---- embedding -------------------------------------------------------------------
 // indices (...) i64, weight (num, dim) -> (..., dim); backward: index_add rows.
 Tensor embedding(const Tensor& indices, const Tensor& weight) {

@@ -17,6 +17,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // x (..., C), weight/bias (C) or undefined -> (..., C)
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 
+// A residual add and the layer norm of its sum, as one op (the backend's
+// add_layer_norm: on a GPU one kernel each way): returns {h, y} with
+// h = x + r and y = layer_norm(h, weight, bias, eps), the values of the two
+// ops. x and r (..., C) of one shape and dtype (else: the two ops).
+// A pre-norm transformer block's `h = x + attn; u = ln_2(h)`.
+std::array<Tensor, 2> add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias,
+                                     double eps = 1e-5);
+
 // Rows of weight (num, dim) picked by indices (any shape, i64) -> (*indices.shape, dim)
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 

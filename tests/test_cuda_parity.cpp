@@ -578,6 +578,31 @@ TEST_CASE("cuda parity: a Linear's GEMMs through cuBLASLt with bias, GELU and bi
       5e-2);
 }
 
+TEST_CASE("cuda parity: the residual add and layer norm in one kernel each way") {
+  // add_layer_norm (layer_norm.cu with the residual): h, y and every gradient against the CPU's
+  // composed default; h used again downstream, as in a pre-norm block. Tolerances: tol_for(dtype),
+  // 16-bit gradients 2e-2 (the fused store rounds the sum once where the ops round twice).
+  if (skip_without_gpu()) return;
+  manual_seed(41);
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kFloat16})
+    for (int64_t C : {24, 768, 1000}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(C);
+      const Tensor x = (randn({4, 33, C}) * 2.0).to(dt), r = randn({4, 33, C}).to(dt);
+      const Tensor w = randn({C}), b = randn({C}), gh = randn({4, 33, C}).to(dt), gy = randn({4, 33, C}).to(dt);
+      auto run = [&](const std::vector<Tensor>& v) {
+        std::vector<Tensor> p;
+        for (const Tensor& t : {v[0], v[1], v[2], v[3]}) p.push_back(t.detach().requires_grad_());
+        auto hy = nn::functional::add_layer_norm(p[0], p[1], p[2], p[3]);
+        sum(mul(hy[0], v[4]) + mul(hy[1], v[5])).backward();
+        std::vector<Tensor> parts{hy[0].detach().to(kFloat64).flatten(), hy[1].detach().to(kFloat64).flatten()};
+        for (const Tensor& t : p) parts.push_back(t.grad().to(kFloat64).flatten());
+        return cat(parts);
+      };
+      parity("add_layer_norm", {x, r, w, b, gh, gy}, run, is_half(dt) ? 2e-2 : tol_for(dt) * 10);
+    }
+}
+
 TEST_CASE("cuda parity: the fused cross-entropy, 16-bit logits read as they are, ignore_index and smoothing") {
   // One kernel each way on the GPU (cuda/cross_entropy.cu), the composed default on the CPU.
   // Tolerances: 1e-5 for f32 (exp_approx, sums in another order), 2e-2 for the 16-bit gradients

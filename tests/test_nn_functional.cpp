@@ -191,6 +191,51 @@ TEST_CASE("layer_norm: gradcheck of x, weight and bias; and without affine") {
              {rnd({2, 3}, 15), rnd({3}, 16)});
 }
 
+// ---- add_layer_norm ------------------------------------------------------------------
+
+TEST_CASE("add_layer_norm: the values and gradients of x + r then layer_norm, bit for bit; gradcheck") {
+  for (DType dt : {kFloat32, kBFloat16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    const Tensor x0 = (rnd({3, 5, 24}, 41) * 2.0).to(dt), r0 = rnd({3, 5, 24}, 42).to(dt);
+    const Tensor w0 = rnd({24}, 43), b0 = rnd({24}, 44), gh0 = rnd({3, 5, 24}, 45).to(dt),
+                 gy0 = rnd({3, 5, 24}, 46).to(dt);
+    auto run = [&](bool fused) {
+      Tensor x = x0.detach().requires_grad_(), r = r0.detach().requires_grad_();
+      Tensor w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+      Tensor h, y;
+      if (fused) {
+        auto hy = F::add_layer_norm(x, r, w, b, 1e-5);
+        h = hy[0], y = hy[1];
+      } else {
+        h = x + r;
+        y = F::layer_norm(h, w, b, 1e-5);
+      }
+      // h is used again (the block's second residual), y goes on.
+      sum(mul(h, gh0) + mul(y, gy0)).backward();
+      return std::vector<Tensor>{h, y, x.grad(), r.grad(), w.grad(), b.grad()};
+    };
+    const auto fused = run(true), plain = run(false);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      CAPTURE(i);
+      CHECK(fused[i].dtype() == plain[i].dtype());
+      CHECK(fused[i].to_vector<double>() == plain[i].to_vector<double>());
+    }
+  }
+  check_grad(
+      [](const std::vector<Tensor>& a) {
+        auto hy = F::add_layer_norm(a[0], a[1], a[2], a[3]);
+        return hy[0] * 0.5 + hy[1];
+      },
+      {rnd({4, 6}, 51), rnd({4, 6}, 52), rnd({6}, 53), rnd({6}, 54)});
+  // Only y used (a post-norm block), no affine.
+  check_grad([](const std::vector<Tensor>& a) { return F::add_layer_norm(a[0], a[1], Tensor(), Tensor())[1]; },
+             {rnd({3, 5}, 55), rnd({3, 5}, 56)});
+  // Broadcasting r: the two ops.
+  auto hy = F::add_layer_norm(rnd({2, 3, 4}, 57), rnd({4}, 58), Tensor(), Tensor());
+  CHECK(hy[0].shape() == Shape{2, 3, 4});
+  CHECK_THROWS_AS(F::add_layer_norm(zeros({2, 4}), zeros({2, 4}), zeros({3}), Tensor()), ShapeError);
+}
+
 // ---- embedding ------------------------------------------------------------------------
 
 TEST_CASE("embedding: picks rows, any index shape, out-of-range is an IndexError") {
