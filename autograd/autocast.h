@@ -6,8 +6,10 @@
 //   lower  (cast floating inputs to the scope's f16/bf16): matmul, linear,
 //          conv2d, attention (its matmuls), and the output of embedding.
 //   widen  (cast f16/bf16 inputs to f32, f32 result): log_softmax, the losses
-//          (cross_entropy, nll, mse, bce-with-logits), sum/mean/var/logsumexp,
-//          exp/log/pow.
+//          (nll, mse, bce-with-logits), sum/mean/var/logsumexp, exp/log/pow.
+//   f32 math, f32 result, no cast: cross_entropy reads 16-bit logits as they
+//          are and writes their gradient in their dtype (NOTE [ Fused
+//          cross-entropy ] in core/fused_defaults.cpp).
 //   f32 math, input's storage: softmax, causal_softmax, layer_norm,
 //          batch_norm. Their kernels widen every element to f32 and keep
 //          statistics in f32; the output keeps the input's dtype, because the

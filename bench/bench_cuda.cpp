@@ -120,7 +120,10 @@ SNUG_BENCH(
     int_flag("steps", 10, "timed steps (the median is reported)"), int_flag("warmup", 3, "untimed steps first", 0),
     choice_flag("amp", "none", {"none", "bf16", "f16"}, "autocast the forward pass and loss (f16 with loss scaling)"),
     text_flag("profile", "", "profile two more steps: the op table to stderr, a Chrome trace to FILE", "FILE"),
-    switch_flag("tf32", "let f32 products use TF32 tensor cores")) {
+    switch_flag("tf32", "let f32 products use TF32 tensor cores"),
+    choice_flag("gelu", "none", {"none", "tanh"}, "the MLP's GELU: exact (erf) or the tanh approximation (GPT-2's)"),
+    num_flag("peak-tflops", 0, "the GPU's dense peak TFLOP/s for the step's math, for mfu (0: H100/H200 known)",
+             {0, 1e6})) {
   const std::string amp = args.get("amp");
   const bool autocast = amp != "none";
   const DType amp_dtype = amp == "f16" ? DType::f16 : DType::bf16;
@@ -130,6 +133,7 @@ SNUG_BENCH(
   cfg.heads = args.get_int("heads");
   cfg.block = args.get_int("block");
   cfg.vocab = args.get_int("vocab");
+  cfg.gelu = args.get("gelu") == "tanh" ? GeluApprox::tanh : GeluApprox::none;
   check_gpt_flags(cfg);  // before the GPU check: a bad command line is an error anywhere
   if (no_gpu(args, "cuda_gpt")) return 0;
   const int64_t B = args.get_int("batch"), T = cfg.block, steps = args.get_int("steps"),
@@ -175,17 +179,30 @@ SNUG_BENCH(
   }
   const double med = median(ms);
   const std::size_t peak = memory::peak_allocated(kGpu);
+  // Model FLOPs utilisation as llm.c and the PaLM paper count it: 6 N + 12 L C T FLOPs a token
+  // (N every parameter, the tied head once; the second term the attention's products, causal
+  // masking not discounted), over the GPU's dense peak for the step's math.
+  int64_t n_params = 0;
+  for (const Tensor& p : net.parameters()) n_params += p.numel();
+  const double flops_per_token = 6.0 * double(n_params) + 12.0 * double(cfg.layers * cfg.embd * T);
+  const double tokens_per_s = double(B * T) / (med / 1e3);
+  double peak_tflops = args.get_double("peak-tflops");
+  const std::string gpu_name = cuda::properties(0).name;
+  if (peak_tflops == 0 && (gpu_name.find("H100") != std::string::npos || gpu_name.find("H200") != std::string::npos))
+    peak_tflops = autocast ? 989.4 : (args.has("tf32") ? 494.7 : 66.9);  // SXM dense: bf16/f16, TF32, f32
+  const double mfu = peak_tflops > 0 ? tokens_per_s * flops_per_token / (peak_tflops * 1e12) : -1;
   if (args.json())
     std::printf(
         "{\"bench\": \"cuda_gpt\", \"layers\": %lld, \"embd\": %lld, \"block\": %lld, \"batch\": %lld, "
-        "\"amp\": \"%s\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"peak_allocated_bytes\": %zu, "
-        "\"loss_first\": %.4f, "
-        "\"loss_last\": %.4f}\n",
-        (long long)cfg.layers, (long long)cfg.embd, (long long)T, (long long)B, amp.c_str(), med,
-        double(B * T) / (med / 1e3), peak, loss_first, loss_last);
+        "\"vocab\": %lld, \"gelu\": \"%s\", \"amp\": \"%s\", \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, "
+        "\"params\": %lld, \"flops_per_token\": %.4g, \"peak_tflops\": %.1f, \"mfu\": %.4f, "
+        "\"gpu\": \"%s\", \"peak_allocated_bytes\": %zu, \"loss_first\": %.4f, \"loss_last\": %.4f}\n",
+        (long long)cfg.layers, (long long)cfg.embd, (long long)T, (long long)B, (long long)cfg.vocab,
+        args.get("gelu").c_str(), amp.c_str(), med, tokens_per_s, (long long)n_params, flops_per_token, peak_tflops,
+        mfu, gpu_name.c_str(), peak, loss_first, loss_last);
   else
-    std::printf("cuda_gpt (amp %s): %.2f ms/step, %.0f tokens/s, peak %s, loss %.4f -> %.4f\n", amp.c_str(), med,
-                double(B * T) / (med / 1e3), memory::format_bytes(peak).c_str(), loss_first, loss_last);
+    std::printf("cuda_gpt (amp %s): %.2f ms/step, %.0f tokens/s, mfu %.3f, peak %s, loss %.4f -> %.4f\n", amp.c_str(),
+                med, tokens_per_s, mfu, memory::format_bytes(peak).c_str(), loss_first, loss_last);
   cuda::set_allow_tf32(false);
   return 0;
 }

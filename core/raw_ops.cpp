@@ -350,16 +350,16 @@ Tensor clone(const Tensor& x) {
 }
 
 Tensor to_dtype(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;  // no conversion: nothing for the profile to count
   profiler::RecordOp rec("to_dtype", x.device());
-  if (x.dtype() == dtype) return x;
   Tensor out = empty(x.shape(), TensorOptions(dtype, x.device()));
   backend_for(x.device()).copy(x, out);
   return out;
 }
 
 Tensor to_device(const Tensor& x, Device device) {
+  if (x.device() == device) return x;  // no copy: nothing for the profile to count
   profiler::RecordOp rec("to_device", x.device());
-  if (x.device() == device) return x;
   Tensor src = contiguous(x);
   Tensor out = empty(x.shape(), TensorOptions(x.dtype(), device));
   // The non-CPU side's backend knows how to move bytes to and from the host.

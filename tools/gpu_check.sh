@@ -298,6 +298,11 @@ if [ "$bench" = 1 ] && [ $build_ok = 1 ]; then
   big=(--layers 12 --embd 768 --heads 12 --block 1024 --batch 8 --steps $big_steps --warmup 2)
   bench_pair gpt_large 120 cuda_gpt "${big[@]}" --amp bf16 -- gpt "${big[@]}" --amp bf16
   bench_pair gpt_large_f32 120 cuda_gpt "${big[@]}" -- gpt "${big[@]}"
+  # GPT-2 (124M)'s shape: its vocabulary and tanh GELU (the cuBLASLt GELU epilogues); tokens/s and
+  # model FLOPs utilisation (mfu) on both sides.
+  gpt2=(--vocab 50257 --layers 12 --embd 768 --heads 12 --block 1024 --batch 8 --gelu tanh --steps $big_steps
+        --warmup 2 --amp bf16)
+  bench_pair gpt2_124m 120 cuda_gpt "${gpt2[@]}" -- gpt "${gpt2[@]}"
   # Where the larger GPT's bf16 step goes, op by op: two profiled steps with
   # every launch waiting for its kernels (docs/lab/gpu-performance-log.md).
   if [ -x "$sb" ]; then
@@ -349,11 +354,26 @@ r = ratio(sg, tg, "tokens_per_s")
 lower = None
 if isinstance(sg, dict) and isinstance(tg, dict) and "peak_allocated_bytes" in sg and "peak_allocated_bytes" in tg:
     lower = sg["peak_allocated_bytes"] < tg["peak_allocated_bytes"]
-t["gpt_large_vs_torch_amp"] = {"ratio": r, "target": 0.8, "lower_peak": lower,
-                               "met": None if r is None else (r >= 0.8 and bool(lower)),
+# Issue 29: at least 1.0x PyTorch's tokens/s under bf16 with a peak at most PyTorch's (stretch
+# 1.15x, llm.c's margin), at least 0.9x in f32 (TF32 off), W-GPT at least 1.4x.
+no_higher = None
+if isinstance(sg, dict) and isinstance(tg, dict) and "peak_allocated_bytes" in sg and "peak_allocated_bytes" in tg:
+    no_higher = sg["peak_allocated_bytes"] <= tg["peak_allocated_bytes"]
+t["gpt_large_vs_torch_amp"] = {"ratio": r, "target": 1.0, "stretch": 1.15, "lower_peak": lower,
+                               "peak_at_most_torch": no_higher,
+                               "met": None if r is None else (r >= 1.0 and bool(no_higher)),
                                "note": "both sides run --amp bf16 (autocast); gpt_large_f32 has both in f32"}
 r32 = ratio(get("bench", "gpt_large_f32", "snug"), get("bench", "gpt_large_f32", "torch"), "tokens_per_s")
-t["gpt_large_vs_torch_f32"] = {"ratio": r32, "note": "f32 on both sides, for reference (no target)"}
+t["gpt_large_vs_torch_f32"] = {"ratio": r32, "target": 0.9, "met": None if r32 is None else r32 >= 0.9}
+rw = ratio(get("bench", "charlm", "snug"), get("bench", "charlm", "torch"), "tokens_per_s")
+t["wgpt_vs_torch"] = {"ratio": rw, "target": 1.4, "met": None if rw is None else rw >= 1.4}
+s2, t2 = get("bench", "gpt2_124m", "snug"), get("bench", "gpt2_124m", "torch")
+t["gpt2_124m"] = {"ratio": ratio(s2, t2, "tokens_per_s"),
+                  "snug_tokens_per_s": s2.get("tokens_per_s") if isinstance(s2, dict) else None,
+                  "torch_tokens_per_s": t2.get("tokens_per_s") if isinstance(t2, dict) else None,
+                  "snug_mfu": s2.get("mfu") if isinstance(s2, dict) else None,
+                  "torch_mfu": t2.get("mfu") if isinstance(t2, dict) else None,
+                  "note": "reported beside PyTorch's (no target)"}
 par = get("tests", "test_cuda_parity") or ""
 t["parity_tests_pass"] = ("not run" if not par else "skipped: no GPU" if " 0 skipped cases" not in par else
                           bool(get("tests", "ok")) and par.startswith("rc 0 "))

@@ -19,8 +19,9 @@ import torch.nn.functional as F
 
 
 class Block(nn.Module):
-    def __init__(self, embd, heads):
+    def __init__(self, embd, heads, gelu="none"):
         super().__init__()
+        self.gelu = gelu  # "none" (erf) or "tanh" (GPT-2's approximation)
         self.ln_1 = nn.LayerNorm(embd)
         self.qkv = nn.Linear(embd, 3 * embd)
         self.proj = nn.Linear(embd, embd)
@@ -39,15 +40,15 @@ class Block(nn.Module):
             mask = torch.ones(T, T, dtype=torch.bool).tril()
             y = att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.fc_proj(F.gelu(self.fc(self.ln_2(x))))
+        return x + self.fc_proj(F.gelu(self.fc(self.ln_2(x)), approximate=self.gelu))
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, block, layers, heads, embd):
+    def __init__(self, vocab, block, layers, heads, embd, gelu="none"):
         super().__init__()
         self.wte = nn.Embedding(vocab, embd)
         self.wpe = nn.Embedding(block, embd)
-        self.blocks = nn.ModuleList([Block(embd, heads) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Block(embd, heads, gelu) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(embd)
         for m in self.modules():
             if isinstance(m, nn.Linear):

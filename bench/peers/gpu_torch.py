@@ -43,7 +43,7 @@ def gpt(a):
     torch.manual_seed(1337)
     torch.backends.cuda.matmul.allow_tf32 = a.tf32
     V, T, B = a.vocab, a.block, a.batch
-    net = GPT(V, T, a.layers, a.heads, a.embd).cuda()
+    net = GPT(V, T, a.layers, a.heads, a.embd, a.gelu).cuda()
     opt = torch.optim.AdamW(net.parameters(), lr=3e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     amp = {"none": None, "bf16": torch.bfloat16, "f16": torch.float16}[a.amp]
     torch.cuda.reset_peak_memory_stats()
@@ -62,8 +62,18 @@ def gpt(a):
         if s >= a.warmup:
             ms.append((time.perf_counter() - t0) * 1e3)
     med = statistics.median(ms)
-    return {"bench": "torch_gpt", "layers": a.layers, "embd": a.embd, "block": T, "batch": B, "amp": a.amp,
-            "ms_per_step": med, "tokens_per_s": B * T / (med / 1e3),
+    # Model FLOPs utilisation counted as snug-bench cuda_gpt counts it: 6 N + 12 L C T a token.
+    params = sum(p.numel() for p in net.parameters())
+    flops_per_token = 6 * params + 12 * a.layers * a.embd * T
+    name = torch.cuda.get_device_name(0)
+    peak = a.peak_tflops
+    if peak == 0 and ("H100" in name or "H200" in name):
+        peak = 989.4 if amp is not None else (494.7 if a.tf32 else 66.9)
+    tokens_per_s = B * T / (med / 1e3)
+    return {"bench": "torch_gpt", "layers": a.layers, "embd": a.embd, "block": T, "batch": B, "vocab": V,
+            "gelu": a.gelu, "amp": a.amp, "ms_per_step": med, "tokens_per_s": tokens_per_s, "params": params,
+            "flops_per_token": flops_per_token, "peak_tflops": peak,
+            "mfu": tokens_per_s * flops_per_token / (peak * 1e12) if peak > 0 else -1, "gpu": name,
             "peak_allocated_bytes": torch.cuda.max_memory_allocated(), "loss_first": losses[0],
             "loss_last": losses[-1], "torch": torch.__version__}
 
@@ -84,6 +94,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--amp", default="none", choices=["none", "bf16", "f16"])
+    ap.add_argument("--gelu", default="none", choices=["none", "tanh"])
+    ap.add_argument("--peak-tflops", type=float, default=0.0)
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print(json.dumps({"bench": "torch_" + a.bench, "skipped": "torch.cuda.is_available() is False"}))
