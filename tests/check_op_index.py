@@ -29,7 +29,7 @@ ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.pat
 PAGE = "docs/architecture.md"
 SECTION = "## Op index"
 LIBRARY_DIRS = ("autograd", "core", "nn", "data", "prune", "quant", "parallel", "distributed", "memory")
-RETURNS = r"(?:Tensor&?|std::vector<Tensor>|ValuesIndices)"
+RETURNS = r"(?:Tensor&?|std::vector<Tensor>|std::array<Tensor, \d+>|ValuesIndices)"
 PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w.-]+\.(?:h|cpp|cu|cuh))(?![\w/])")
 # A call of autograd::record (not its definition, not a GradModeGuard named record).
 RECORD_CALL = re.compile(r"(?<![\w:])(?:autograd::)?record\((?!\s*(?:true|false)\b)(?!const )")
