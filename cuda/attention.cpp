@@ -229,6 +229,18 @@ SdpaKey sdpa_key(const Tensor& qkv, int64_t heads, double scale, bool causal, bo
   k.device = qkv.device().index;
   return k;
 }
+// Whether cuDNN takes the call; a key padding mask is classified (read back
+// once per mask) only when everything else would go to cuDNN, and marks the key.
+bool cudnn_path(SdpaKey& key, const AttentionMask& mask, SdpaPaddingInfo& padding) {
+  const bool pad = mask.key_padding.defined();
+  if (cudnn_attention_choice(key, pad ? SdpaPadding::suffix : SdpaPadding::none, mask.mask.defined()).path !=
+      SdpaPath::cudnn)
+    return false;
+  if (!pad) return true;
+  padding = cudnn_key_padding(mask.key_padding);
+  key.padded = padding.kind == SdpaPadding::suffix;
+  return cudnn_attention_choice(key, padding.kind, mask.mask.defined()).path == SdpaPath::cudnn;
+}
 bool all_contiguous(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
     if (!t->is_contiguous()) return false;
@@ -240,10 +252,11 @@ void CudaBackend::attention(const Tensor& qkv, int64_t heads, double scale, cons
                             const Tensor& lse) {
   if (is_half(qkv.dtype()) && qkv.size(2) % (3 * heads) == 0 && y.dtype() == qkv.dtype() &&
       lse.dtype() == DType::f32 && all_contiguous({&qkv, &y, &lse})) {
-    const SdpaKey key = sdpa_key(qkv, heads, scale, mask.causal, false);
-    if (cudnn_attention_choice(key, mask.key_padding.defined(), mask.mask.defined()).path == SdpaPath::cudnn) {
+    SdpaKey key = sdpa_key(qkv, heads, scale, mask.causal, false);
+    SdpaPaddingInfo padding;
+    if (cudnn_path(key, mask, padding)) {
       profiler::RecordRange path("attention[cudnn]");
-      if (cudnn_attention_forward(key, qkv, y, lse)) return;
+      if (cudnn_attention_forward(key, qkv, y, lse, padding)) return;
     }
   }
   profiler::RecordRange path("attention[kernels]");
@@ -270,10 +283,11 @@ void CudaBackend::attention_backward(const Tensor& qkv, const Tensor& y, const T
   if (is_half(qkv.dtype()) && qkv.size(2) % (3 * heads) == 0 && y.dtype() == qkv.dtype() &&
       grad_y.dtype() == qkv.dtype() && grad_qkv.dtype() == qkv.dtype() && lse.dtype() == DType::f32 &&
       all_contiguous({&qkv, &y, &lse, &grad_y, &grad_qkv})) {
-    const SdpaKey key = sdpa_key(qkv, heads, scale, mask.causal, true);
-    if (cudnn_attention_choice(key, mask.key_padding.defined(), mask.mask.defined()).path == SdpaPath::cudnn) {
+    SdpaKey key = sdpa_key(qkv, heads, scale, mask.causal, true);
+    SdpaPaddingInfo padding;
+    if (cudnn_path(key, mask, padding)) {
       profiler::RecordRange path("attention_backward[cudnn]");
-      if (cudnn_attention_backward(key, qkv, y, lse, grad_y, grad_qkv)) return;
+      if (cudnn_attention_backward(key, qkv, y, lse, grad_y, grad_qkv, padding)) return;
     }
   }
   profiler::RecordRange path("attention_backward[kernels]");

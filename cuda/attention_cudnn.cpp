@@ -15,13 +15,22 @@
 // first time it is met, and cached for the process (SdpaGraphCache); a shape
 // cuDNN refuses is remembered, and goes to the kernels from then on.
 //
+// A key padding mask goes to cuDNN as sequence lengths (its padding mask:
+// seq_len_q = T for every row, so every query row stays and sees the keys
+// below seq_len_kv = L_b), which says the same as ours when each row of the
+// mask is L_b >= 1 valid keys followed by padding (SdpaPadding::suffix, what
+// data::pad_collate makes). The mask's values are read back once to know
+// that (cudnn_key_padding; the answer is kept for the next layer's call).
+//
 // Not served here, so they take today's kernels (cuda/attention.cpp): f32;
-// head sizes that are not a multiple of 8 up to 128; GPUs before sm 80; a key
-// padding mask (cuDNN's padding takes sequence lengths, a suffix of padding
-// per row, where ours is any pattern of keys; and a row that sees no key
-// must give zeros); general masks; dropout inside attention (the caller's
-// dropout, after it, is ours). The profiler names the path of each call:
-// "attention[cudnn]" or "attention[kernels]" (and the _backward twins).
+// head sizes that are not a multiple of 8 up to 128; GPUs before sm 80; key
+// padding of any other pattern (inside a row, or a row with no key, which
+// must give zeros); general masks; dropout inside attention: cuDNN's dropout
+// draws from its own Philox mapping, not snug's stream (core/philox.h), so its
+// masks would not match the CPU's; with dropout, attention is the composed
+// ops (the block's dropout after attention is ours either way). The profiler
+// names the path of each call: "attention[cudnn]" or "attention[kernels]"
+// (and the _backward twins).
 #include <snug/cuda/sdpa_plan.h>
 
 #include <snug/core/backend.h>
@@ -30,6 +39,9 @@
 #include <snug/cuda/cuda_backend.h>
 #include <snug/cuda/cudnn_util.h>
 #include <snug/memory/allocator.h>
+
+#include <algorithm>
+#include <mutex>
 
 #if defined(SNUG_HAVE_CUDNN_FRONTEND)
 #include <cuda_runtime.h>
@@ -65,7 +77,7 @@ bool frontend_ready() {
 namespace fe = cudnn_frontend;
 
 // The uids the variant packs bind.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeqKV };
 
 SdpaCaps caps_of(int device) {
   static std::mutex mu;
@@ -106,6 +118,16 @@ std::vector<int64_t> btc_strides(const SdpaKey& k) {
   return {k.T * C, k.D, C, 1};
 }
 std::vector<int64_t> stats_strides(const SdpaKey& k) { return {k.H * k.T, k.T, 1, 1}; }
+// The sequence lengths of a padded call: (B, 1, 1, 1) i32.
+std::shared_ptr<fe::graph::Tensor_attributes> seq_lens(fe::graph::Graph& g, const SdpaKey& k, int64_t uid,
+                                                       const char* name) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({k.B, 1, 1, 1})
+                      .set_stride({1, 1, 1, 1})
+                      .set_data_type(fe::DataType_t::INT32));
+}
 
 // Builds and checks the graph on this handle; nullptr when cuDNN does not
 // support it (the caller falls back; the reason is cuDNN's message).
@@ -132,6 +154,10 @@ std::shared_ptr<fe::graph::Graph> make_graph(const SdpaKey& k) {
                      .set_generate_stats(true)
                      .set_attn_scale(static_cast<float>(k.scale))
                      .set_causal_mask(k.causal);
+    if (k.padded)
+      attrs.set_padding_mask(true)
+          .set_seq_len_q(seq_lens(*g, k, kSeqQ, "seq_q"))
+          .set_seq_len_kv(seq_lens(*g, k, kSeqKV, "seq_kv"));
     auto [o, stats] = g->sdpa(q, kk, v, attrs);
     o->set_output(true).set_uid(kO).set_dim({k.B, k.H, k.T, k.D}).set_stride(btc_strides(k));
     stats->set_output(true)
@@ -160,6 +186,10 @@ std::shared_ptr<fe::graph::Graph> make_graph(const SdpaKey& k) {
                      .set_name("sdpa_backward")
                      .set_attn_scale(static_cast<float>(k.scale))
                      .set_causal_mask(k.causal);
+    if (k.padded)
+      attrs.set_padding_mask(true)
+          .set_seq_len_q(seq_lens(*g, k, kSeqQ, "seq_q"))
+          .set_seq_len_kv(seq_lens(*g, k, kSeqKV, "seq_kv"));
     auto [dq, dk, dv] = g->sdpa_backward(q, kk, v, o, d_o, stats, attrs);
     const std::vector<int64_t> packed = packed_strides(k);  // into dqkv's thirds
     dq->set_output(true).set_uid(kDQ).set_dim({k.B, k.H, k.T, k.D}).set_stride(packed);
@@ -198,41 +228,86 @@ char* part(const Tensor& packed, int p, int64_t C) {
 
 }  // namespace
 
-SdpaChoice cudnn_attention_choice(const SdpaKey& key, bool key_padding, bool general_mask) {
+SdpaChoice cudnn_attention_choice(const SdpaKey& key, SdpaPadding key_padding, bool general_mask) {
   return choose_sdpa(key, key_padding, general_mask, caps_of(key.device));
 }
 
-bool cudnn_attention_forward(const SdpaKey& key, const Tensor& qkv, const Tensor& y, const Tensor& lse) {
+// The last mask classified, kept with its answer: a step's layers share one mask.
+SdpaPaddingInfo cudnn_key_padding(const Tensor& key_padding) {
+  static std::mutex mu;
+  static Tensor last;  // held, so no other tensor can take its storage's place
+  static uint32_t last_version = 0;
+  static SdpaPaddingInfo last_info;
+  std::lock_guard<std::mutex> lock(mu);
+  if (last.defined() && last.storage() == key_padding.storage() && last.offset() == key_padding.offset() &&
+      last.shape() == key_padding.shape() && last.strides() == key_padding.strides() &&
+      last_version == key_padding.version())
+    return last_info;
+  const int64_t B = key_padding.size(0), T = key_padding.size(1);
+  const Tensor host = raw::contiguous(raw::to_device(key_padding, kCPU));  // waits for the stream: once per mask
+  std::vector<int32_t> lens;
+  SdpaPaddingInfo info;
+  info.kind = classify_key_padding(static_cast<const bool*>(host.data_ptr()), B, T, &lens);
+  if (info.kind == SdpaPadding::suffix) {
+    const Tensor q = full({B}, double(T), TensorOptions(DType::i32, kCPU));
+    Tensor kv = empty({B}, TensorOptions(DType::i32, kCPU));
+    std::copy(lens.begin(), lens.end(), static_cast<int32_t*>(kv.data_ptr()));
+    info.seq_q = raw::to_device(q, key_padding.device());
+    info.seq_kv = raw::to_device(kv, key_padding.device());
+  }
+  last = key_padding, last_version = key_padding.version(), last_info = info;
+  return info;
+}
+
+namespace {
+void add_padding(std::unordered_map<int64_t, void*>& pack, const SdpaKey& key, const SdpaPaddingInfo& padding) {
+  if (!key.padded) return;
+  SNUG_CHECK(padding.kind == SdpaPadding::suffix, DeviceError,
+             "cuDNN attention: a padded call without the mask's sequence lengths");
+  pack[kSeqQ] = padding.seq_q.data_ptr();
+  pack[kSeqKV] = padding.seq_kv.data_ptr();
+}
+}  // namespace
+
+bool cudnn_attention_forward(const SdpaKey& key, const Tensor& qkv, const Tensor& y, const Tensor& lse,
+                             const SdpaPaddingInfo& padding) {
   const int64_t C = key.H * key.D;
-  return run(key, {{kQ, part(qkv, 0, C)},
-                   {kK, part(qkv, 1, C)},
-                   {kV, part(qkv, 2, C)},
-                   {kO, y.data_ptr()},
-                   {kStats, lse.data_ptr()}});
+  std::unordered_map<int64_t, void*> pack{{kQ, part(qkv, 0, C)},
+                                          {kK, part(qkv, 1, C)},
+                                          {kV, part(qkv, 2, C)},
+                                          {kO, y.data_ptr()},
+                                          {kStats, lse.data_ptr()}};
+  add_padding(pack, key, padding);
+  return run(key, pack);
 }
 
 bool cudnn_attention_backward(const SdpaKey& key, const Tensor& qkv, const Tensor& y, const Tensor& lse,
-                              const Tensor& gy, const Tensor& dqkv) {
+                              const Tensor& gy, const Tensor& dqkv, const SdpaPaddingInfo& padding) {
   const int64_t C = key.H * key.D;
-  return run(key, {{kQ, part(qkv, 0, C)},
-                   {kK, part(qkv, 1, C)},
-                   {kV, part(qkv, 2, C)},
-                   {kO, y.data_ptr()},
-                   {kDO, gy.data_ptr()},
-                   {kStats, lse.data_ptr()},
-                   {kDQ, part(dqkv, 0, C)},
-                   {kDK, part(dqkv, 1, C)},
-                   {kDV, part(dqkv, 2, C)}});
+  std::unordered_map<int64_t, void*> pack{{kQ, part(qkv, 0, C)},
+                                          {kK, part(qkv, 1, C)},
+                                          {kV, part(qkv, 2, C)},
+                                          {kO, y.data_ptr()},
+                                          {kDO, gy.data_ptr()},
+                                          {kStats, lse.data_ptr()},
+                                          {kDQ, part(dqkv, 0, C)},
+                                          {kDK, part(dqkv, 1, C)},
+                                          {kDV, part(dqkv, 2, C)}};
+  add_padding(pack, key, padding);
+  return run(key, pack);
 }
 
 #else  // built without cuDNN's frontend: every call takes the kernels
 
-SdpaChoice cudnn_attention_choice(const SdpaKey& key, bool key_padding, bool general_mask) {
+SdpaChoice cudnn_attention_choice(const SdpaKey& key, SdpaPadding key_padding, bool general_mask) {
   return choose_sdpa(key, key_padding, general_mask, SdpaCaps{});
 }
-bool cudnn_attention_forward(const SdpaKey&, const Tensor&, const Tensor&, const Tensor&) { return false; }
+SdpaPaddingInfo cudnn_key_padding(const Tensor&) { return {SdpaPadding::other, Tensor(), Tensor()}; }
+bool cudnn_attention_forward(const SdpaKey&, const Tensor&, const Tensor&, const Tensor&, const SdpaPaddingInfo&) {
+  return false;
+}
 bool cudnn_attention_backward(const SdpaKey&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&) {
+                              const Tensor&, const SdpaPaddingInfo&) {
   return false;
 }
 

@@ -329,6 +329,41 @@ TEST_CASE("cuda parity: bf16 and f16 attention through cuDNN, forward and backwa
           " (the kernels: a build without cuDNN's frontend, or a GPU before sm 80)");
 }
 
+TEST_CASE("cuda parity: bf16 and f16 attention with key padding, through cuDNN's sequence lengths or the kernels") {
+  // A mask whose rows are valid keys then padding (pad_collate's) goes to cuDNN as sequence
+  // lengths; padding inside a row takes the kernels. Both against the CPU, bf16 5e-2, f16 1e-2.
+  if (skip_without_gpu()) return;
+  manual_seed(12);
+  const int64_t B = 3, T = 96, C = 256, H = 4;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (bool causal : {false, true})
+      for (bool suffix : {true, false}) {
+        CAPTURE(dtype_name(dt));
+        CAPTURE(causal);
+        CAPTURE(suffix);
+        Tensor pad = zeros({B, T}, TensorOptions(kBool));
+        for (int64_t b = 0; b < B; ++b) pad.select(0, b).narrow(0, T - 7 * (b + 1), 7 * (b + 1)).fill_(1);
+        if (!suffix) pad.select(0, 1).narrow(0, 3, 2).fill_(1);  // padding inside row 1
+        const Tensor qkv = randn({B, T, 3 * C}), w = randn({B, T, C});
+        auto run = [&](const std::vector<Tensor>& v) {
+          Tensor x = v[0].to(dt).detach();
+          x.requires_grad_();
+          Tensor y = nn::functional::self_attention(x, H, causal, Tensor(), v[2]);
+          sum(mul(y.to(DType::f32), v[1])).backward();
+          return cat({y.detach().to(DType::f32).flatten(), x.grad().to(DType::f32).flatten()});
+        };
+        parity("self_attention with key padding", {qkv, w, pad}, run, dt == DType::bf16 ? 5e-2 : 1e-2);
+        profiler::Profile prof;
+        run({qkv.to(kGpu), w.to(kGpu), pad.to(kGpu)});
+        prof.stop();
+        bool cudnn = false;
+        for (const profiler::Event& e : prof.events()) cudnn = cudnn || e.name == "attention[cudnn]";
+        MESSAGE(std::string(dtype_name(dt)), causal ? " causal" : "", suffix ? " suffix padding: " : " inner padding: ",
+                cudnn ? "cuDNN" : "the kernels");
+        if (!suffix) CHECK_FALSE(cudnn);
+      }
+}
+
 TEST_CASE("cuda parity: masked and non-causal self-attention (key padding, bool and additive masks)") {
   if (skip_without_gpu()) return;
   manual_seed(21);

@@ -38,35 +38,59 @@ TEST_CASE("sdpa plan: a key differs in everything a graph is built for") {
   k = base, k.backward = true, differs(k);
   k = base, k.scale = 0.1, differs(k);
   k = base, k.device = 1, differs(k);
-  CHECK(seen.size() == 9);  // and none hashed into another's place
+  k = base, k.padded = true, differs(k);
+  CHECK(seen.size() == 10);  // and none hashed into another's place
 }
 
-TEST_CASE("sdpa plan: cuDNN serves bf16/f16, head sizes 8k <= 128, sm 80+, no padding; else the kernels, and why") {
-  CHECK(choose_sdpa(key(8, 1024, 12, 64, DType::bf16, true), false, false, kH100).path == SdpaPath::cudnn);
-  CHECK(choose_sdpa(key(8, 1024, 12, 64, DType::f16, false), false, false, kH100).path == SdpaPath::cudnn);
-  CHECK(choose_sdpa(key(2, 77, 6, 128, DType::bf16, true), false, false, SdpaCaps{true, 80, 90000}).path ==
+TEST_CASE("sdpa plan: cuDNN serves bf16/f16, head sizes 8k <= 128, sm 80+, suffix padding; else the kernels, and why") {
+  constexpr SdpaPadding none = SdpaPadding::none;
+  CHECK(choose_sdpa(key(8, 1024, 12, 64, DType::bf16, true), none, false, kH100).path == SdpaPath::cudnn);
+  CHECK(choose_sdpa(key(8, 1024, 12, 64, DType::f16, false), none, false, kH100).path == SdpaPath::cudnn);
+  CHECK(choose_sdpa(key(2, 77, 6, 128, DType::bf16, true), none, false, SdpaCaps{true, 80, 90000}).path ==
+        SdpaPath::cudnn);
+  CHECK(choose_sdpa(key(8, 512, 12, 64, DType::bf16, false), SdpaPadding::suffix, false, kH100).path ==
+        SdpaPath::cudnn);
+  CHECK(choose_sdpa(key(8, 512, 12, 64, DType::bf16, true), SdpaPadding::suffix, false, kH100).path ==
         SdpaPath::cudnn);
   struct Refused {
     SdpaKey k;
-    bool padding, mask;
+    SdpaPadding padding;
+    bool mask;
     SdpaCaps caps;
     const char* why;
   };
   for (const Refused& r : {
-           Refused{key(8, 1024, 12, 64, DType::f32, true), false, false, kH100, "not bf16 or f16"},
-           Refused{key(8, 1024, 12, 60, DType::bf16, true), false, false, kH100, "head size"},
-           Refused{key(8, 1024, 4, 256, DType::bf16, true), false, false, kH100, "head size"},
-           Refused{key(8, 1024, 12, 64, DType::bf16, true), false, false, SdpaCaps{true, 75, 91900}, "sm 80"},
-           Refused{key(8, 1024, 12, 64, DType::bf16, true), false, false, SdpaCaps{true, 90, 8907}, "cuDNN older"},
-           Refused{key(8, 1024, 12, 64, DType::bf16, true), false, false, SdpaCaps{false, 90, 91900}, "frontend"},
-           Refused{key(8, 1024, 12, 64, DType::bf16, false), true, false, kH100, "key padding"},
-           Refused{key(8, 1024, 12, 64, DType::bf16, false), false, true, kH100, "general mask"},
+           Refused{key(8, 1024, 12, 64, DType::f32, true), none, false, kH100, "not bf16 or f16"},
+           Refused{key(8, 1024, 12, 60, DType::bf16, true), none, false, kH100, "head size"},
+           Refused{key(8, 1024, 4, 256, DType::bf16, true), none, false, kH100, "head size"},
+           Refused{key(8, 1024, 12, 64, DType::bf16, true), none, false, SdpaCaps{true, 75, 91900}, "sm 80"},
+           Refused{key(8, 1024, 12, 64, DType::bf16, true), none, false, SdpaCaps{true, 90, 8907}, "cuDNN older"},
+           Refused{key(8, 1024, 12, 64, DType::bf16, true), none, false, SdpaCaps{false, 90, 91900}, "frontend"},
+           Refused{key(8, 1024, 12, 64, DType::bf16, false), SdpaPadding::other, false, kH100, "key padding"},
+           Refused{key(8, 1024, 12, 64, DType::bf16, false), none, true, kH100, "general mask"},
        }) {
     const SdpaChoice c = choose_sdpa(r.k, r.padding, r.mask, r.caps);
     CAPTURE(r.why);
     CHECK(c.path == SdpaPath::kernels);
     CHECK(std::string(c.why).find(r.why) != std::string::npos);
   }
+}
+
+TEST_CASE("sdpa plan: a key padding mask is cuDNN's when each row is valid keys, then padding, at least one valid") {
+  auto classify = [](std::vector<std::vector<int>> rows, std::vector<int32_t>* lens) {
+    const int64_t B = int64_t(rows.size()), T = int64_t(rows[0].size());
+    std::vector<char> flat;
+    for (const auto& r : rows)
+      for (int v : r) flat.push_back(v != 0);
+    static_assert(sizeof(bool) == sizeof(char));
+    return classify_key_padding(reinterpret_cast<const bool*>(flat.data()), B, T, lens);
+  };
+  std::vector<int32_t> lens;
+  CHECK(classify({{0, 0, 0, 1}, {0, 1, 1, 1}, {0, 0, 0, 0}}, &lens) == SdpaPadding::suffix);
+  CHECK(lens == std::vector<int32_t>{3, 1, 4});
+  CHECK(classify({{0, 0, 1, 0}}, &lens) == SdpaPadding::other);        // padding inside the row
+  CHECK(classify({{1, 0, 0, 0}}, &lens) == SdpaPadding::other);        // left padding
+  CHECK(classify({{0, 0}, {1, 1}}, &lens) == SdpaPadding::other);      // a row with no key
 }
 
 TEST_CASE("sdpa plan: the cache builds a graph once per key, and remembers a refusal") {
