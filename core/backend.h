@@ -128,7 +128,7 @@ struct Backend {
     throw DeviceError(str("pool2d_backward: not implemented on backend ", name()));
   }
 
-  // ---- fused ops: linear + activation, MLP, attention, conv + ReLU, add + layer norm, cross-entropy (NOTE [ Fused ops are backend entries ]) --
+  // ---- fused ops: linear + activation, MLP, attention, conv + ReLU, add + layer norm, dropout, cross-entropy (NOTE [ Fused ops are backend entries ]) --
   // Each has a default composed from the primitives above (core/fused_defaults.cpp). A backend overrides
   // the ones it has a faster kernel for and calls Backend::X where that kernel does not apply (a dtype,
   // a layout, a size it does not take); the caller never checks which runs.
@@ -183,6 +183,14 @@ struct Backend {
   virtual void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_h, const Tensor& h,
                                        const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                                        const Tensor& grad_sum, const Tensor& grad_weight, const Tensor& grad_bias);
+  // Dropout with 0 < p < 1 in one pass: keep (x's shape, bool) = uniform_at(state, i) >= p for
+  // element i in row-major order (the mask rand() draws from the same state: NOTE [ Philox element
+  // mapping ] in core/philox.h, so every device drops the same elements), out = x * m where kept and
+  // x * 0 elsewhere, m = 1 / (1 - p) rounded to x's dtype (the values of rand, ge, to_dtype, affine,
+  // mul). x, out (like x) and keep contiguous. state reserves ceil(numel / 4) counters.
+  virtual void dropout(const Tensor& x, double p, PhiloxState state, const Tensor& out, const Tensor& keep);
+  // grad_x = grad_out * (keep ? scale : 0), scale rounded to grad_out's dtype; all contiguous.
+  virtual void dropout_backward(const Tensor& grad_out, const Tensor& keep, double scale, const Tensor& grad_x);
   // Cross-entropy over the classes of each row, from the logits in their own dtype (16-bit under
   // autocast: the math is f32 inside, and no f32 copy of the logits is made; NOTE [ Fused
   // cross-entropy ] in core/fused_defaults.cpp). logits (N, C) contiguous floating, C >= 1; target
@@ -197,7 +205,7 @@ struct Backend {
   // from w (N) in loss's dtype (the upstream gradient of each row's loss) and forward's lse.
   virtual void cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse, const Tensor& w,
                                       int64_t ignore_index, double smoothing, const Tensor& grad_logits);
-  // ---- end of fused ops: linear + activation, MLP, attention, conv + ReLU, add + layer norm, cross-entropy-------------------
+  // ---- end of fused ops: linear + activation, MLP, attention, conv + ReLU, add + layer norm, dropout, cross-entropy-------------------
 
   // Copies between devices (at least one on this backend's type). Contiguous.
   virtual void copy_across(const Tensor& src, const Tensor& dst) = 0;

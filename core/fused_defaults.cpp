@@ -239,6 +239,23 @@ void Backend::add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_h
   if (grad_sum.defined() && grad_h.defined()) binary(BinaryOp::add, grad_sum, grad_h, grad_sum);  // in place: safe
 }
 
+// ---- dropout -------------------------------------------------------------------------------------------------
+// The composition autograd/dropout.cpp used before this entry: an f32 uniform draw, the comparison,
+// the mask in x's dtype, scaled, then the product.
+void Backend::dropout(const Tensor& x, double p, PhiloxState state, const Tensor& out, const Tensor& keep) {
+  const Tensor u = empty(x.shape(), TensorOptions(DType::f32, x.device()));
+  random(RandomKind::uniform, state, 0.0, 1.0, u);
+  const Tensor pt = full({}, p, TensorOptions(DType::f32, x.device()));  // p as compare_scalar takes it
+  compare(CompareOp::ge, u, raw::expand(pt, u.shape()), keep);
+  const Tensor mask = raw::unary(UnaryOp::affine, raw::to_dtype(keep, x.dtype()), 1.0 / (1.0 - p), 0.0);
+  binary(BinaryOp::mul, x, mask, out);
+}
+
+void Backend::dropout_backward(const Tensor& grad_out, const Tensor& keep, double scale, const Tensor& grad_x) {
+  const Tensor m = raw::unary(UnaryOp::affine, raw::to_dtype(keep, grad_out.dtype()), scale, 0.0);
+  binary(BinaryOp::mul, grad_out, m, grad_x);
+}
+
 // ---- cross-entropy -------------------------------------------------------------------------------------------
 // NOTE [ Fused cross-entropy ]
 // The loss reads the logits in their own dtype and keeps only each row's

@@ -234,15 +234,20 @@ SdpaChoice cudnn_attention_choice(const SdpaKey& key, SdpaPadding key_padding, b
 
 // The last mask classified, kept with its answer: a step's layers share one mask.
 SdpaPaddingInfo cudnn_key_padding(const Tensor& key_padding) {
-  static std::mutex mu;
-  static Tensor last;  // held, so no other tensor can take its storage's place
-  static uint32_t last_version = 0;
-  static SdpaPaddingInfo last_info;
-  std::lock_guard<std::mutex> lock(mu);
+  // Never destroyed: device tensors must not be freed by static destruction, after the runtime.
+  struct Last {
+    std::mutex mu;
+    Tensor mask;  // held, so no other tensor can take its storage's place
+    uint32_t version = 0;
+    SdpaPaddingInfo info;
+  };
+  static Last* const state = new Last;
+  std::lock_guard<std::mutex> lock(state->mu);
+  const Tensor& last = state->mask;
   if (last.defined() && last.storage() == key_padding.storage() && last.offset() == key_padding.offset() &&
       last.shape() == key_padding.shape() && last.strides() == key_padding.strides() &&
-      last_version == key_padding.version())
-    return last_info;
+      state->version == key_padding.version())
+    return state->info;
   const int64_t B = key_padding.size(0), T = key_padding.size(1);
   const Tensor host = raw::contiguous(raw::to_device(key_padding, kCPU));  // waits for the stream: once per mask
   std::vector<int32_t> lens;
@@ -255,7 +260,7 @@ SdpaPaddingInfo cudnn_key_padding(const Tensor& key_padding) {
     info.seq_q = raw::to_device(q, key_padding.device());
     info.seq_kv = raw::to_device(kv, key_padding.device());
   }
-  last = key_padding, last_version = key_padding.version(), last_info = info;
+  state->mask = key_padding, state->version = key_padding.version(), state->info = info;
   return info;
 }
 

@@ -255,6 +255,23 @@ void CudaBackend::add_layer_norm_backward(const Tensor& grad_y, const Tensor& gr
   layer_norm_backward_into(grad_y, h, weight, mean, rstd, grad_h, grad_sum, grad_weight, grad_bias);
 }
 
+// x -> out, keep (bool); one kernel (dropout.cu). The caller passes contiguous tensors.
+void CudaBackend::dropout(const Tensor& x, double p, PhiloxState state, const Tensor& out, const Tensor& keep) {
+  if (!x.is_contiguous() || !out.is_contiguous() || !keep.is_contiguous())
+    return Backend::dropout(x, p, state, out, keep);
+  OnDevice g(dev(x));
+  kernels::dropout(x.dtype(), state, p, x.numel(), x.data_ptr(), out.data_ptr(), static_cast<bool*>(keep.data_ptr()),
+                   g.stream());
+}
+
+void CudaBackend::dropout_backward(const Tensor& grad_out, const Tensor& keep, double scale, const Tensor& grad_x) {
+  if (!grad_out.is_contiguous() || !keep.is_contiguous() || !grad_x.is_contiguous())
+    return Backend::dropout_backward(grad_out, keep, scale, grad_x);
+  OnDevice g(dev(grad_out));
+  kernels::dropout_backward(grad_out.dtype(), scale, grad_out.numel(), grad_out.data_ptr(),
+                            static_cast<const bool*>(keep.data_ptr()), grad_x.data_ptr(), g.stream());
+}
+
 // logits (N, C), target (N) -> loss (N), lse (N); NOTE [ Fused cross-entropy ].
 void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
                                 const Tensor& loss, const Tensor& lse) {

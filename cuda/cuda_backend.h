@@ -64,6 +64,9 @@ struct CudaBackend final : Backend {
   void add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_h, const Tensor& h, const Tensor& weight,
                                const Tensor& mean, const Tensor& rstd, const Tensor& grad_sum,
                                const Tensor& grad_weight, const Tensor& grad_bias) override;
+  // The kernels of dropout.cu (cuda_backend.cpp).
+  void dropout(const Tensor& x, double p, PhiloxState state, const Tensor& out, const Tensor& keep) override;
+  void dropout_backward(const Tensor& grad_out, const Tensor& keep, double scale, const Tensor& grad_x) override;
   // The kernels of cross_entropy.cu (cuda_backend.cpp).
   void cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double smoothing,
                      const Tensor& loss, const Tensor& lse) override;

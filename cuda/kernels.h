@@ -108,6 +108,12 @@ void layer_norm_backward(DType t, int64_t R, int64_t C, const void* g, const voi
                          const float* rstd, const void* gadd, void* gx, void* gw, void* gb, void* scratch,
                          StreamHandle s);
 
+// ---- dropout.cu: dropout in one kernel each way (Backend::dropout) ----------------
+// x, out (n) of dtype t, keep (n) bool, contiguous; element i keeps when uniform_at(st, i) >= p.
+void dropout(DType t, PhiloxState st, double p, int64_t n, const void* x, void* out, bool* keep, StreamHandle s);
+// gx (n) = g (n) * (keep ? scale : 0), scale rounded to t.
+void dropout_backward(DType t, double scale, int64_t n, const void* g, const bool* keep, void* gx, StreamHandle s);
+
 // ---- cross_entropy.cu: the fused cross-entropy (NOTE [ Fused cross-entropy ]) ----
 // x (N, C) of dtype t, contiguous; target (N) i64; loss, lse, w (N) f32 (f64 for f64 x);
 // gx (N, C) of dtype t, every element written.

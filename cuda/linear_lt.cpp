@@ -19,14 +19,18 @@
 // matmul) go through cuBLASLt; f64, operands neither row- nor column-major,
 // and any call whose heuristic offers no algorithm take Backend's composed
 // default (cuBLAS and the elementwise kernels) for the part not done, so the
-// result never depends on which ran beyond rounding. Algorithms are chosen
-// once per LtKey (shapes, dtype, epilogue, alignments) and cached, a refusal
-// too; descriptors are made per call (host-only, cheap).
+// result never depends on which ran beyond rounding. The descriptors and the
+// algorithm are made once per LtKey (shapes, dtype, epilogue, alignments) and
+// cached, a refusal too: a small model's step is bound by the host's time per
+// launch (W-GPT's runs about 50 of these GEMMs), so a call only sets its bias
+// and aux pointers and launches.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <unordered_map>
 
 #include <snug/core/raw_ops.h>
@@ -121,19 +125,12 @@ struct LtCall {
   int64_t aux_ld = 0;
 };
 
-// The chosen algorithm per key; nullopt: cuBLASLt offered none.
-struct AlgoCache {
-  std::mutex mu;
-  std::unordered_map<LtKey, std::optional<cublasLtMatmulAlgo_t>, LtKeyHash> algos;
-};
-AlgoCache& algo_cache() {
-  static AlgoCache c;
-  return c;
-}
-
 template <class T, cublasStatus_t (*Destroy)(T)>
 struct LtObject {
   T h = nullptr;
+  LtObject() = default;
+  LtObject(const LtObject&) = delete;
+  LtObject& operator=(const LtObject&) = delete;
   ~LtObject() {
     if (h) Destroy(h);
   }
@@ -144,6 +141,71 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   SNUG_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v)));
 }
 
+// Everything a key's calls share, made once: the descriptors (all but the
+// bias and aux pointers, set per call under the entry's lock) and the
+// algorithm (none: cuBLASLt offered none, and every call of the key falls back).
+struct LtPlan {
+  std::mutex mu;
+  LtObject<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
+  LtObject<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> la, lb, ld;
+  std::optional<cublasLtMatmulAlgo_t> algo;
+};
+
+struct PlanCache {
+  std::mutex mu;
+  std::unordered_map<LtKey, std::unique_ptr<LtPlan>, LtKeyHash> plans;
+};
+PlanCache& plan_cache() {
+  static PlanCache c;
+  return c;
+}
+
+// The descriptors and algorithm of key (c supplies the pointers the heuristic
+// reads the alignment of); made under the cache's lock on first use.
+std::unique_ptr<LtPlan> make_plan(const LtKey& key, const LtCall& c, cudaDataType_t dt, cublasLtHandle_t handle,
+                                  std::size_t ws_bytes) {
+  auto p = std::make_unique<LtPlan>();
+  const GemmPlan& g = c.g;
+  const cublasComputeType_t ct = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  SNUG_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p->desc.h, ct, CUDA_R_32F));
+  const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSA, ta);
+  set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSB, tb);
+  set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, to_cublas(c.epilogue));
+  if (c.bias) {
+    set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+    set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(dt));
+  }
+  if (has_aux(c.epilogue)) {
+    set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
+    set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.aux_ld);
+  }
+  // Layouts, column-major: A is (m, k) after its op, B (k, n), D (m, n).
+  SNUG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->la.h, dt, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
+  SNUG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->lb.h, dt, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
+  SNUG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->ld.h, dt, g.m, g.n, g.ldc));
+
+  LtObject<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
+  SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
+  const uint64_t wsb = ws_bytes;
+  SNUG_CUBLASLT_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
+  const uint32_t al_a = key.align_a, al_b = key.align_b, al_c = key.align_c;
+  for (auto [attr, v] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a},
+                         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b},
+                         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c},
+                         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c}})
+    SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, v, sizeof(*v)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  // A refusal is a status (NOT_SUPPORTED, INVALID_VALUE for an epilogue this
+  // GPU or layout lacks) or zero results: either way, no algorithm.
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle, p->desc.h, p->la.h, p->lb.h, p->ld.h, p->ld.h, pref.h, 1, &result, &found);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) p->algo = result.algo;
+  return p;
+}
+
 // Runs c, or returns false (having queued nothing) when cuBLASLt has no
 // algorithm for it.
 bool lt_matmul(const LtCall& c) {
@@ -151,73 +213,31 @@ bool lt_matmul(const LtCall& c) {
   if (!lt_dtype(c.dtype, dt)) return false;
   const GemmPlan& g = c.g;
   if (g.m > INT32_MAX || g.n > INT32_MAX || g.k > INT32_MAX) return false;
-  const bool tf32 = c.dtype == DType::f32 && tf32_here();
-  const cublasComputeType_t ct = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-
-  LtObject<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
-  SNUG_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.h, ct, CUDA_R_32F));
-  const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  set_desc(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, ta);
-  set_desc(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, tb);
-  set_desc(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, to_cublas(c.epilogue));
-  if (c.bias) {
-    set_desc(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
-    set_desc(desc.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(dt));
-  }
-  if (has_aux(c.epilogue)) {
-    set_desc(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
-    set_desc(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.aux_ld);
-  }
-  // Layouts, column-major: A is (m, k) after its op, B (k, n), D (m, n).
-  LtObject<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> la, lb, ld;
-  SNUG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&la.h, dt, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
-  SNUG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&lb.h, dt, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
-  SNUG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&ld.h, dt, g.m, g.n, g.ldc));
-
-  const GemmWorkspace ws = gemm_workspace(c.device, c.stream);
   LtKey key;
-  key.device = c.device, key.dtype = c.dtype, key.tf32 = tf32, key.epilogue = c.epilogue;
-  key.trans_a = g.trans_a, key.trans_b = g.trans_b;
+  key.device = c.device, key.dtype = c.dtype, key.tf32 = c.dtype == DType::f32 && tf32_here();
+  key.epilogue = c.epilogue, key.trans_a = g.trans_a, key.trans_b = g.trans_b;
   key.m = g.m, key.n = g.n, key.k = g.k, key.lda = g.lda, key.ldb = g.ldb, key.ldc = g.ldc, key.aux_ld = c.aux_ld;
   key.align_a = lt_alignment(c.b_mem), key.align_b = lt_alignment(c.a_mem), key.align_c = lt_alignment(c.d);
   key.align_bias = lt_alignment(c.bias), key.align_aux = lt_alignment(c.aux);
 
+  const GemmWorkspace ws = gemm_workspace(c.device, c.stream);
   const cublasLtHandle_t handle = lt_handle(c.device);
-  std::optional<cublasLtMatmulAlgo_t> algo;
+  LtPlan* plan;
   {
-    AlgoCache& cache = algo_cache();
+    PlanCache& cache = plan_cache();
     std::lock_guard<std::mutex> lock(cache.mu);
-    if (auto it = cache.algos.find(key); it != cache.algos.end()) {
-      algo = it->second;
-    } else {
-      LtObject<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
-      SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
-      const uint64_t ws_bytes = ws.bytes;
-      SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                               &ws_bytes, sizeof(ws_bytes)));
-      const uint32_t al_a = key.align_a, al_b = key.align_b, al_c = key.align_c;
-      SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                               &al_a, sizeof(al_a)));
-      SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                               &al_b, sizeof(al_b)));
-      SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                               &al_c, sizeof(al_c)));
-      SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                               &al_c, sizeof(al_c)));
-      cublasLtMatmulHeuristicResult_t result{};
-      int found = 0;
-      // A refusal is a status (NOT_SUPPORTED, INVALID_VALUE for an epilogue
-      // this GPU or layout lacks) or zero results: either way, no algorithm.
-      const cublasStatus_t st =
-          cublasLtMatmulAlgoGetHeuristic(handle, desc.h, la.h, lb.h, ld.h, ld.h, pref.h, 1, &result, &found);
-      if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) algo = result.algo;
-      cache.algos.emplace(key, algo);
-    }
+    std::unique_ptr<LtPlan>& slot = cache.plans[key];
+    if (!slot) slot = make_plan(key, c, dt, handle, ws.bytes);
+    plan = slot.get();  // entries live for the process
   }
-  if (!algo) return false;
+  if (!plan->algo) return false;
+  std::lock_guard<std::mutex> lock(plan->mu);  // the pointer attributes are this call's
+  if (c.bias) set_desc(plan->desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+  if (has_aux(c.epilogue)) set_desc(plan->desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
   const float one = 1.0f, zero = 0.0f;
-  SNUG_CUBLASLT_CHECK(cublasLtMatmul(handle, desc.h, &one, c.b_mem, la.h, c.a_mem, lb.h, &zero, c.d, ld.h, c.d, ld.h,
-                                     &*algo, ws.ptr, ws.bytes, reinterpret_cast<cudaStream_t>(c.stream)));
+  SNUG_CUBLASLT_CHECK(cublasLtMatmul(handle, plan->desc.h, &one, c.b_mem, plan->la.h, c.a_mem, plan->lb.h, &zero,
+                                     c.d, plan->ld.h, c.d, plan->ld.h, &*plan->algo, ws.ptr, ws.bytes,
+                                     reinterpret_cast<cudaStream_t>(c.stream)));
   return true;
 }
 

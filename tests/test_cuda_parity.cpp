@@ -498,6 +498,20 @@ TEST_CASE("cuda parity: random draws and dropout masks use the CPU's Philox stre
     check_close(gn, cn, dt == kBFloat16 ? 1e-2 : 1e-4, "normal (device libm)");
     check_close(gd, cd, 0, "dropout mask (bit-identical)");
   }
+  // The dropout kernel (cuda/dropout.cu) against the CPU's composition, forward and backward, on
+  // random values in every floating dtype: bit for bit (the same draws, the same roundings).
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    CAPTURE(dtype_name(dt));
+    const Tensor x = (randn({5, 777}) * 2.0).to(dt), g = randn({5, 777}).to(dt);
+    auto run = [&](const std::vector<Tensor>& v) {
+      Generator gen(99);
+      Tensor xr = v[0].detach().requires_grad_();
+      Tensor y = dropout(xr, 0.2, true, &gen);
+      y.backward(v[1]);
+      return cat({y.detach().flatten(), xr.grad().flatten()});
+    };
+    parity("dropout kernel, forward and backward", {x, g}, run, 0);
+  }
 }
 
 TEST_CASE("cuda parity: matmul through cuBLAS") {

@@ -157,3 +157,27 @@ TEST_CASE("dropout: argument errors") {
   }
   CHECK_THROWS_AS(dropout(ones({4}, kInt64), 0.5), DTypeError);
 }
+
+TEST_CASE("dropout: the backend entry gives the composition's values bit for bit (rand's mask, the scale in x's dtype)") {
+  // Backend::dropout (core/backend.h) promises the values of rand >= p, to_dtype, affine and mul
+  // from the same generator state, in every dtype: that is what the GPU kernel is checked against.
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    CAPTURE(std::string(dtype_name(dt)));
+    const double p = 0.1;
+    Generator g1(77), g2(77);
+    const Tensor x = (randn({7, 301}) * 3.0).to(dt);
+    const Tensor fused = dropout(x, p, true, &g1);
+    const Tensor u = rand({7, 301}, TensorOptions(kFloat32), &g2);
+    const Tensor mask = (u >= full({}, p, TensorOptions(kFloat32))).to(dt) * (1.0 / (1.0 - p));
+    const Tensor composed = x * mask;
+    CHECK(fused.dtype() == dt);
+    CHECK(vals(fused) == vals(composed));
+    // And the gradient: g * mask.
+    Tensor xr = x.detach().requires_grad_();
+    Generator g3(77);
+    Tensor y = dropout(xr, p, true, &g3);
+    const Tensor gout = randn({7, 301}).to(dt);
+    y.backward(gout);
+    CHECK(vals(xr.grad()) == vals(gout * mask));
+  }
+}
