@@ -21,6 +21,7 @@
 #include <cmath>
 #include <limits>
 
+#include <snug/core/activation_ops.h>
 #include <snug/core/cpu/attention.h>
 #include <snug/core/raw_ops.h>
 
@@ -33,35 +34,6 @@ namespace {
 Tensor batch1(const Tensor& t) {
   const Shape s3{1, t.size(0), t.size(1)};
   return raw::can_view(t, s3) ? raw::view(t, s3) : raw::view(raw::contiguous(t), s3);
-}
-
-UnaryOp unary_of(Backend::Activation act) {
-  switch (act) {
-    case Backend::Activation::relu:
-      return UnaryOp::relu;
-    case Backend::Activation::gelu:
-      return UnaryOp::gelu;
-    case Backend::Activation::gelu_tanh:
-      return UnaryOp::gelu_tanh;
-    case Backend::Activation::none:
-      break;
-  }
-  throw ValueError("linear_act: no activation to apply");
-}
-
-// (g, z) -> g * act'(z), as the activation's own backward computes it.
-BinaryOp derivative_of(Backend::Activation act) {
-  switch (act) {
-    case Backend::Activation::relu:
-      return BinaryOp::relu_backward;
-    case Backend::Activation::gelu:
-      return BinaryOp::gelu_backward;
-    case Backend::Activation::gelu_tanh:
-      return BinaryOp::gelu_tanh_backward;
-    case Backend::Activation::none:
-      break;
-  }
-  throw ValueError("linear_backward_act: expected relu, gelu or gelu_tanh");
 }
 
 // q, k, v of a packed (B, T, 3C) projection, each (B, H, T, D), strided views.
@@ -85,7 +57,7 @@ void Backend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bi
   matmul(batch1(x), batch1(raw::transpose(weight, 0, 1)), batch1(r));
   if (bias.defined()) binary(BinaryOp::add, r, raw::expand(bias, r.shape()), r);  // elementwise: in place is safe
   if (act != Activation::none)
-    unary(unary_of(act), 0.0, 0.0, r, out);
+    unary(activation_unary(act), 0.0, 0.0, r, out);
   else if (pre.defined())
     copy(pre, out);
 }
@@ -100,7 +72,7 @@ void Backend::linear_backward(const Tensor& grad_out, const Tensor& x, const Ten
 
 void Backend::linear_backward_act(const Tensor& grad_out, const Tensor& weight, Activation act, const Tensor& z,
                                   const Tensor& grad_z) {
-  const BinaryOp back = derivative_of(act);
+  const BinaryOp back = activation_derivative(act);
   matmul(batch1(grad_out), batch1(weight), batch1(grad_z));  // (N, out) (out, in)
   binary(back, grad_z, z, grad_z);                           // elementwise: in place is safe
 }

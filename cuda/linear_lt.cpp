@@ -33,6 +33,7 @@
 #include <utility>
 #include <unordered_map>
 
+#include <snug/core/activation_ops.h>
 #include <snug/core/raw_ops.h>
 #include <snug/cuda/check.h>
 #include <snug/cuda/cuda_backend.h>
@@ -247,20 +248,6 @@ struct Strides2 {
 };
 Strides2 strides_of(const Tensor& t) { return {{t.stride(0), t.stride(1)}}; }
 
-UnaryOp activation_op(Backend::Activation act) {
-  switch (act) {
-    case Backend::Activation::relu:
-      return UnaryOp::relu;
-    case Backend::Activation::gelu:
-      return UnaryOp::gelu;
-    case Backend::Activation::gelu_tanh:
-      return UnaryOp::gelu_tanh;
-    case Backend::Activation::none:
-      break;
-  }
-  throw ValueError("linear_act: no activation to apply");
-}
-
 bool lt_serves(DType t) {
   cudaDataType_t dt;
   return lt_dtype(t, dt);
@@ -288,7 +275,7 @@ void CudaBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor
   c.bias = bias.defined() ? bias.data_ptr() : nullptr;
   if (has_aux(f.epilogue)) c.aux = pre.data_ptr(), c.aux_ld = plan.plan.ldc;
   if (!lt_matmul(c)) return Backend::linear_act(x, weight, bias, act, out, pre);
-  if (f.act_after) unary(activation_op(act), 0.0, 0.0, d, out);  // d may be out: elementwise, in place is safe
+  if (f.act_after) unary(activation_unary(act), 0.0, 0.0, d, out);  // d may be out: elementwise, in place is safe
   if (f.copy_after) copy(out, pre);
 }
 
@@ -349,10 +336,7 @@ void CudaBackend::linear_backward_act(const Tensor& grad_out, const Tensor& weig
   if (has_aux(c.epilogue)) c.aux = const_cast<void*>(z.data_ptr()), c.aux_ld = in;
   if (lt_matmul(c)) {
     if (c.epilogue == LtEpilogue::none) {
-      const BinaryOp back = act == Activation::relu   ? BinaryOp::relu_backward
-                            : act == Activation::gelu ? BinaryOp::gelu_backward
-                                                      : BinaryOp::gelu_tanh_backward;
-      binary(back, grad_z, z, grad_z);  // elementwise: in place is safe
+      binary(activation_derivative(act), grad_z, z, grad_z);  // elementwise: in place is safe
     }
     return;
   }
