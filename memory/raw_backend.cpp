@@ -6,12 +6,31 @@
 
 namespace snug::memory {
 
+// NOTE [ A readable page after each segment ]
+// Each segment is mapped with one more page after it, read-only, so reading a
+// few bytes past the segment's last block never faults. Code that loads a
+// vector where it needs a scalar at a block's end relies on it: qemu's x86
+// emulation does so for scalar FMAs with a memory operand (vfmadd231ss reads
+// 16 bytes), and AdamW's loop over an optimizer state that ended a segment
+// crashed with SIGSEGV under qemu-x86_64 while it ran natively. The page
+// costs address space only: nothing writes it, and a read maps the zero page.
+namespace {
+std::size_t tail_page() {
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+}  // namespace
+
 void* HostBackend::alloc(std::size_t nbytes) {
-  void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
+  const std::size_t tail = tail_page();
+  void* p = ::mmap(nullptr, nbytes + tail, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  // The mapping spans round_up(nbytes) + one page: the last page is the tail.
+  ::mprotect(static_cast<char*>(p) + (nbytes + tail - 1) / tail * tail, tail, PROT_READ);
+  return p;
 }
 
-void HostBackend::free(void* p, std::size_t nbytes) { ::munmap(p, nbytes); }
+void HostBackend::free(void* p, std::size_t nbytes) { ::munmap(p, nbytes + tail_page()); }
 
 std::size_t HostBackend::total_memory() const {
   long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
