@@ -36,16 +36,9 @@
 #include <snug/core/activation_ops.h>
 #include <snug/core/raw_ops.h>
 #include <snug/cuda/check.h>
+#include <snug/cuda/cublas_check.h>
 #include <snug/cuda/cuda_backend.h>
 #include <snug/cuda/lt_plan.h>
-
-#define SNUG_CUBLASLT_CHECK(call)                                                                                     \
-  do {                                                                                                                \
-    const cublasStatus_t snug_st_ = (call);                                                                           \
-    if (snug_st_ != CUBLAS_STATUS_SUCCESS)                                                                            \
-      throw ::snug::DeviceError(::snug::str("cuBLASLt error: ", #call, " failed with ", cublasGetStatusName(snug_st_), \
-                                            " at ", __FILE__, ":", __LINE__));                                        \
-  } while (0)
 
 namespace snug::cuda {
 
@@ -58,7 +51,7 @@ cublasLtHandle_t lt_handle(int device) {
   static cublasLtHandle_t handles[kMaxDevices] = {};
   SNUG_CHECK(device >= 0 && device < kMaxDevices, DeviceError, "cuBLASLt: device index ", device, " out of range");
   std::lock_guard<std::mutex> lock(mu);
-  if (!handles[device]) SNUG_CUBLASLT_CHECK(cublasLtCreate(&handles[device]));
+  if (!handles[device]) SNUG_CUBLAS_CHECK(cublasLtCreate(&handles[device]));
   return handles[device];
 }
 
@@ -139,7 +132,7 @@ struct LtObject {
 
 template <class V>
 void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& v) {
-  SNUG_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v)));
+  SNUG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v)));
 }
 
 // Everything a key's calls share, made once: the descriptors (all but the
@@ -168,7 +161,7 @@ std::unique_ptr<LtPlan> make_plan(const LtKey& key, const LtCall& c, cudaDataTyp
   auto p = std::make_unique<LtPlan>();
   const GemmPlan& g = c.g;
   const cublasComputeType_t ct = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  SNUG_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&p->desc.h, ct, CUDA_R_32F));
+  SNUG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc.h, ct, CUDA_R_32F));
   const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSA, ta);
   set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_TRANSB, tb);
@@ -182,21 +175,21 @@ std::unique_ptr<LtPlan> make_plan(const LtKey& key, const LtCall& c, cudaDataTyp
     set_desc(p->desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.aux_ld);
   }
   // Layouts, column-major: A is (m, k) after its op, B (k, n), D (m, n).
-  SNUG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->la.h, dt, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
-  SNUG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->lb.h, dt, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
-  SNUG_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&p->ld.h, dt, g.m, g.n, g.ldc));
+  SNUG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la.h, dt, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda));
+  SNUG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb.h, dt, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb));
+  SNUG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld.h, dt, g.m, g.n, g.ldc));
 
   LtObject<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
-  SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
+  SNUG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
   const uint64_t wsb = ws_bytes;
-  SNUG_CUBLASLT_CHECK(
+  SNUG_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb)));
   const uint32_t al_a = key.align_a, al_b = key.align_b, al_c = key.align_c;
   for (auto [attr, v] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a},
                          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b},
                          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c},
                          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c}})
-    SNUG_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, v, sizeof(*v)));
+    SNUG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, attr, v, sizeof(*v)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   // A refusal is a status (NOT_SUPPORTED, INVALID_VALUE for an epilogue this
@@ -236,7 +229,7 @@ bool lt_matmul(const LtCall& c) {
   if (c.bias) set_desc(plan->desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
   if (has_aux(c.epilogue)) set_desc(plan->desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
   const float one = 1.0f, zero = 0.0f;
-  SNUG_CUBLASLT_CHECK(cublasLtMatmul(handle, plan->desc.h, &one, c.b_mem, plan->la.h, c.a_mem, plan->lb.h, &zero,
+  SNUG_CUBLAS_CHECK(cublasLtMatmul(handle, plan->desc.h, &one, c.b_mem, plan->la.h, c.a_mem, plan->lb.h, &zero,
                                      c.d, plan->ld.h, c.d, plan->ld.h, &*plan->algo, ws.ptr, ws.bytes,
                                      reinterpret_cast<cudaStream_t>(c.stream)));
   return true;
@@ -334,18 +327,14 @@ void CudaBackend::linear_backward_act(const Tensor& grad_out, const Tensor& weig
   c.epilogue = choose_lt_backward_act(static_cast<LtAct>(act), lt_aux_ld_ok(in) && z.stride(0) == in);
   c.a_mem = grad_out.data_ptr(), c.b_mem = weight.data_ptr(), c.d = grad_z.data_ptr();
   if (has_aux(c.epilogue)) c.aux = const_cast<void*>(z.data_ptr()), c.aux_ld = in;
-  if (lt_matmul(c)) {
-    if (c.epilogue == LtEpilogue::none) {
-      binary(activation_derivative(act), grad_z, z, grad_z);  // elementwise: in place is safe
-    }
-    return;
-  }
-  if (c.epilogue == LtEpilogue::dgelu) {  // no DGELU for this case: the plain GEMM, then the derivative
-    c.epilogue = LtEpilogue::none, c.aux = nullptr, c.aux_ld = 0;
+  for (;;) {
     if (lt_matmul(c)) {
-      binary(BinaryOp::gelu_tanh_backward, grad_z, z, grad_z);
+      if (c.epilogue == LtEpilogue::none) binary(activation_derivative(act), grad_z, z, grad_z);  // in place: safe
       return;
     }
+    if (c.epilogue == LtEpilogue::none) break;
+    // No DGELU for this case: the plain GEMM, then the derivative.
+    c.epilogue = LtEpilogue::none, c.aux = nullptr, c.aux_ld = 0;
   }
   Backend::linear_backward_act(grad_out, weight, act, z, grad_z);
 }

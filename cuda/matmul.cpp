@@ -18,18 +18,11 @@
 
 #include <snug/core/raw_ops.h>
 #include <snug/cuda/check.h>
+#include <snug/cuda/cublas_check.h>
 #include <snug/cuda/cuda_api.h>
 #include <snug/cuda/cuda_backend.h>
 #include <snug/cuda/gemm_plan.h>
 #include <snug/memory/allocator.h>
-
-#define SNUG_CUBLAS_CHECK(call)                                                                                        \
-  do {                                                                                                                 \
-    const cublasStatus_t snug_st_ = (call);                                                                            \
-    if (snug_st_ != CUBLAS_STATUS_SUCCESS)                                                                             \
-      throw ::snug::DeviceError(::snug::str("cuBLAS error: ", #call, " failed with ", cublasGetStatusName(snug_st_),   \
-                                            " (", cublasGetStatusString(snug_st_), ") at ", __FILE__, ":", __LINE__)); \
-  } while (0)
 
 namespace snug::cuda {
 

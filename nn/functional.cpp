@@ -346,20 +346,14 @@ std::array<Tensor, 2> add_layer_norm(const Tensor& x, const Tensor& r, const Ten
            [C](FunctionNode& self, const G& g) -> G {
              const Tensor hs = self.saved_at(0), ws = self.saved_at(1);
              profiler::RecordOp rec("add_layer_norm_backward", hs.device());
-             const bool need_sum = self.needs_grad(0) || self.needs_grad(1);
-             Tensor gh = g[0].defined() ? raw::contiguous(raw::to_dtype(g[0], hs.dtype())) : Tensor();
-             Tensor gsum = need_sum ? empty(hs.shape(), hs.options()) : Tensor();
+             // The engine hands both outputs' gradients, zeros for an unused one.
+             const Tensor gh = raw::contiguous(raw::to_dtype(g[0], hs.dtype()));
+             const Tensor gy = raw::contiguous(raw::to_dtype(g[1], hs.dtype()));
+             Tensor gsum = self.needs_grad(0) || self.needs_grad(1) ? empty(hs.shape(), hs.options()) : Tensor();
              Tensor gw = self.needs_grad(2) ? empty({C}, hs.options()) : Tensor();
              Tensor gb = self.needs_grad(3) ? empty({C}, hs.options()) : Tensor();
-             if (g[1].defined()) {
-               const Tensor gy = raw::contiguous(raw::to_dtype(g[1], hs.dtype()));
-               backend_for(hs.device())
-                   .add_layer_norm_backward(gy, gh, hs, ws, self.saved_at(2), self.saved_at(3), gsum, gw, gb);
-             } else {  // y got no gradient: h's own is the sum's; the norm's parameters get zeros
-               if (need_sum) gsum = gh.defined() ? gh : zeros(hs.shape(), hs.options());
-               if (gw.defined()) gw = zeros({C}, hs.options());
-               if (gb.defined()) gb = zeros({C}, hs.options());
-             }
+             backend_for(hs.device())
+                 .add_layer_norm_backward(gy, gh, hs, ws, self.saved_at(2), self.saved_at(3), gsum, gw, gb);
              return {self.needs_grad(0) ? gsum : Tensor(), self.needs_grad(1) ? gsum : Tensor(), gw, gb};
            });
   }
@@ -413,9 +407,8 @@ Tensor reduce_loss(const Tensor& per_row, Reduction r, const Tensor& count_valid
 // (f32 math inside, an f32 loss) and writes their gradient in their dtype, so no f32 copy of the
 // logits, of their log-softmax or of their gradient is made; backward keeps the logits and one
 // logsumexp per row.
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t ignore_index, double eps,
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double eps,
                      Reduction reduction) {
-  const Tensor& logits = logits_in;
   SNUG_CHECK(logits.dim() == 2, ShapeError, "cross_entropy: logits must be (N, C), got ", shape_str(logits.shape()),
              "; flatten extra dims first, e.g. logits.view({-1, C})");
   SNUG_CHECK(logits.is_floating_point(), DTypeError,
@@ -470,13 +463,14 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, int64_t igno
       break;
   }
   if (any_requires_grad({logits})) {
-    record("cross_entropy", {logits}, {out}, {x, t, lse, validf, count},
+    record("cross_entropy", {logits}, {out}, {x, t, lse, count},
            [eps, N, ignore_index, reduction](FunctionNode& self, const G& g) -> G {
              const Tensor xs = self.saved_at(0), ts = self.saved_at(1), ls = self.saved_at(2);
-             // Per-row weight w_i = upstream grad for row i (x 1/count for mean), 0 if ignored.
+             // Per-row weight w_i = upstream grad for row i (x 1/count for mean); the backend
+             // gives ignored rows zeros whatever their weight.
              Tensor w = reduction == Reduction::none ? g[0] : raw::expand(raw::view(g[0], {1}), {N});
-             if (reduction == Reduction::mean) w = raw::binary(BinaryOp::div, w, self.saved_at(4));
-             w = raw::contiguous(raw::binary(BinaryOp::mul, w, self.saved_at(3)));  // (N)
+             if (reduction == Reduction::mean) w = raw::binary(BinaryOp::div, w, self.saved_at(3));
+             w = raw::contiguous(w);  // (N)
              Tensor gl = empty(xs.shape(), xs.options());                           // (N, C), the logits' dtype
              if (N > 0) {
                profiler::RecordOp rec("cross_entropy_backward", xs.device());
