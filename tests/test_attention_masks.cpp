@@ -113,6 +113,54 @@ TEST_CASE("self_attention: 16-bit qkv with masks agrees with f32") {
   }
 }
 
+TEST_CASE("attention backend: 16-bit qkv computes in f32 per head, bit for bit, with no f32 copy") {
+  // NOTE [ 16-bit attention ]: the kernels widen each head's slices as they
+  // copy them and round each output once. The reference is what the entry did
+  // before: widen the whole tensors, run the f32 kernels, round the results.
+  Generator g(15);
+  Backend& be = backend_for(kCPU);
+  struct Case {
+    int64_t B, T, C, H;
+    bool causal, pad;
+  };
+  for (const Case& c : {Case{2, 40, 32, 2, true, false}, Case{3, 33, 36, 3, false, true}, Case{1, 70, 24, 2, true, true},
+                        Case{2, 64, 64, 4, false, false}}) {
+    for (DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(c.T);
+      CAPTURE(c.C);
+      const int64_t B = c.B, T = c.T, C = c.C, H = c.H;
+      const double scale = 1.0 / std::sqrt(double(C / H));
+      AttentionMask am;
+      am.causal = c.causal;
+      if (c.pad) {
+        std::vector<int64_t> len;
+        for (int64_t b = 0; b < B; ++b) len.push_back(T - 7 * b);
+        am.key_padding = padding(len, T);
+      }
+      const Tensor x = randn({B, T, 3 * C}, kFloat32, &g).to(dt);
+      const Tensor gy = randn({B, T, C}, kFloat32, &g).to(dt);
+      const Tensor x32 = x.to(kFloat32), gy32 = gy.to(kFloat32);
+
+      Tensor y32 = empty({B, T, C}, kFloat32), lse_ref = empty({B, H, T}, kFloat32);
+      be.attention(x32, H, scale, am, y32, lse_ref);
+      Tensor d32 = empty({B, T, 3 * C}, kFloat32);
+      be.attention_backward(x32, y32, lse_ref, gy32, H, scale, am, d32);
+
+      Tensor y = empty({B, T, C}, dt), lse = empty({B, H, T}, kFloat32), d = empty({B, T, 3 * C}, dt);
+      const int64_t before = memory::stats(kCPU).allocated_bytes.current;
+      memory::reset_peak(kCPU);
+      be.attention(x, H, scale, am, y, lse);
+      be.attention_backward(x, y, lse, gy, H, scale, am, d);
+      // No f32 copy of qkv (the old entry's first workspace) was allocated.
+      CHECK(memory::stats(kCPU).allocated_bytes.peak - before < B * T * 3 * C * 4);
+      CHECK(max_abs_diff(lse, lse_ref) == 0.0);
+      CHECK(max_abs_diff(y.to(kFloat32), y32.to(dt).to(kFloat32)) == 0.0);
+      CHECK(max_abs_diff(d.to(kFloat32), d32.to(dt).to(kFloat32)) == 0.0);
+    }
+  }
+}
+
 TEST_CASE("TransformerBlock: post-LayerNorm is ln(x + attn(x)), masks reach the attention") {
   Generator g(15);
   nn::TransformerBlockOptions o;

@@ -14,6 +14,7 @@
 #include <snug/base/error.h>
 #include <snug/core/attention_math.h>
 #include <snug/core/cpu/cpu_backend.h>
+#include <snug/core/cpu/gemm_detail.h>
 #include <snug/core/cpu/loop.h>
 #include <snug/core/cpu/tile_gemm.h>
 #include <snug/core/functors.h>
@@ -407,6 +408,7 @@ struct Scratch {
   std::vector<T> kt, vt;          // the head's K^T and V^T (D, T)
   std::vector<T> qc, kc, vc, gc;  // the head's Q, K, V, dO as dense (T, D)
   std::vector<T> dk, dv;          // backward's dK and dV sums, dense (T, D)
+  std::vector<T> yd, dq;          // 16-bit storage: forward's O and backward's dQ, dense (T, D)
   std::vector<T> pad;             // the batch's key padding as 0 / -inf (T)
 };
 
@@ -425,72 +427,122 @@ T* dense(std::vector<T>& buf, int64_t Tn, int64_t D, const T* src, int64_t ld) {
     for (int64_t d = 0; d < D; ++d) dst[i * D + d] = src[i * ld + d];
   return dst;
 }
+// dense() for storage S: T itself (copied), or 16-bit floats of `kind`
+// widened as they are copied (NOTE [ 16-bit attention ]).
+template <class T, class S>
+T* dense_in(std::vector<T>& buf, int64_t Tn, int64_t D, const S* src, int64_t ld, Half16 kind) {
+  if constexpr (std::is_same_v<S, T>) {
+    (void)kind;
+    return dense(buf, Tn, D, src, ld);
+  } else {
+    static_assert(std::is_same_v<S, uint16_t> && std::is_same_v<T, float>, "16-bit storage computes in f32");
+    buf.resize(size_t(Tn * D));
+    for (int64_t i = 0; i < Tn; ++i) kernels::detail::widen16(kind, src + i * ld, buf.data() + i * D, D);
+    return buf.data();
+  }
+}
+
+// Dense (T, D) rows out to the head's slice of a (B, T, *) tensor of storage
+// S: copied, or rounded to 16 bits once.
+template <class T, class S>
+void rows_out(const T* src, int64_t Tn, int64_t D, S* dst, int64_t ld, Half16 kind) {
+  for (int64_t i = 0; i < Tn; ++i) {
+    if constexpr (std::is_same_v<S, T>) {
+      (void)kind;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) dst[i * ld + d] = src[i * D + d];
+    } else {
+      kernels::detail::narrow16(kind, src + i * D, dst + i * ld, D);
+    }
+  }
+}
+
 template <class T>
 Scratch<T>& scratch() {
   thread_local Scratch<T> s;
   return s;
 }
 
-template <class T>
+// S: the storage of qkv and y, T itself or 16-bit floats of `kind` (computed
+// in T = f32: each head's slices are widened as they are made dense, and its
+// output rounded once as it is written; lse is T either way).
+template <class T, class S = T>
 void forward_impl(const Tensor& qkv, int64_t H, double scale_d, const AttentionMask& am, const Tensor& y,
-                  const Tensor& lse) {
+                  const Tensor& lse, Half16 kind = Half16::bf16) {
+  constexpr bool kSame = std::is_same_v<S, T>;
   const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3, D = C / H;
-  const T* base = static_cast<const T*>(qkv.data_ptr());
-  T* yp = static_cast<T*>(y.data_ptr());
+  const S* base = static_cast<const S*>(qkv.data_ptr());
+  S* yp = static_cast<S*>(y.data_ptr());
   T* lp = static_cast<T*>(lse.data_ptr());
   const T scale = T(scale_d);
   const int64_t work = B * H;
 #pragma omp parallel for schedule(dynamic, 1) if (work > 1 && B * Tn * C > kParallelGrain)
   for (int64_t w = 0; w < work; ++w) {
     const int64_t b = w / H, h = w % H;
-    const T* Q = base + b * Tn * C3 + h * D;
-    const T* K = Q + C;
-    const T* V = Q + 2 * C;
-    T* Y = yp + b * Tn * C + h * D;
+    const S* Q = base + b * Tn * C3 + h * D;
+    const S* K = Q + C;
+    const S* V = Q + 2 * C;
+    S* Y = yp + b * Tn * C + h * D;
     T* Lr = lp + w * Tn;
     auto& sc = scratch<T>();
     sc.s.resize(size_t(kAttentionBlockRows * Tn));
     sc.kt.resize(size_t(D * Tn));
-    T *S = sc.s.data(), *Kt = sc.kt.data();
+    T *S_ = sc.s.data(), *Kt = sc.kt.data();
     T inv[kAttentionBlockRows];
     const RowMasks<T> rm = row_masks<T>(am, b, h, Tn, sc.pad);
-    kernels::transpose<T>(Tn, D, K, C3, Kt, Tn);  // (D, T): every block's S = Q K^T reads rows of it
-    const T* Vd = dense(sc.vc, Tn, D, V, C3);     // (T, D)
+    // Q and O: read and written in place for T storage (row stride 3C and C),
+    // dense (T, D) copies for 16-bit storage.
+    const T* Qr;
+    T* Yr;
+    int64_t q_ld, y_ld;
+    if constexpr (kSame) {
+      kernels::transpose<T>(Tn, D, K, C3, Kt, Tn);  // (D, T): every block's S = Q K^T reads rows of it
+      Qr = Q, q_ld = C3, Yr = Y, y_ld = C;
+    } else {
+      const T* Kd = dense_in<T>(sc.kc, Tn, D, K, C3, kind);
+      kernels::transpose<T>(Tn, D, Kd, D, Kt, Tn);
+      Qr = dense_in<T>(sc.qc, Tn, D, Q, C3, kind), q_ld = D;
+      sc.yd.resize(size_t(Tn * D));
+      Yr = sc.yd.data(), y_ld = D;
+    }
+    const T* Vd = dense_in<T>(sc.vc, Tn, D, V, C3, kind);  // (T, D)
     for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
       // keys 0..kv-1 are visible to some row of the block
       const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = am.causal ? r0 + m : Tn;
-      mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, S, kv);  // S (m, kv)
+      mm<T>(m, kv, D, scale, Qr + r0 * q_ld, q_ld, 1, Kt, Tn, false, S_, kv);  // S (m, kv)
       if (rm.any())
-        for (int64_t i = 0; i < m; ++i) rm.apply(S + i * kv, r0 + i, visible(am.causal, r0, i, kv));
-      block_softmax<T>(S, m, kv, r0, am.causal, Lr + r0, inv);  // S -> exp(S - max), unnormalized
-      mm<T>(m, D, kv, T(1), S, kv, 1, Vd, D, false, Y + r0 * C, C);           // O = P V (m, D), then
-      for (int64_t i = 0; i < m; ++i) {                                       // rows times 1 / sum
-        T* o = Y + (r0 + i) * C;
+        for (int64_t i = 0; i < m; ++i) rm.apply(S_ + i * kv, r0 + i, visible(am.causal, r0, i, kv));
+      block_softmax<T>(S_, m, kv, r0, am.causal, Lr + r0, inv);  // S -> exp(S - max), unnormalized
+      mm<T>(m, D, kv, T(1), S_, kv, 1, Vd, D, false, Yr + r0 * y_ld, y_ld);  // O = P V (m, D), then
+      for (int64_t i = 0; i < m; ++i) {                                      // rows times 1 / sum
+        T* o = Yr + (r0 + i) * y_ld;
 #pragma omp simd
         for (int64_t d = 0; d < D; ++d) o[d] = softmax_row::normalize(o[d], inv[i]);
       }
     }
+    if constexpr (!kSame) rows_out(Yr, Tn, D, Y, C, kind);
   }
 }
 
-template <class T>
+template <class T, class S = T>
 void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t H, double scale_d,
-                   const AttentionMask& am, const Tensor& dqkv) {
+                   const AttentionMask& am, const Tensor& dqkv, Half16 kind = Half16::bf16) {
+  constexpr bool kSame = std::is_same_v<S, T>;
   const int64_t B = qkv.size(0), Tn = qkv.size(1), C3 = qkv.size(2), C = C3 / 3, D = C / H;
-  const T* base = static_cast<const T*>(qkv.data_ptr());
+  const S* base = static_cast<const S*>(qkv.data_ptr());
   (void)y;  // not read: the correction term comes from P and dP (below)
   const T* lp = static_cast<const T*>(lse.data_ptr());
-  const T* gp = static_cast<const T*>(gy.data_ptr());
-  T* dp = static_cast<T*>(dqkv.data_ptr());
+  const S* gp = static_cast<const S*>(gy.data_ptr());
+  S* dp = static_cast<S*>(dqkv.data_ptr());
   const T scale = T(scale_d);
   const int64_t work = B * H;
 #pragma omp parallel for schedule(dynamic, 1) if (work > 1 && B * Tn * C > kParallelGrain)
   for (int64_t w = 0; w < work; ++w) {
     const int64_t b = w / H, h = w % H;
     const int64_t off = b * Tn * C3 + h * D;
-    const T *Q = base + off, *K = Q + C, *V = Q + 2 * C;
-    T *dQ = dp + off, *dK = dQ + C, *dV = dQ + 2 * C;
-    const T* G = gp + b * Tn * C + h * D;
+    const S *Q = base + off, *K = Q + C, *V = Q + 2 * C;
+    S *dQ = dp + off, *dK = dQ + C, *dV = dQ + 2 * C;
+    const S* G = gp + b * Tn * C + h * D;
     const T* Lr = lp + w * Tn;
     auto& sc = scratch<T>();
     sc.s.resize(size_t(kAttentionBlockRows * Tn));
@@ -498,11 +550,24 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
     sc.kt.resize(size_t(D * Tn));
     sc.vt.resize(size_t(D * Tn));
     T *P = sc.s.data(), *dP = sc.dp.data(), *Kt = sc.kt.data(), *Vt = sc.vt.data();
-    kernels::transpose<T>(Tn, D, K, C3, Kt, Tn);  // (D, T)
-    kernels::transpose<T>(Tn, D, V, C3, Vt, Tn);  // (D, T)
-    const T* Qd = dense(sc.qc, Tn, D, Q, C3);     // (T, D) each
-    const T* Kd = dense(sc.kc, Tn, D, K, C3);
-    const T* Gd = dense(sc.gc, Tn, D, G, C);
+    const T* Qd = dense_in<T>(sc.qc, Tn, D, Q, C3, kind);  // (T, D) each
+    const T* Kd = dense_in<T>(sc.kc, Tn, D, K, C3, kind);
+    const T* Gd = dense_in<T>(sc.gc, Tn, D, G, C, kind);
+    // Q, dO and dQ: in place for T storage (row strides 3C, C, 3C); for
+    // 16-bit storage the dense copies, and dQ dense until it is rounded.
+    const T *Qr, *Gr;
+    T* dQr;
+    int64_t q_ld, g_ld;
+    if constexpr (kSame) {
+      kernels::transpose<T>(Tn, D, K, C3, Kt, Tn);  // (D, T)
+      kernels::transpose<T>(Tn, D, V, C3, Vt, Tn);  // (D, T)
+      Qr = Q, Gr = G, dQr = dQ, q_ld = C3, g_ld = C;
+    } else {
+      kernels::transpose<T>(Tn, D, Kd, D, Kt, Tn);
+      kernels::transpose<T>(Tn, D, dense_in<T>(sc.vc, Tn, D, V, C3, kind), D, Vt, Tn);
+      sc.dq.resize(size_t(Tn * D));
+      Qr = Qd, Gr = Gd, dQr = sc.dq.data(), q_ld = D, g_ld = D;
+    }
     // dK and dV are sums over blocks: kept dense in scratch and written out
     // once at the end. Summed in place, every block's tile read and wrote rows
     // 3C floats apart, and zeroing them first took a memset call per row.
@@ -512,7 +577,7 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
     const RowMasks<T> rm = row_masks<T>(am, b, h, Tn, sc.pad);
     for (int64_t r0 = 0; r0 < Tn; r0 += kAttentionBlockRows) {
       const int64_t m = std::min(kAttentionBlockRows, Tn - r0), kv = am.causal ? r0 + m : Tn;
-      mm<T>(m, kv, D, scale, Q + r0 * C3, C3, 1, Kt, Tn, false, P, kv);  // S (m, kv)
+      mm<T>(m, kv, D, scale, Qr + r0 * q_ld, q_ld, 1, Kt, Tn, false, P, kv);  // S (m, kv)
       for (int64_t i = 0; i < m; ++i) {  // P = exp(S - lse) on the visible part, 0 past it
         T* row = P + i * kv;
         const int64_t vis = visible(am.causal, r0, i, kv);
@@ -524,7 +589,7 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
         if (rm.any()) rm.apply(row, r0 + i, vis);
         exp_row<T>(row, vis, kv, l);
       }
-      mm<T>(m, kv, D, T(1), G + r0 * C, C, 1, Vt, Tn, false, dP, kv);  // dP = dO V^T (m, kv)
+      mm<T>(m, kv, D, T(1), Gr + r0 * g_ld, g_ld, 1, Vt, Tn, false, dP, kv);  // dP = dO V^T (m, kv)
       for (int64_t i = 0; i < m; ++i) {
         T* pr = P + i * kv;
         T* dr = dP + i * kv;
@@ -536,16 +601,13 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
 #pragma omp simd
         for (int64_t j = 0; j < kv; ++j) dr[j] = attention_row::score_grad(pr[j], dr[j], c);  // dS
       }
-      mm<T>(kv, D, m, T(1), P, 1, kv, Gd + r0 * D, D, true, dVd, D);      // dV += P^T dO (kv, D)
-      mm<T>(m, D, kv, scale, dP, kv, 1, Kd, D, false, dQ + r0 * C3, C3);  // dQ = scale dS K (m, D)
-      mm<T>(kv, D, m, scale, dP, 1, kv, Qd + r0 * D, D, true, dKd, D);    // dK += scale dS^T Q (kv, D)
+      mm<T>(kv, D, m, T(1), P, 1, kv, Gd + r0 * D, D, true, dVd, D);                 // dV += P^T dO (kv, D)
+      mm<T>(m, D, kv, scale, dP, kv, 1, Kd, D, false, dQr + r0 * (kSame ? C3 : D), kSame ? C3 : D);  // dQ = scale dS K (m, D)
+      mm<T>(kv, D, m, scale, dP, 1, kv, Qd + r0 * D, D, true, dKd, D);               // dK += scale dS^T Q (kv, D)
     }
-    for (int64_t i = 0; i < Tn; ++i)
-#pragma omp simd
-      for (int64_t d = 0; d < D; ++d) {
-        dK[i * C3 + d] = dKd[i * D + d];
-        dV[i * C3 + d] = dVd[i * D + d];
-      }
+    if constexpr (!kSame) rows_out(dQr, Tn, D, dQ, C3, kind);
+    rows_out(dKd, Tn, D, dK, C3, kind);
+    rows_out(dVd, Tn, D, dV, C3, kind);
   }
 }
 
@@ -555,8 +617,11 @@ void check_args(const char* what, const Tensor& qkv, int64_t heads, const Attent
   SNUG_CHECK(heads > 0 && (qkv.size(2) / 3) % heads == 0, ValueError, what, ": ", heads,
              " heads do not divide the width ", qkv.size(2) / 3);
   SNUG_CHECK(qkv.is_contiguous(), ValueError, what, ": qkv must be contiguous");
-  SNUG_CHECK(qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64, DTypeError, what,
-             ": float32 or float64 only, got ", dtype_name(qkv.dtype()));
+  const bool half = qkv.dtype() == DType::f16 || qkv.dtype() == DType::bf16;
+  SNUG_CHECK(qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64 || half, DTypeError, what,
+             ": float32, float64, float16 or bfloat16 only, got ", dtype_name(qkv.dtype()));
+  SNUG_CHECK(!half || !am.mask.defined() || am.mask.dtype() == DType::b8, DTypeError, what,
+             ": an additive mask with ", dtype_name(qkv.dtype()), " qkv is widened by the caller (CpuBackend::attention)");
   const int64_t B = qkv.size(0), T = qkv.size(1);
   if (am.key_padding.defined())
     SNUG_CHECK(am.key_padding.dtype() == DType::b8 && am.key_padding.shape() == (Shape{B, T}) &&
@@ -577,20 +642,24 @@ void attention_forward(const Tensor& qkv, int64_t heads, double scale, const Att
                        const Tensor& lse) {
   check_args("attention_forward", qkv, heads, mask);
   if (qkv.numel() == 0) return;
-  if (qkv.dtype() == DType::f32)
-    forward_impl<float>(qkv, heads, scale, mask, y, lse);
-  else
-    forward_impl<double>(qkv, heads, scale, mask, y, lse);
+  switch (qkv.dtype()) {
+    case DType::f32: forward_impl<float>(qkv, heads, scale, mask, y, lse); break;
+    case DType::f64: forward_impl<double>(qkv, heads, scale, mask, y, lse); break;
+    case DType::bf16: forward_impl<float, uint16_t>(qkv, heads, scale, mask, y, lse, Half16::bf16); break;
+    default: forward_impl<float, uint16_t>(qkv, heads, scale, mask, y, lse, Half16::f16); break;
+  }
 }
 
 void attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& gy, int64_t heads,
                         double scale, const AttentionMask& mask, const Tensor& dqkv) {
   check_args("attention_backward", qkv, heads, mask);
   if (qkv.numel() == 0) return;
-  if (qkv.dtype() == DType::f32)
-    backward_impl<float>(qkv, y, lse, gy, heads, scale, mask, dqkv);
-  else
-    backward_impl<double>(qkv, y, lse, gy, heads, scale, mask, dqkv);
+  switch (qkv.dtype()) {
+    case DType::f32: backward_impl<float>(qkv, y, lse, gy, heads, scale, mask, dqkv); break;
+    case DType::f64: backward_impl<double>(qkv, y, lse, gy, heads, scale, mask, dqkv); break;
+    case DType::bf16: backward_impl<float, uint16_t>(qkv, y, lse, gy, heads, scale, mask, dqkv, Half16::bf16); break;
+    default: backward_impl<float, uint16_t>(qkv, y, lse, gy, heads, scale, mask, dqkv, Half16::f16); break;
+  }
 }
 
 double attention_flops(int64_t B, int64_t T, int64_t heads, int64_t D, bool causal) {
@@ -613,17 +682,21 @@ bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
 
 // NOTE [ 16-bit attention ]
 // 16-bit qkv (an autocast region's) takes the fused kernels too, on both
-// devices (this file and cuda/attention.cpp): they compute in f32 (qkv is
-// widened on the way in, y rounded on the way out; on a GPU the large
-// products may run in TF32, cuda/fused_api.h), and what backward keeps is the
-// 16-bit qkv and y (y is the output, which the next Linear keeps anyway) plus
-// the f32 lse. The composed attention would keep (B, H, T, T) scores and
-// probabilities, and an f32 copy of qkv would double the op's memory.
-// Backward widens qkv, y and the gradient again for the kernel, as workspace.
+// devices (this file and cuda/attention.cpp): they compute in f32, and what
+// backward keeps is the 16-bit qkv and y (y is the output, which the next
+// Linear keeps anyway) plus the f32 lse. The composed attention would keep
+// (B, H, T, T) scores and probabilities. On the CPU each (batch, head) work
+// item widens its head's Q, K, V (and dO) as it makes its dense (T, D) copies,
+// which it makes for f32 as well, and rounds its outputs once as it writes
+// them: no f32 copy of qkv, y or a gradient exists (those whole-tensor
+// conversions were a third of the bf16 attention's backward time on W-GPT at
+// AVX2, and 3x its f32 workspace). An additive mask (in qkv's dtype) still
+// takes the widened copies below: the kernels read an additive mask as floats.
 void CpuBackend::attention(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
                            const Tensor& lse) {
   const DType dt = qkv.dtype();
-  if (dt == DType::f32 || dt == DType::f64) {
+  const bool additive = mask.mask.defined() && mask.mask.dtype() != DType::b8;
+  if (dt == DType::f32 || dt == DType::f64 || (is_half(dt) && !additive && y.dtype() == dt && y.is_contiguous())) {
     cpu::attention_forward(qkv, heads, scale, mask, y, lse);
     return;
   }
@@ -637,7 +710,7 @@ void CpuBackend::attention(const Tensor& qkv, int64_t heads, double scale, const
     memory::TagScope tag(memory::Tag::workspace);
     x32 = raw::to_dtype(qkv, DType::f32);
     y32 = empty(y.shape(), x32.options());
-    if (mask.mask.defined() && mask.mask.dtype() != DType::b8) m32.mask = raw::to_dtype(mask.mask, DType::f32);
+    if (additive) m32.mask = raw::to_dtype(mask.mask, DType::f32);
   }
   cpu::attention_forward(x32, heads, scale, m32, y32, lse);
   copy(y32, y);  // rounded once
@@ -646,22 +719,25 @@ void CpuBackend::attention(const Tensor& qkv, int64_t heads, double scale, const
 void CpuBackend::attention_backward(const Tensor& qkv, const Tensor& y, const Tensor& lse, const Tensor& grad_y,
                                     int64_t heads, double scale, const AttentionMask& mask, const Tensor& grad_qkv) {
   const DType dt = qkv.dtype();
-  if (dt == DType::f32 || dt == DType::f64) {
-    cpu::attention_backward(qkv, y, lse, grad_y, heads, scale, mask, grad_qkv);
+  const bool additive = mask.mask.defined() && mask.mask.dtype() != DType::b8;
+  if (dt == DType::f32 || dt == DType::f64 || (is_half(dt) && !additive && grad_y.dtype() == dt && grad_qkv.dtype() == dt &&
+                                                        grad_qkv.is_contiguous())) {
+    cpu::attention_backward(qkv, y, lse, grad_y.is_contiguous() ? grad_y : raw::contiguous(grad_y), heads, scale, mask,
+                            grad_qkv);
     return;
   }
   if (!is_half(dt)) {
     Backend::attention_backward(qkv, y, lse, grad_y, heads, scale, mask, grad_qkv);
     return;
   }
-  Tensor x32, y32, g32, d32;  // NOTE [ 16-bit attention ]: f32 workspace
+  Tensor x32, y32, g32, d32;  // NOTE [ 16-bit attention ]: f32 workspace (an additive mask)
   AttentionMask m32 = mask;
   {
     memory::TagScope tag(memory::Tag::workspace);
     x32 = raw::to_dtype(qkv, DType::f32), y32 = raw::to_dtype(y, DType::f32);
     g32 = raw::contiguous(raw::to_dtype(grad_y, DType::f32));
     d32 = empty(qkv.shape(), x32.options());
-    if (mask.mask.defined() && mask.mask.dtype() != DType::b8) m32.mask = raw::to_dtype(mask.mask, DType::f32);
+    if (additive) m32.mask = raw::to_dtype(mask.mask, DType::f32);
   }
   cpu::attention_backward(x32, y32, lse, g32, heads, scale, m32, d32);
   copy(d32, grad_qkv);

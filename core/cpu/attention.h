@@ -52,6 +52,8 @@ inline constexpr int64_t kAttentionBlockRows = 32;
 // mask as core/backend.h's AttentionMask: key_padding (B, T) bool contiguous,
 // mask (B, heads, T, T) elements of any strides, bool or qkv's dtype.
 // Writes y (B, T, C) and lse (B, heads, T), both contiguous, same dtype.
+// f16/bf16 qkv (NOTE [ 16-bit attention ] in attention.cpp): computed in f32,
+// y in qkv's dtype, lse f32; masks bool only.
 void attention_forward(const Tensor& qkv, int64_t heads, double scale, const AttentionMask& mask, const Tensor& y,
                        const Tensor& lse);
 
