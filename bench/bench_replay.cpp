@@ -158,7 +158,8 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
         "\"fragmentation\":%.4f,\"raw_allocs\":%lld,\"steps\":%lld,\"steady_peak_reserved_bytes\":%lld,"
         "\"steady_raw_allocs\":%lld,\"num_ooms\":%lld,\"skipped_frees\":%lld,\"ns_per_op\":%.1f,"
         "\"ns_per_alloc_free\":%.1f,\"steady_ns_per_alloc_free\":%.1f,\"planned_peak_bytes\":%zu,\"planned_hits\":%lld,\"planned_fallbacks\":%lld,\"planned_kept_out\":%lld,"
-        "\"planned_held_hits\":%lld,\"planned_arena_bytes\":%zu,\"planned_lower_bound_bytes\":%zu}\n",
+        "\"planned_held_hits\":%lld,\"planned_arena_bytes\":%zu,\"planned_lower_bound_bytes\":%zu,"
+        "\"planned_replans\":%lld,\"planned_bounded_steps\":%lld,\"planned_suspended_steps\":%lld,\"planned_gave_up\":%s}\n",
         path.c_str(), dev->device.c_str(), policy.c_str(), settings.c_str(), dev->events.size(),
         static_cast<long long>(r.ops), static_cast<long long>(r.peak_allocated_bytes),
         static_cast<long long>(r.peak_requested_bytes), static_cast<long long>(r.peak_reserved_bytes),
@@ -169,7 +170,9 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
         r.steady_ns_per_alloc_free, r.planned.planned_peak,
         static_cast<long long>(r.planned.hits), static_cast<long long>(r.planned.fallbacks),
         static_cast<long long>(r.planned.kept_out), static_cast<long long>(r.planned.held_hits), r.planned.arena_bytes,
-        r.planned.lower_bound);
+        r.planned.lower_bound, static_cast<long long>(r.planned.replans),
+        static_cast<long long>(r.planned.bounded_steps), static_cast<long long>(r.planned.suspended_steps),
+        r.planned.gave_up ? "true" : "false");
   } else {
     std::printf("trace %s (%s, %zu events)\npolicy %s, settings %s\n", path.c_str(), dev->device.c_str(),
                 dev->events.size(), policy.c_str(), settings.c_str());
@@ -183,11 +186,13 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
                 static_cast<long long>(r.raw_allocs), static_cast<long long>(r.steady_raw_allocs),
                 static_cast<long long>(r.num_ooms), r.ns_per_alloc_free, r.steady_ns_per_alloc_free);
     if (s.policy == AllocPolicy::planned && policy != "malloc")
-      std::printf("planned arena %s (lower bound %s), planned peak %s: %lld hits, %lld fallbacks, %lld left to best fit\n",
+      std::printf("planned arena %s (lower bound %s), planned peak %s: %lld hits, %lld fallbacks, %lld left to best fit, "
+                  "%lld replans, %lld bounded steps\n",
                   format_bytes(r.planned.arena_bytes).c_str(), format_bytes(r.planned.lower_bound).c_str(),
                   format_bytes(r.planned.planned_peak).c_str(),
                   static_cast<long long>(r.planned.hits), static_cast<long long>(r.planned.fallbacks),
-                  static_cast<long long>(r.planned.kept_out));
+                  static_cast<long long>(r.planned.kept_out), static_cast<long long>(r.planned.replans),
+                  static_cast<long long>(r.planned.bounded_steps));
   }
   return 0;
 }

@@ -942,6 +942,11 @@ void CachingAllocator::plan_arena() {
   if (bytes > 0) {
     process_events(/*wait=*/true);
     release_cached();
+    // Expandable segments: release_cached unmapped their free tails; the
+    // recorded step's holes between blocks that stay (gradients, optimizer
+    // state) go too, or they would sit mapped beside the arena.
+    if (policy_->grows())
+      for (auto& [key, e] : expanses_) unmap_free(e, nullptr);
   }
   attach_arena(bytes);
   make_held(/*adopt=*/true);

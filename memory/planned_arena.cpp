@@ -16,8 +16,8 @@ namespace {
 // back.
 constexpr std::size_t kLookAhead = 8;
 // At most how many of a step's first allocations must match the recorded
-// step's exactly before the arena serves it (they go to the base policy).
-constexpr std::size_t kProbation = 8;
+// step's before the arena serves it (they go to the base policy).
+constexpr std::size_t kProbation = PlannedArena::kProbation;
 }  // namespace
 
 // ---- the recorded step ---------------------------------------------------------------
@@ -154,6 +154,7 @@ void PlannedArena::attach(char* base, std::size_t bytes) {
   state_ = State::planned;
   cursor_ = freed_prefix_ = 0;
   active_ = base != nullptr;
+  bounded_ = false;
 }
 
 void PlannedArena::detach() {
@@ -173,9 +174,16 @@ void PlannedArena::replan() {
   }
   ++stats_.replans;
   start_recording();
+  // The step's allocations before the one that showed it is another kind
+  // (at most kProbation, each of its entry's size: take_slow() calls a step
+  // another kind only before any other difference) are its first: recorded,
+  // so the new plan's entries line up with the next step's. Their frees are
+  // not known (kept entries: each gets a held block).
+  for (std::size_t i = 0; i < cursor_ && i < entries_.size(); ++i) rec_.push_back(Rec{entries_[i].size, t_++, -1});
 }
 
 void PlannedArena::next_step() {
+  bounded_ = false;
   if (step_matched_) replans_in_row_ = 0;  // the last step ran on the plan
   step_matched_ = false;
   other_step_ = false;
@@ -188,6 +196,7 @@ void PlannedArena::next_step() {
   for (Slot& sl : slots_) sl.done = 0;
   cursor_ = freed_prefix_ = 0;
   active_ = true;
+  bounded_ = false;
 }
 
 char* PlannedArena::take_slow(std::size_t size, std::size_t requested, Tag tag) {
@@ -197,27 +206,55 @@ char* PlannedArena::take_slow(std::size_t size, std::size_t requested, Tag tag) 
     return nullptr;
   }
   std::size_t k = cursor_;
-  // Probation: a step's first allocations must be the recorded step's first,
-  // exactly (take() served those that are); a step that differs among them is
-  // another kind of step (other shapes, an evaluation, a set-up), found before
-  // any arena block is handed out: the base policy serves all of it, and the
-  // caller may re-plan from it.
-  if (k < probation_) {
-    active_ = false;
-    other_step_ = counts_.blocks == 0;
-    ++stats_.fallbacks;
-    return nullptr;
-  }
-  if (k >= entries_.size() || entries_[k].size != size) {
-    // Not the next entry: one a few further on of this size?
+  // Not the next entry's size (take() served those that are, and a bounded
+  // step's smaller ones). In order:
+  //   - after probation, an entry a few further on of this size: the entries
+  //     between are skipped (a step without the first step's set-up);
+  //   - smaller than the next entry: a bounded step from here (NOTE [ Planned
+  //     arena ]), the entry taken as if its size had come;
+  //   - in probation, or larger among the step's first kProbation allocations
+  //     with no arena block live (so nothing is handed out yet), and not
+  //     bounded: another kind of step (other shapes, an evaluation, a set-up):
+  //     the base policy serves all of it, and the caller may re-plan from it;
+  //   - else a fallback to the base policy for this one.
+  // A smaller request could be either (the entries of a step's set-up
+  // skipped, or a bounded step): skipping is taken only over kept entries
+  // (the set-up's optimizer state), not over the step's own blocks, whose
+  // sizes a shorter step's may meet by chance.
+  bool skip = false;
+  const bool smaller = k < entries_.size() && size < entries_[k].size;
+  if (k >= probation_ && k < entries_.size()) {
     const std::size_t end = std::min(entries_.size(), cursor_ + kLookAhead + 1);
-    while (k < end && entries_[k].size != size) ++k;
-    if (k == end) {
+    std::size_t j = k;
+    bool over_own = false;
+    for (; j < end && entries_[j].size != size; ++j) over_own = over_own || entries_[j].slot >= 0;
+    if (j < end && !(smaller && over_own)) {
+      skip = true;
+      for (std::size_t i = cursor_; i < j; ++i)  // skipped: their slots will not be used this step
+        if (entries_[i].slot >= 0) done(entries_[i].slot);
+      k = j;
+    }
+  }
+  if (!skip) {
+    if (smaller) {
+      if (!bounded_) ++stats_.bounded_steps;
+      bounded_ = true;
+    } else {
+      const bool first = k < probation_ || (k < kProbation && counts_.blocks == 0);
+      if (first && !bounded_) {
+        active_ = false;
+        other_step_ = counts_.blocks == 0;
+      }
       ++stats_.fallbacks;
       return nullptr;
     }
-    for (std::size_t j = cursor_; j < k; ++j)  // skipped: their slots will not be used this step
-      if (entries_[j].slot >= 0) done(entries_[j].slot);
+  }
+  if (k < probation_) {  // probation: the entry's held block
+    cursor_ = k + 1;
+    if (cursor_ == probation_) step_matched_ = true;
+    ++stats_.probation;
+    held_request_ = entries_[k].held;
+    return nullptr;
   }
   cursor_ = k + 1;
   const int32_t s = entries_[k].slot;

@@ -27,6 +27,17 @@
 // the fallback's), that step is recorded instead, and its end plans a new
 // arena. After kMaxReplans such steps in a row the policy stops planning and
 // its fallback serves everything (planned_base: best_fit, or expandable).
+//
+// A smaller step of the same tape (a shorter sequence, a smaller batch: the
+// padded batches of varying length that fragment caching allocators) is not
+// another kind: when a probation entry is smaller than the recorded one and
+// none is larger, the step is bounded, and each of its allocations takes the
+// next entry's slot if it is no larger than the slot (the slot was planned
+// for the longer step's block, live over the same part of the step). A step
+// larger than the plan in probation is another kind: it is recorded, and its
+// plan (for the larger step) then serves the smaller ones. So a varying
+// length re-plans only when a new longest step comes, and the arena holds
+// what the longest step needs.
 // Safety does not depend on the step matching: a
 // slot is handed out only once every block planned to be freed before it
 // has been freed (frees_before), so two live blocks never share bytes. A
@@ -53,6 +64,7 @@ struct PlannedStats {
   int64_t suspended_steps = 0;   // steps that began with arena blocks still live
   int64_t replans = 0;           // plans made after the first (steps of another kind)
   int64_t probation = 0;         // a step's first allocations, served by held blocks while checked
+  int64_t bounded_steps = 0;     // steps smaller than the recorded one, served by its plan
   bool gave_up = false;          // too many replans in a row: the fallback serves everything
   std::size_t arena_bytes = 0;   // the plan's arena (0 before the plan)
   std::size_t lower_bound = 0;   // the most bytes the recorded step's own blocks held at once
@@ -68,6 +80,7 @@ class PlannedArena {
  public:
   enum class State : uint8_t { waiting, recording, planned, gave_up };
   static constexpr int kMaxReplans = 3;
+  static constexpr std::size_t kProbation = 8;  // at most this many entries in a step's probation window
   State state() const { return state_; }
 
   // ---- the recorded step ----
@@ -115,7 +128,7 @@ class PlannedArena {
   // held. take_slow() has every other case.
   char* take(std::size_t size, std::size_t requested, Tag tag) {
     const std::size_t k = cursor_;
-    if (active_ && k < entries_.size() && entries_[k].size == size) {
+    if (active_ && k < entries_.size() && (entries_[k].size == size || (bounded_ && size < entries_[k].size))) {
       const Entry& e = entries_[k];
       if (k < probation_) {  // the recorded step's, as it should be: its held block
         cursor_ = k + 1;
@@ -255,7 +268,8 @@ class PlannedArena {
   std::size_t freed_prefix_ = 0;    // free_order_[0, freed_prefix_) are all done
   bool active_ = false;             // false: suspended, every allocation goes to best fit
   bool other_step_ = false;         // this step began unlike the recorded one
-  bool step_matched_ = false;       // this step's first allocation matched the plan
+  bool step_matched_ = false;       // this step's probation window matched the plan
+  bool bounded_ = false;            // this step is smaller than the recorded one: slots take smaller blocks
   int replans_in_row_ = 0;
   std::vector<std::pair<std::size_t, int32_t>> by_offset_;  // (offset, slot), sorted: at most one of an offset's slots is live
   Counts counts_;

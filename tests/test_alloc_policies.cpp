@@ -182,9 +182,11 @@ namespace {
 struct StepDriver {
   CachingAllocator& a;
   void* grad = nullptr;
+  bool index_first = false;  // each step begins with a small block of one size whatever the scale (token ids)
   void step(std::size_t scale = 1) {
     a.mark_step();
     if (grad) a.deallocate(std::exchange(grad, nullptr));  // zero_grad(set_to_none)
+    void* ids = index_first ? a.allocate(KiB) : nullptr;
     std::vector<void*> acts;
     for (int l = 0; l < 6; ++l) acts.push_back(a.allocate(scale * (l % 2 ? 3 : 2) * MiB + 4096 * l));
     void* tmp = a.allocate(scale * MiB);
@@ -195,6 +197,7 @@ struct StepDriver {
       void* g = a.allocate(64 * KiB);
       a.deallocate(g);
     }
+    if (ids) a.deallocate(ids);
     grad = a.allocate(512 * KiB);
   }
 };
@@ -292,13 +295,50 @@ TEST_CASE("planned: a step of other shapes falls back, is counted, and is planne
   CHECK(s2.fallbacks == s1.fallbacks);
   CHECK(s2.hits > s1.hits);
   CHECK(s2.arena_bytes > s0.arena_bytes);
-  // Shapes that change every step: planning stops after a few replans in a row.
-  for (int i = 0; i < 2 * PlannedArena::kMaxReplans; ++i) d.step(1 + i % 2);
+  // Shapes that grow every step: planning stops after a few replans in a row.
+  for (int i = 0; i < 2 * PlannedArena::kMaxReplans; ++i) d.step(3 + static_cast<std::size_t>(i));
   CHECK(a->planned_stats().gave_up);
   const int64_t raw = a->stats().num_raw_allocs;
   d.step(2);
   d.step(1);
   CHECK(a->stats().num_raw_allocs == raw);  // best fit's cache serves both kinds now
+  a->check_invariants();
+}
+
+TEST_CASE("planned: a smaller step of the same tape takes the plan (bounded); a larger one is planned in turn") {
+  auto a = make(AllocPolicy::planned);
+  StepDriver d{*a};
+  d.index_first = true;  // the first block has one size at every scale, as token ids of a fixed batch would not;
+                         // a larger step then shows itself at its second allocation
+  d.step(2);
+  d.step(2);
+  const PlannedStats s0 = a->planned_stats();
+  CHECK(s0.hits > 0);
+  const int64_t raw0 = a->stats().num_raw_allocs;
+  d.step(1);  // every activation half as large: the same slots serve it
+  const PlannedStats s1 = a->planned_stats();
+  CHECK(s1.bounded_steps == 1);
+  CHECK(s1.replans == 0);
+  CHECK(s1.fallbacks == s0.fallbacks);
+  CHECK(s1.hits - s0.hits == s0.hits);  // every slot, as in a step of the recorded size
+  CHECK(a->stats().num_raw_allocs == raw0);
+  a->check_invariants();
+
+  d.step(3);  // larger: another kind, recorded (its first block included)
+  const PlannedStats s2 = a->planned_stats();
+  CHECK(s2.replans == 1);
+  d.step(1);  // planned from the larger step here
+  const PlannedStats s3 = a->planned_stats();
+  CHECK(s3.arena_bytes > s0.arena_bytes);
+  const int64_t raw3 = a->stats().num_raw_allocs;
+  for (std::size_t scale : {2, 3, 1, 3, 2}) d.step(scale);
+  const PlannedStats s4 = a->planned_stats();
+  CHECK(s4.replans == 1);
+  CHECK(s4.fallbacks == s3.fallbacks);  // the entries line up with the recorded step's
+  CHECK(s4.bounded_steps == s3.bounded_steps + 3);
+  CHECK(s4.hits - s3.hits == 5 * (s3.hits - s2.hits));
+  CHECK(a->stats().num_raw_allocs == raw3);  // nothing new from the device
+  CHECK(!s4.gave_up);
   a->check_invariants();
 }
 
