@@ -928,6 +928,10 @@ void CachingAllocator::mark_step() {
       if (!arena_->base() && arena_->stats().arena_bytes > 0) attach_arena(arena_->stats().arena_bytes);
       if (held_.empty() && arena_->base()) make_held(/*adopt=*/false);
       arena_->next_step();
+      if (arena_->other_step()) {  // the plan does not fit this workload: this step is recorded
+        release_arena();
+        arena_->replan();
+      }
       break;
     case PlannedArena::State::gave_up: break;
   }

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include <snug/base/error.h>
 
@@ -154,7 +155,7 @@ void PlannedArena::attach(char* base, std::size_t bytes) {
   state_ = State::planned;
   cursor_ = freed_prefix_ = 0;
   active_ = base != nullptr;
-  bounded_ = false;
+  bounded_ = suspended_ = false;
 }
 
 void PlannedArena::detach() {
@@ -191,6 +192,17 @@ void PlannedArena::next_step() {
   if (counts_.blocks > 0) {  // a block of the last step outlives it: its bytes may be planned for others
     active_ = false;
     ++stats_.suspended_steps;
+    suspended_ = true;
+    return;
+  }
+  if (std::exchange(suspended_, false)) {
+    // The arena waited for blocks of a step to go: the plan gave slots to
+    // blocks that live across steps (its recorded step freed them before
+    // its end), and every other step would wait again. This step is another
+    // kind: recorded, and planned in turn.
+    active_ = false;
+    other_step_ = true;
+    cursor_ = 0;
     return;
   }
   for (Slot& sl : slots_) sl.done = 0;

@@ -42,7 +42,8 @@
 // slot is handed out only once every block planned to be freed before it
 // has been freed (frees_before), so two live blocks never share bytes. A
 // step that ends with arena blocks still live suspends the arena until they
-// are freed.
+// are freed, and the next step is then recorded for a new plan (one that put
+// blocks living across steps into slots would suspend every other step).
 #pragma once
 #include <cstddef>
 #include <array>
@@ -270,6 +271,7 @@ class PlannedArena {
   bool other_step_ = false;         // this step began unlike the recorded one
   bool step_matched_ = false;       // this step's probation window matched the plan
   bool bounded_ = false;            // this step is smaller than the recorded one: slots take smaller blocks
+  bool suspended_ = false;          // the last step began with arena blocks live
   int replans_in_row_ = 0;
   std::vector<std::pair<std::size_t, int32_t>> by_offset_;  // (offset, slot), sorted: at most one of an offset's slots is live
   Counts counts_;

@@ -126,11 +126,47 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
     }
     if (seen < 2) again = c.ops.size();  // one step only: later passes have nothing to replay
   }
+  // The wrap between passes, as a training loop runs it: the frees that the
+  // replayed steps make of blocks from before them (step 2's zero_grad frees
+  // step 1's gradients) free, in later passes, the blocks of the same sizes
+  // that the last step left live, in order; the other leftovers go at the
+  // pass's end. (All leftovers freed at the end, the last step's gradients
+  // would be freed before the next step's mark, as no training loop does,
+  // and the planned arena, if it records that step, would take them for the
+  // step's own blocks.)
+  constexpr uint32_t kNone = ~uint32_t{0};
+  std::vector<uint32_t> wrap(c.slots, kNone);  // a slot from before the replayed steps -> the leftover its free frees
+  std::vector<bool> wrapped(c.slots, false);    // leftovers freed that way
+  if (c.stepped && passes > 1) {
+    std::vector<std::size_t> size(c.slots, 0);
+    std::vector<bool> freed(c.slots, false);
+    for (const Op& op : c.ops) {
+      if (op.action == Action::alloc) size[op.slot] = op.requested;
+      if (op.action == Action::free) freed[op.slot] = true;
+    }
+    std::vector<uint32_t> left;  // leftovers of the replayed steps, in allocation order
+    for (uint32_t k = again_slot; k < c.slots; ++k)
+      if (!freed[k]) left.push_back(k);
+    std::vector<bool> taken(left.size(), false);
+    for (std::size_t i = again; i < c.ops.size(); ++i) {
+      const Op& op = c.ops[i];
+      if (op.action != Action::free || op.slot >= again_slot) continue;
+      for (std::size_t j = 0; j < left.size(); ++j)
+        if (!taken[j] && size[left[j]] == size[op.slot]) {
+          taken[j] = true;
+          wrap[op.slot] = left[j];
+          wrapped[left[j]] = true;
+          break;
+        }
+    }
+  }
   for (int pass = 0; pass < passes; ++pass) {
     if (pass_steps) begin_step();
     for (std::size_t i = pass > 0 ? again : 0; i < c.ops.size(); ++i) {
       const Op& op = c.ops[i];
       if (op.action == Action::alloc) {
+        if (ptr[op.slot]) [[unlikely]]  // a wrapped leftover not freed before its slot came again
+          a.deallocate(std::exchange(ptr[op.slot], nullptr));
         try {
           ptr[op.slot] = a.allocate(op.requested, op.stream, op.tag, nullptr);
         } catch (const OutOfMemoryError&) {
@@ -147,7 +183,13 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
           }
         }
       } else if (op.action == Action::free) {
-        if (!ptr[op.slot]) continue;  // its alloc ran out of memory (or came before this pass)
+        if (!ptr[op.slot]) {  // its alloc ran out of memory, or came before this pass: the wrap's free
+          if (pass > 0 && wrap[op.slot] != kNone && ptr[wrap[op.slot]]) {
+            a.deallocate(std::exchange(ptr[wrap[op.slot]], nullptr));
+            ++r.ops;
+          }
+          continue;
+        }
         a.deallocate(ptr[op.slot]);
         ptr[op.slot] = nullptr;
         ++r.ops;
@@ -159,7 +201,7 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
     // steps; for one with steps, those its later passes allocate again.
     if (passes > 1 && pass + 1 < passes)
       for (std::size_t k = c.stepped ? again_slot : 0; k < ptr.size(); ++k)
-        if (ptr[k]) a.deallocate(std::exchange(ptr[k], nullptr));
+        if (ptr[k] && !wrapped[k]) a.deallocate(std::exchange(ptr[k], nullptr));
   }
   auto t1 = std::chrono::steady_clock::now();
   const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();

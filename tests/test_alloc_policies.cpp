@@ -365,6 +365,30 @@ TEST_CASE("planned: a block that outlives its step suspends the arena; bytes nev
   a->check_invariants();
 }
 
+TEST_CASE("planned: a plan that gave a slot to a block living across steps is made again") {
+  auto a = make(AllocPolicy::planned);
+  StepDriver d{*a};
+  d.step();
+  a->deallocate(std::exchange(d.grad, nullptr));  // the recorded step frees its gradient before it ends
+  d.step();  // planned: the gradient is one of the step's own blocks, so it gets a slot
+  CHECK(a->planned_stats().replans == 0);
+  d.step();  // ... and outlives the step: the arena waits for it
+  CHECK(a->planned_stats().suspended_steps == 1);
+  d.step();  // recorded: the gradient now lives across the step's end
+  CHECK(a->planned_stats().replans == 1);
+  d.step();  // planned again: the gradient is a kept entry (a held block)
+  const PlannedStats s0 = a->planned_stats();
+  const int64_t raw = a->stats().num_raw_allocs;
+  for (int i = 0; i < 5; ++i) d.step();
+  const PlannedStats s = a->planned_stats();
+  CHECK(s.suspended_steps == s0.suspended_steps);
+  CHECK(s.fallbacks == s0.fallbacks);
+  CHECK(s.replans == 1);
+  CHECK(s.hits > s0.hits);
+  CHECK(a->stats().num_raw_allocs == raw);
+  a->check_invariants();
+}
+
 TEST_CASE("policy changes: plain ones at any time, the others only on an empty pool") {
   auto a = make(AllocPolicy::best_fit);
   void* p = a->allocate(4 * MiB);
@@ -451,6 +475,18 @@ TEST_CASE("replay: the variable-length and W-GPT step traces hold the lab's figu
   CHECK(ratio(pe) <= 1.05);
   CHECK(pe.planned.replans > 0);  // its steps differ: seen in probation, planned in turn
   CHECK(ratio(replay(v, with(AllocPolicy::planned))) <= best + 1e-9);  // never worse than its base
+  // Its later steps are shorter or longer: the plan of the longest so far
+  // serves the shorter ones (bounded steps), replayed again and again
+  // (the lab's repeats) with one replan, no step waiting on the arena, and
+  // the time of an arena block. The leftovers of a pass are freed after the
+  // next pass's first mark, as a loop frees its gradients: freed before it,
+  // the recorded step took the gradients for its own blocks.
+  const ReplayResult pr = replay(v, with(AllocPolicy::planned), ReplayOptions{kNoLimit, false, 5, false});
+  CHECK(pr.planned.bounded_steps >= 5 * 5);
+  CHECK(pr.planned.replans == 1);
+  CHECK(pr.planned.suspended_steps == 0);
+  CHECK(pr.planned.fallbacks <= 2);
+  CHECK(ratio(pr) <= 1.01 * best);
 
   const Snapshot steps = load_snapshot(dir + "wgpt_steps.json");
   const ReplayResult p = replay(steps.devices.at(0).events, with(AllocPolicy::planned));
