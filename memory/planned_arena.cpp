@@ -16,9 +16,6 @@ namespace {
 // state the first step made) stays on the plan; one that differs more falls
 // back.
 constexpr std::size_t kLookAhead = 8;
-// At most how many of a step's first allocations must match the recorded
-// step's before the arena serves it (they go to the base policy).
-constexpr std::size_t kProbation = PlannedArena::kProbation;
 }  // namespace
 
 // ---- the recorded step ---------------------------------------------------------------
@@ -208,7 +205,6 @@ void PlannedArena::next_step() {
   for (Slot& sl : slots_) sl.done = 0;
   cursor_ = freed_prefix_ = 0;
   active_ = true;
-  bounded_ = false;
 }
 
 char* PlannedArena::take_slow(std::size_t size, std::size_t requested, Tag tag) {

@@ -30,12 +30,13 @@
 //
 // A smaller step of the same tape (a shorter sequence, a smaller batch: the
 // padded batches of varying length that fragment caching allocators) is not
-// another kind: when a probation entry is smaller than the recorded one and
-// none is larger, the step is bounded, and each of its allocations takes the
-// next entry's slot if it is no larger than the slot (the slot was planned
-// for the longer step's block, live over the same part of the step). A step
-// larger than the plan in probation is another kind: it is recorded, and its
-// plan (for the larger step) then serves the smaller ones. So a varying
+// another kind: from its first allocation smaller than its entry (and no
+// larger one before it), the step is bounded, and each of its allocations
+// takes the next entry's slot if it is no larger than the slot (the slot was
+// planned for the longer step's block, live over the same part of the step).
+// A step larger than the plan among its first kProbation allocations, before
+// any arena block is live, is another kind: it is recorded, and its plan (for
+// the larger step) then serves the smaller ones. So a varying
 // length re-plans only when a new longest step comes, and the arena holds
 // what the longest step needs.
 // Safety does not depend on the step matching: a
@@ -81,7 +82,9 @@ class PlannedArena {
  public:
   enum class State : uint8_t { waiting, recording, planned, gave_up };
   static constexpr int kMaxReplans = 3;
-  static constexpr std::size_t kProbation = 8;  // at most this many entries in a step's probation window
+  // At most this many of a step's first allocations are checked against the
+  // recorded step's before the arena serves it (they go to held blocks).
+  static constexpr std::size_t kProbation = 8;
   State state() const { return state_; }
 
   // ---- the recorded step ----

@@ -557,7 +557,7 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
     // 16-bit storage the dense copies, and dQ dense until it is rounded.
     const T *Qr, *Gr;
     T* dQr;
-    int64_t q_ld, g_ld;
+    int64_t q_ld, g_ld;  // dQr's is q_ld too
     if constexpr (kSame) {
       kernels::transpose<T>(Tn, D, K, C3, Kt, Tn);  // (D, T)
       kernels::transpose<T>(Tn, D, V, C3, Vt, Tn);  // (D, T)
@@ -602,7 +602,7 @@ void backward_impl(const Tensor& qkv, const Tensor& y, const Tensor& lse, const 
         for (int64_t j = 0; j < kv; ++j) dr[j] = attention_row::score_grad(pr[j], dr[j], c);  // dS
       }
       mm<T>(kv, D, m, T(1), P, 1, kv, Gd + r0 * D, D, true, dVd, D);                 // dV += P^T dO (kv, D)
-      mm<T>(m, D, kv, scale, dP, kv, 1, Kd, D, false, dQr + r0 * (kSame ? C3 : D), kSame ? C3 : D);  // dQ = scale dS K (m, D)
+      mm<T>(m, D, kv, scale, dP, kv, 1, Kd, D, false, dQr + r0 * q_ld, q_ld);         // dQ = scale dS K (m, D)
       mm<T>(kv, D, m, scale, dP, 1, kv, Qd + r0 * D, D, true, dKd, D);               // dK += scale dS^T Q (kv, D)
     }
     if constexpr (!kSame) rows_out(dQr, Tn, D, dQ, C3, kind);
