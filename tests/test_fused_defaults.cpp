@@ -101,6 +101,43 @@ TEST_CASE("linear_backward and linear_backward_act: defaults against the CPU ker
   }
 }
 
+TEST_CASE("linear_backward in 16 bits: the bias gradient from the weight gradient's GEMM") {
+  // f16 and bf16 (autocast's Linear backward): the CPU kernel sums grad_out's
+  // columns off the weight gradient's widened panels (HalfOut::a_sums)
+  // instead of reducing grad_out again. The weight gradient is the same GEMM
+  // as the default's; the bias gradient is the exact column sum rounded
+  // (within one 16-bit ulp: rounded in f32 first).
+  Generator g(4);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    CAPTURE(dtype_name(dt));
+    for (int64_t rows : {1, 37, 600}) {
+      CAPTURE(rows);
+      const Tensor go = randn({rows, 70}, {}, &g).to(dt), x = randn({rows, 130}, {}, &g).to(dt),
+                   w = randn({70, 130}, {}, &g).to(dt);
+      Tensor gx[2], gw[2], gb[2];
+      for (int k = 0; k < 2; ++k) {
+        gx[k] = empty({rows, 130}, TensorOptions(dt)), gw[k] = empty({70, 130}, TensorOptions(dt)),
+        gb[k] = empty({70}, TensorOptions(dt));
+        if (k == 0)
+          cpu().Backend::linear_backward(go, x, w, gx[k], gw[k], gb[k]);
+        else
+          cpu().linear_backward(go, x, w, gx[k], gw[k], gb[k]);
+      }
+      check_same(gx[1], gx[0], "grad x");
+      check_same(gw[1], gw[0], "grad weight");
+      const double ulp = dt == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+      const auto got = gb[1].to_vector<double>(), go_v = go.to_vector<double>();
+      for (int64_t j = 0; j < 70; ++j) {
+        double want = 0;
+        for (int64_t i = 0; i < rows; ++i) want += go_v[size_t(i * 70 + j)];
+        CAPTURE(j);
+        CHECK(std::abs(got[size_t(j)] - want) <= ulp * std::max(1.0, std::abs(want)));
+      }
+      CHECK(rel_diff(gb[1], gb[0]) <= 2 * ulp);
+    }
+  }
+}
+
 TEST_CASE("attention: the default equals the unfused attention and agrees with the CPU kernel, every mask") {
   Generator g(3);
   const int64_t B = 2, T = 37, H = 3, D = 8, C = H * D;  // T past one block of query rows

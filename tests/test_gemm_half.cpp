@@ -169,3 +169,53 @@ TEST_CASE("16-bit matmul and linear (autocast's products) agree with f32 on the 
     CHECK(max_abs_diff(mm.to(kFloat32), mref.to(kFloat32)) <= 2 * ulp * (1 + max_abs(mref.to(kFloat32))));
   }
 }
+
+TEST_CASE("gemm_half: a_sums are the row sums of op(A), with or without the 16-bit store") {
+  // HalfOut::a_sums (a Linear layer's bias gradient beside its weight
+  // gradient): summed from the widened panels, or apart where the panels are
+  // not floats (the bf16 dot-product tile, the baseline, K = 0, N = 0).
+  uint32_t seed = 500;
+  for (Half16 kind : {Half16::f16, Half16::bf16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (int64_t M : {1, 13, 29, 120, 300})
+          for (int64_t N : {0, 1, 70})
+            for (int64_t K : {0, 1, 257, 700})
+              for (bool store : {false, true}) {
+                CAPTURE(int(kind));
+                CAPTURE(ta);
+                CAPTURE(tb);
+                CAPTURE(M);
+                CAPTURE(N);
+                CAPTURE(K);
+                CAPTURE(store);
+                const int64_t lda = std::max<int64_t>(1, (ta ? M : K) + 2), ldb = std::max<int64_t>(1, (tb ? K : N) + 1);
+                std::mt19937 rng(seed++);
+                std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+                std::vector<uint16_t> A(size_t(std::max<int64_t>(1, (ta ? K : M) * lda))),
+                    B(size_t(std::max<int64_t>(1, (tb ? N : K) * ldb))), O(size_t(std::max<int64_t>(1, M * N)));
+                for (auto& x : A) x = to16(kind, d(rng));
+                for (auto& x : B) x = to16(kind, d(rng));
+                std::vector<float> C(size_t(std::max<int64_t>(1, M * N))), sums(size_t(M), -1e30f);
+                snug::HalfOut out;
+                if (store) {
+                  out.out = O.data();
+                  out.ldo = N;
+                }
+                out.a_sums = sums.data();
+                k::gemm_half(kind, ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.0f, C.data(),
+                             std::max<int64_t>(1, N), nullptr, &out);
+                for (int64_t i = 0; i < M; ++i) {
+                  double want = 0, mag = 0;
+                  for (int64_t p = 0; p < K; ++p) {
+                    const double a = from16(kind, ta ? A[size_t(p * lda + i)] : A[size_t(i * lda + p)]);
+                    want += a;
+                    mag += std::fabs(a);
+                  }
+                  REQUIRE(std::fabs(double(sums[size_t(i)]) - want) <= 1e-6 * (1 + mag));  // not scaled by alpha
+                }
+                if (store && N > 0 && K > 0) {  // the store still rounds C
+                  for (int64_t i = 0; i < M * N; ++i) REQUIRE(O[size_t(i)] == to16(kind, C[size_t(i)]));
+                }
+              }
+}

@@ -47,6 +47,11 @@ struct HalfOut {
   GemmAct act = GemmAct::none;
   const uint16_t* z = nullptr;  // the saved pre-activation (M x N) a _grad act reads
   int64_t ldz = 0;
+  // When not null, a_sums (M floats) = the sum over k of each row of op(A)
+  // (not scaled by alpha), in f64 then rounded, as gemm_f32_a_sums: a Linear
+  // layer's bias gradient read off the weight gradient's packed panels of
+  // grad_out (CpuBackend::linear_backward). out may be null then (no 16-bit store).
+  float* a_sums = nullptr;
 };
 }  // namespace snug
 

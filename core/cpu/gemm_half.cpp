@@ -231,13 +231,14 @@ void gemm_half_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
                       const float* bias, const HalfOut* out) {
   using T = Avx512Tile;
   gemm_blocked_with<T>(
-      M, N, K, alpha, beta, C, ldc, nthreads, bias, nullptr,
-      [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double*) {
+      M, N, K, alpha, beta, C, ldc, nthreads, bias, out ? out->a_sums : nullptr,
+      [&](int64_t pc, int64_t kc, int64_t i0, int64_t i_end, float* dst, double* row_sums) {
         const int m = int(std::min<int64_t>(T::MR, i_end - i0));
         if (!ta)
           pack_widen_from_rows<kind>(A + i0 * lda + pc, lda, m, kc, dst, T::MR);
         else
           pack_widen_rows<kind>(A + pc * lda + i0, lda, m, T::MR, kc, dst);
+        if (row_sums) add_panel_sums<T::MR>(dst, kc, m, row_sums + i0);  // HalfOut::a_sums
       },
       [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
         const int n = int(std::min<int64_t>(T::NR, j_end - j0));
@@ -250,7 +251,7 @@ void gemm_half_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
         }
       },
       [&](int64_t i0, int64_t j0, int m, int n, float* c) {
-        if (out) store_half_block<kind>(*out, i0, j0, m, n, c, ldc);
+        if (out && out->out) store_half_block<kind>(*out, i0, j0, m, n, c, ldc);
       });
 }
 
@@ -289,7 +290,7 @@ void gemm_bf16_dot(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
         }
       },
       [&](int64_t i0, int64_t j0, int m, int n, float* c) {
-        if (out) store_half_block<Half16::bf16>(*out, i0, j0, m, n, c, ldc);
+        if (out && out->out) store_half_block<Half16::bf16>(*out, i0, j0, m, n, c, ldc);
       });
 }
 
@@ -357,6 +358,31 @@ bool use_bf16_dot(Half16 kind) {
 #endif
 }
 
+// HalfOut::a_sums where the GEMM does not sum its packed panels (the bf16
+// pairs of the dot-product tile, the baseline, K or alpha 0): the rows of
+// op(A) (M x K) widened a piece at a time and summed k upward in f64, the
+// order of the panel sums.
+void row_sums16(Half16 kind, bool ta, const uint16_t* A, int64_t lda, int64_t M, int64_t K, float* a_sums) {
+  std::vector<double> sums(size_t(M), 0.0);
+  float t[256];
+  if (!ta) {  // op(A)(i, k) = A[i * lda + k]
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k0 = 0; k0 < K; k0 += 256) {
+        const int64_t w = std::min<int64_t>(256, K - k0);
+        detail::widen16(kind, A + i * lda + k0, t, w);
+        for (int64_t k = 0; k < w; ++k) sums[size_t(i)] += t[k];
+      }
+  } else {  // op(A)(i, k) = A[k * lda + i]
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t i0 = 0; i0 < M; i0 += 256) {
+        const int64_t w = std::min<int64_t>(256, M - i0);
+        detail::widen16(kind, A + k * lda + i0, t, w);
+        for (int64_t i = 0; i < w; ++i) sums[size_t(i0 + i)] += t[i];
+      }
+  }
+  for (int64_t i = 0; i < M; ++i) a_sums[i] = float(sums[size_t(i)]);
+}
+
 // op(X) of a stored R x C 16-bit matrix (leading dimension ld) widened whole
 // into a dense f32 copy of the same layout: the baseline's path.
 std::vector<float> widen_whole(Half16 kind, const uint16_t* X, int64_t rows, int64_t cols, int64_t ld) {
@@ -378,22 +404,30 @@ void gemm_half(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
                int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
                const HalfOut* out) {
   detail::check_gemm_args("gemm_half", M, N, K, ta, tb, lda, ldb, ldc);
-  if (M == 0 || N == 0) return;
-  if (K == 0 || alpha == 0.0f) {  // C = beta * C + bias; A and B are not read
+  if (M == 0 || N == 0) {
+    if (M > 0 && out && out->a_sums) row_sums16(kind, ta, A, lda, M, K, out->a_sums);
+    return;
+  }
+  const bool store = out && out->out;
+  if (K == 0 || alpha == 0.0f) {  // C = beta * C + bias; B is not read
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         float& c = C[i * ldc + j];
         c = (beta == 0.0f ? 0.0f : beta * c) + (bias ? bias[j] : 0.0f);
       }
-    if (out) detail::store_half_out(*out, kind, 0, 0, M, N, C, ldc);
+    if (store) detail::store_half_out(*out, kind, 0, 0, M, N, C, ldc);
+    if (out && out->a_sums) row_sums16(kind, ta, A, lda, M, K, out->a_sums);
     return;
   }
   const int nt = detail::gemm_threads(M, N, K);
 #if defined(__AVX512F__)
-  if (use_bf16_dot(kind))
+  if (use_bf16_dot(kind)) {
+    if (out && out->a_sums) row_sums16(kind, ta, A, lda, M, K, out->a_sums);  // its panels hold bf16 pairs
     return detail::gemm_bf16_dot(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nt, bias, out);
+  }
 #endif
   if (detail::gemm_half_widened(kind, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nt, bias, out)) return;
+  if (out && out->a_sums) row_sums16(kind, ta, A, lda, M, K, out->a_sums);
   // The baseline: both operands widened whole, in their stored layouts.
   const std::vector<float> a = widen_whole(kind, A, ta ? K : M, ta ? M : K, lda);
   const std::vector<float> b = widen_whole(kind, B, tb ? N : K, tb ? K : N, ldb);
@@ -408,7 +442,7 @@ void gemm_half(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
   } else {
     gemm_f32(ta, tb, M, N, K, alpha, a.data(), ta ? M : K, b.data(), tb ? K : N, beta, C, ldc);
   }
-  if (out) detail::store_half_out(*out, kind, 0, 0, M, N, C, ldc);
+  if (store) detail::store_half_out(*out, kind, 0, 0, M, N, C, ldc);
 }
 
 }  // namespace snug::SNUG_CPU_LEVEL::kernels
