@@ -89,26 +89,39 @@ std::size_t PlannedArena::plan() {
 
   // Greedy by size: largest first (ties: earlier first), each at the lowest
   // offset where it overlaps no placed slot whose lifetime overlaps its own.
+  // The placed slots are kept by offset, so the search walks them upward and
+  // stops at the first gap that fits, with no list of conflicts to build and
+  // sort (that was O(n^2 log n): 15 ms for W-GPT's 1,900 blocks, seconds
+  // for a tape ten times longer). Ties in offset may be in any order: the
+  // gap found is the same.
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return slots_[a].size > slots_[b].size; });
-  std::vector<std::size_t> placed;
-  std::vector<std::pair<std::size_t, std::size_t>> busy;  // [offset, end) of conflicting slots
+  struct Span {  // a placed slot: [lo, hi) bytes over [t0, t1) in the step
+    std::size_t lo, hi;
+    int64_t t0, t1;
+  };
+  std::vector<Span> span(n);
+  std::vector<uint32_t> by_off;  // placed slots by offset
+  by_off.reserve(n);
   std::size_t arena = 0;
   for (std::size_t s : order) {
-    busy.clear();
-    for (std::size_t q : placed)
-      if (t_alloc(q) < t_free(s) && t_alloc(s) < t_free(q)) busy.emplace_back(slots_[q].offset, slots_[q].offset + slots_[q].size);
-    std::sort(busy.begin(), busy.end());
+    const std::size_t size = slots_[s].size;
+    const int64_t t0 = t_alloc(s), t1 = t_free(s);
     std::size_t off = 0;
-    for (auto [lo, hi] : busy) {
-      if (lo >= off + slots_[s].size) break;  // the gap below this one fits
-      off = std::max(off, hi);
+    for (uint32_t q : by_off) {
+      const Span& o = span[q];
+      if (o.t0 >= t1 || t0 >= o.t1) continue;  // never live together
+      if (o.lo >= off + size) break;           // the gap below this one fits
+      off = std::max(off, o.hi);
     }
     slots_[s].offset = off;
-    arena = std::max(arena, off + slots_[s].size);
-    placed.push_back(s);
+    span[s] = Span{off, off + size, t0, t1};
+    arena = std::max(arena, off + size);
+    const auto at = std::upper_bound(by_off.begin(), by_off.end(), off,
+                                     [&](std::size_t v, uint32_t q) { return v < span[q].lo; });
+    by_off.insert(at, static_cast<uint32_t>(s));
   }
 
   // frees_before: how many of the step's frees came before each allocation;
