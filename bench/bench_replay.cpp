@@ -159,7 +159,7 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
         "\"steady_raw_allocs\":%lld,\"num_ooms\":%lld,\"skipped_frees\":%lld,\"ns_per_op\":%.1f,"
         "\"ns_per_alloc_free\":%.1f,\"steady_ns_per_alloc_free\":%.1f,\"planned_peak_bytes\":%zu,\"planned_hits\":%lld,\"planned_fallbacks\":%lld,\"planned_kept_out\":%lld,"
         "\"planned_held_hits\":%lld,\"planned_arena_bytes\":%zu,\"planned_lower_bound_bytes\":%zu,"
-        "\"planned_replans\":%lld,\"planned_bounded_steps\":%lld,\"planned_suspended_steps\":%lld,\"planned_gave_up\":%s}\n",
+        "\"planned_replans\":%lld,\"planned_bounded_steps\":%lld,\"planned_suspended_steps\":%lld,\"planned_gave_up\":%s,\"planned_plan_ms\":%.3f}\n",
         path.c_str(), dev->device.c_str(), policy.c_str(), settings.c_str(), dev->events.size(),
         static_cast<long long>(r.ops), static_cast<long long>(r.peak_allocated_bytes),
         static_cast<long long>(r.peak_requested_bytes), static_cast<long long>(r.peak_reserved_bytes),
@@ -172,7 +172,7 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
         static_cast<long long>(r.planned.kept_out), static_cast<long long>(r.planned.held_hits), r.planned.arena_bytes,
         r.planned.lower_bound, static_cast<long long>(r.planned.replans),
         static_cast<long long>(r.planned.bounded_steps), static_cast<long long>(r.planned.suspended_steps),
-        r.planned.gave_up ? "true" : "false");
+        r.planned.gave_up ? "true" : "false", r.planned.plan_ms);
   } else {
     std::printf("trace %s (%s, %zu events)\npolicy %s, settings %s\n", path.c_str(), dev->device.c_str(),
                 dev->events.size(), policy.c_str(), settings.c_str());
@@ -187,12 +187,12 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
                 static_cast<long long>(r.num_ooms), r.ns_per_alloc_free, r.steady_ns_per_alloc_free);
     if (s.policy == AllocPolicy::planned && policy != "malloc")
       std::printf("planned arena %s (lower bound %s), planned peak %s: %lld hits, %lld fallbacks, %lld left to best fit, "
-                  "%lld replans, %lld bounded steps\n",
+                  "%lld replans, %lld bounded steps, %.2f ms planning\n",
                   format_bytes(r.planned.arena_bytes).c_str(), format_bytes(r.planned.lower_bound).c_str(),
                   format_bytes(r.planned.planned_peak).c_str(),
                   static_cast<long long>(r.planned.hits), static_cast<long long>(r.planned.fallbacks),
                   static_cast<long long>(r.planned.kept_out), static_cast<long long>(r.planned.replans),
-                  static_cast<long long>(r.planned.bounded_steps));
+                  static_cast<long long>(r.planned.bounded_steps), r.planned.plan_ms);
   }
   return 0;
 }

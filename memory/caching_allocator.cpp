@@ -2,6 +2,7 @@
 #include <snug/memory/caching_allocator.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -534,6 +535,7 @@ void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, St
   if (arena_) {
     if (stream == 0 && arena_->state() == PlannedArena::State::recording) arena_->record_alloc(b->ptr, size);
     outside_arena_.add(static_cast<int64_t>(b->size));
+    note_need();
   }
   b->state = BlockState::allocated;
   b->requested = nbytes;
@@ -883,6 +885,8 @@ void CachingAllocator::reset_peak() {
   for (Stat* s : {&stats_.inactive_split_bytes, &stats_.reserved_bytes, &stats_.inactive_split, &stats_.segment})
     s->reset_peak();
   outside_arena_.reset_peak();
+  need_peak_ = 0;
+  if (arena_) note_need();
   for (int t = 0; t < kNumTags; ++t) {
     restart(stats_.tag_bytes[t], now.tag_bytes[t]);
     stats_.tag_at_peak[t] = now.tag_bytes[t].current;
@@ -941,6 +945,7 @@ void CachingAllocator::mark_step() {
 // and give back the segments best fit no longer needs (the recorded step's
 // blocks are all free now; from here on they live in the arena).
 void CachingAllocator::plan_arena() {
+  const auto t0 = std::chrono::steady_clock::now();
   release_held();
   const std::size_t bytes = arena_->plan();
   if (bytes > 0) {
@@ -954,6 +959,7 @@ void CachingAllocator::plan_arena() {
   }
   attach_arena(bytes);
   make_held(/*adopt=*/true);
+  arena_->count_plan_time(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 }
 
 // NOTE [ Held blocks ]: the entries the arena does not place, the probation
@@ -992,6 +998,7 @@ void CachingAllocator::make_held(bool adopt) {
       b->held = static_cast<int32_t>(2 * h);
       made[2 * h] = Held{b, false};
       outside_arena_.add(static_cast<int64_t>(b->size));  // part of what the plan needs
+      note_need();
       if (policy_->grows() && !map_block(b, false)) break;
     }
   } catch (const OutOfMemoryError&) {
@@ -1104,6 +1111,7 @@ void CachingAllocator::attach_arena(std::size_t bytes) {
   if (bytes > 0 && fits_capacity(bytes)) base = static_cast<char*>(backend_->alloc(bytes));
   arena_->attach(base, base ? bytes : 0);
   if (!base) return;
+  note_need();
   stats_.reserved_bytes.add(static_cast<int64_t>(bytes));
   stats_.segment.add(1);
   ++stats_.num_raw_allocs;
@@ -1117,7 +1125,7 @@ PlannedStats CachingAllocator::planned_stats() const {
   if (!arena_) return {};
   PlannedStats s = arena_->stats();
   s.held_hits = held_hits_;
-  s.planned_peak = s.arena_bytes + static_cast<std::size_t>(outside_arena_.peak);
+  s.planned_peak = static_cast<std::size_t>(need_peak_);
   return s;
 }
 

@@ -71,6 +71,7 @@ struct PlannedStats {
   std::size_t arena_bytes = 0;   // the plan's arena (0 before the plan)
   std::size_t lower_bound = 0;   // the most bytes the recorded step's own blocks held at once
   int64_t planned_blocks = 0;    // blocks the plan placed
+  double plan_ms = 0;            // time spent making plans (solving, and taking the arena), all of them
   // What the plan says the device needs: the arena plus the most bytes best
   // fit held at once (parameters, optimizer state, gradients kept between
   // steps), since the last reset_peak. Peak reserved over it is the policy's
@@ -201,6 +202,7 @@ class PlannedArena {
     return s;
   }
   void count_step() { ++stats_.steps; }
+  void count_plan_time(double ms) { stats_.plan_ms += ms; }
   void count_fallback() { ++stats_.fallbacks; }  // a held block that was not free
 
  private:

@@ -295,6 +295,10 @@ TEST_CASE("planned: a step of other shapes falls back, is counted, and is planne
   CHECK(s2.fallbacks == s1.fallbacks);
   CHECK(s2.hits > s1.hits);
   CHECK(s2.arena_bytes > s0.arena_bytes);
+  // The planned peak is what the arena and best fit held at once: the step
+  // recorded while no arena was in place is not added to the new arena (it
+  // was, and the plan claimed more than the device ever held).
+  CHECK(static_cast<int64_t>(s2.planned_peak) <= a->stats().reserved_bytes.peak);
   // Shapes that grow every step: planning stops after a few replans in a row.
   for (int i = 0; i < 2 * PlannedArena::kMaxReplans; ++i) d.step(3 + static_cast<std::size_t>(i));
   CHECK(a->planned_stats().gave_up);
