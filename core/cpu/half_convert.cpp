@@ -84,17 +84,25 @@ void float_to_bf16_array(const float* src, uint16_t* dst, int64_t n) {
   const __m256i bias = _mm256_set1_epi32(0x7fff);
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i quiet = _mm256_set1_epi32(0x40);
-  for (; i + 8 <= n; i += 8) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+  auto round8 = [&](const float* p) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
     const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
     const __m256i nan_bits = _mm256_or_si256(_mm256_srli_epi32(x, 16), quiet);
     const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf_bits);
-    const __m256i out = _mm256_blendv_epi8(rounded, nan_bits, is_nan);  // each lane < 0x10000
-    // Pack the 32-bit lanes to 16 bits: packus works within 128-bit halves,
-    // so the two halves' results are brought together afterwards.
-    const __m256i packed = _mm256_packus_epi32(out, out);
-    const __m256i ordered = _mm256_permute4x64_epi64(packed, 0x08);  // qwords 0 and 2
+    return _mm256_blendv_epi8(rounded, nan_bits, is_nan);  // each lane < 0x10000
+  };
+  // Pack the 32-bit lanes to 16 bits: packus works within 128-bit halves,
+  // so the halves' results are put in order afterwards. Two vectors at a
+  // time fill one 256-bit store with one pack and one permute (one vector
+  // took the same two for half a store).
+  for (; i + 16 <= n; i += 16) {
+    const __m256i packed = _mm256_packus_epi32(round8(src + i), round8(src + i + 8));  // a0 b0 a1 b1 (qwords)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_permute4x64_epi64(packed, 0xd8));
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256i out = round8(src + i);
+    const __m256i ordered = _mm256_permute4x64_epi64(_mm256_packus_epi32(out, out), 0x08);  // qwords 0 and 2
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(ordered));
   }
 #endif
