@@ -19,6 +19,7 @@
 // of varying length, the case caching allocators fragment on.
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <snug/autograd/autocast.h>
@@ -136,8 +137,89 @@ StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt
   return r;
 }
 
+// gpt --amp X --paired-f32: the autocast step and the f32 step of two copies
+// of the model (the same weights), taken by turns in one process, which of the
+// two goes first alternating, so both see the same moments of a noisy machine
+// (this VM's speed drifts by 20-40% over seconds; two processes a few seconds
+// apart measured that drift as much as the steps). amp_over_f32 is the median
+// of the per-turn ratios. Peaks are each model's own: reset before each step.
+struct PairedResult {
+  StepResult amp, f32;
+  std::vector<double> ratios;  // amp ms / f32 ms, turn by turn
+};
+template <class LossFn>
+PairedResult run_paired(const Common& c, nn::Module& amp_net, nn::optim::Optimizer& amp_opt, nn::Module& f32_net,
+                        nn::optim::Optimizer& f32_opt, const std::vector<Batch>& batches, LossFn loss_of,
+                        DType amp) {
+  nn::amp::GradScaler scaler({.enabled = amp == DType::f16});
+  PairedResult r;
+  r.amp.params = amp_net.num_parameters();
+  r.f32.params = f32_net.num_parameters();
+  amp_net.to(c.device);
+  f32_net.to(c.device);
+  // One training step of net; returns its ms and stores its loss and peak.
+  auto step = [&](nn::Module& net, nn::optim::Optimizer& opt, bool autocast, const Batch& hb, StepResult& out,
+                  bool first) {
+    memory::mark_step(c.device);
+    memory::reset_peak(c.device);
+    const double t0 = now_seconds();
+    const Batch b{hb.x.to(c.device), hb.y.to(c.device)};
+    opt.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard ac(amp, autocast);
+      loss = loss_of(net, b);
+    }
+    if (autocast) {
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+    } else {
+      loss.backward();
+      opt.step();
+    }
+    const double l = loss.item();
+    const double ms = (now_seconds() - t0) * 1e3;
+    if (first) out.loss_first = l;
+    out.loss_last = l;
+    const memory::DeviceStats st = memory::stats(c.device);
+    out.peak_allocated = std::max(out.peak_allocated, static_cast<size_t>(st.allocated_bytes.peak));
+    out.peak_reserved = std::max(out.peak_reserved, static_cast<size_t>(st.reserved_bytes.peak));
+    return ms;
+  };
+  for (int64_t s = 0; s < c.warmup + c.steps; ++s) {
+    const Batch& hb = batches[static_cast<size_t>(s)];
+    double a_ms = 0, f_ms = 0;
+    if (s % 2 == 0) {
+      a_ms = step(amp_net, amp_opt, true, hb, r.amp, s == 0);
+      f_ms = step(f32_net, f32_opt, false, hb, r.f32, s == 0);
+    } else {
+      f_ms = step(f32_net, f32_opt, false, hb, r.f32, false);
+      a_ms = step(amp_net, amp_opt, true, hb, r.amp, false);
+    }
+    if (s < c.warmup) continue;
+    r.amp.ms.push_back(a_ms);
+    r.f32.ms.push_back(f_ms);
+    r.ratios.push_back(a_ms / f_ms);
+  }
+  r.amp.steady_peak_reserved = r.amp.peak_reserved;
+  r.f32.steady_peak_reserved = r.f32.peak_reserved;
+  return r;
+}
+
+// The JSON fields --paired-f32 adds (none without it).
+std::string paired_json(const PairedResult* p) {
+  if (!p) return "";
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                ", \"paired_f32\": true, \"f32_ms_per_step\": %.3f, \"amp_over_f32\": %.4f, "
+                "\"f32_peak_allocated_bytes\": %zu, \"f32_loss_last\": %.5f",
+                median(p->f32.ms), median(p->ratios), p->f32.peak_allocated, p->f32.loss_last);
+  return buf;
+}
+
 void report(const Args& a, const char* name, const Common& c, const StepResult& r, const char* rate_name,
-            double items_per_step, const char* amp = "none") {
+            double items_per_step, const char* amp = "none", const PairedResult* paired = nullptr) {
   const double ms = median(r.ms);
   const double lo = *std::min_element(r.ms.begin(), r.ms.end()), hi = *std::max_element(r.ms.begin(), r.ms.end());
   const memory::AllocatorSettings as = memory::allocator_for(c.device).settings();
@@ -149,12 +231,12 @@ void report(const Args& a, const char* name, const Common& c, const StepResult& 
         "\"peak_reserved_bytes\": %zu, \"steps\": %lld, \"warmup\": %lld, \"threads\": %lld, \"cpu_isa\": \"%s\", "
         "\"amp\": \"%s\", \"device\": \"%s\", \"alloc_policy\": \"%s\", \"steady_peak_reserved_bytes\": %zu, "
         "\"raw_allocs_after_step1\": %lld, \"planned_arena_bytes\": %zu, \"planned_peak_bytes\": %zu, "
-        "\"planned_hits\": %lld, \"planned_held_hits\": %lld, \"planned_fallbacks\": %lld}\n",
+        "\"planned_hits\": %lld, \"planned_held_hits\": %lld, \"planned_fallbacks\": %lld%s}\n",
         name, ms, lo, hi, rate_name, items_per_step / (ms / 1e3), r.loss_first, r.loss_last, (long long)r.params,
         r.peak_allocated, r.peak_reserved, (long long)c.steps, (long long)c.warmup, (long long)c.threads,
         cpu_isa().c_str(), amp, c.device.str().c_str(), memory::policy_name(as.policy), r.steady_peak_reserved,
         (long long)r.raw_allocs_after_step1, ps.arena_bytes, ps.planned_peak, (long long)ps.hits, (long long)ps.held_hits,
-        (long long)ps.fallbacks);
+        (long long)ps.fallbacks, paired_json(paired).c_str());
   } else {
     std::printf(
         "%s: median %.2f ms/step (min %.2f, max %.2f) over %lld steps, %.0f %s, loss %.4f -> %.4f, "
@@ -162,6 +244,12 @@ void report(const Args& a, const char* name, const Common& c, const StepResult& 
         name, ms, lo, hi, (long long)c.steps, items_per_step / (ms / 1e3), rate_name, r.loss_first, r.loss_last,
         (long long)r.params, memory::format_bytes(r.peak_allocated).c_str(),
         memory::format_bytes(r.peak_reserved).c_str());
+    if (paired)
+      std::printf("f32 copy, by turns: median %.2f ms/step, loss %.4f -> %.4f, peak allocated %s; "
+                  "autocast over f32 %.3f (median of %zu turns)\n",
+                  median(paired->f32.ms), paired->f32.loss_first, paired->f32.loss_last,
+                  memory::format_bytes(paired->f32.peak_allocated).c_str(), median(paired->ratios),
+                  paired->ratios.size());
   }
 }
 
@@ -175,9 +263,15 @@ Tensor random_labels(int64_t n, int64_t classes) { return randint(0, classes, Sh
 SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens/s, peak memory", SNUG_TRAIN_FLAGS,
            choice_flag("amp", "none", {"none", "bf16", "f16"},
                        "autocast the forward pass and loss to bf16 or f16 (f16 with loss scaling)"),
-           switch_flag("varlen", "a random sequence length per step (16..128, multiples of 8)")) {
-  const Common c = common(args);
+           switch_flag("varlen", "a random sequence length per step (16..128, multiples of 8)"),
+           switch_flag("paired-f32",
+                       "with --amp: also an f32 copy of the model, its steps taken by turns with the autocast ones "
+                       "in this process; adds f32_ms_per_step and amp_over_f32 (the median per-turn ratio)")) {
   const std::string amp = args.get("amp");
+  const bool paired = args.has("paired-f32");
+  if (paired && amp == "none") cli::fail("--paired-f32 needs --amp bf16 or --amp f16");
+  if (paired && !args.get("memory-trace").empty()) cli::fail("--paired-f32 takes no --memory-trace (two models share the pool)");
+  const Common c = common(args);
   const DType amp_dt = amp == "bf16" ? DType::bf16 : amp == "f16" ? DType::f16 : DType::f32;
   const int64_t B = 16, T = 128, V = 65;
   nn::models::GPT net(nn::models::GPTConfig{});
@@ -188,6 +282,19 @@ SNUG_BENCH(gpt, "W-GPT training step (docs/workloads.md): median ms/step, tokens
     const int64_t t = args.has("varlen") ? 8 * randint(2, 17, Shape{1}, DType::i64, &lengths).item<int64_t>() : T;
     Tensor seq = randint(0, V, Shape{B, t + 1});  // (B, t+1)
     batches.push_back({seq.narrow(1, 0, t).contiguous(), seq.narrow(1, 1, t).contiguous()});
+  }
+  if (paired) {
+    manual_seed(static_cast<uint64_t>(c.seed));  // the same weights as the autocast model's
+    nn::models::GPT f32_net(nn::models::GPTConfig{});
+    nn::optim::AdamW f32_opt(f32_net.parameters(),
+                             {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
+    const PairedResult p = run_paired(c, net, opt, f32_net, f32_opt, batches,
+                                      [](nn::Module& m, const Batch& b) {
+                                        return static_cast<nn::models::GPT&>(m).loss(b.x, b.y);
+                                      },
+                                      amp_dt);
+    report(args, "gpt", c, p.amp, "tokens_per_s", double(B * T), amp.c_str(), &p);
+    return 0;
   }
   StepResult r = run_steps(c, net, opt, batches, [&](const Batch& b) { return net.loss(b.x, b.y); }, amp_dt);
   report(args, "gpt", c, r, "tokens_per_s", double(B * T), amp.c_str());  // --varlen: tokens of a full-length step

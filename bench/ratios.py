@@ -27,9 +27,14 @@ a -DSNUG_NATIVE=ON build's (build/native/bench/snug-bench): the ratio is then
 that build's ms/step over this one's.
 
 --amp bf16|f16 (the gpt workload only) runs snug's step under autocast
-(`snug-bench gpt --amp`) and, in the same repeat, snug's f32 step: each
-result then has amp_over_f32 (snug's autocast ms/step over its f32 ms/step,
-median over the repeats; at most 1.0 means mixed precision costs no time).
+(`snug-bench gpt --amp`) and, in the same repeat, `snug-bench gpt --amp X
+--paired-f32`: the autocast step and the f32 step of two copies of the model
+taken by turns in one process, so both see the same moments of the machine.
+Each result then has amp_over_f32 (the median over the repeats of that run's
+median per-turn ratio, autocast ms over f32 ms; at most 1.0 means mixed
+precision costs no time) and snug_f32_ms_median. (Before, the f32 step ran
+in a process of its own, seconds apart: on a VM whose speed drifts that much,
+the drift showed in the ratio.)
 The peer runs torch.autocast("cpu") with --peer-amp, by default bf16 for
 either: PyTorch's f16 autocast on the CPU is about 15x slower than its bf16
 one, so bf16 is the comparison that means something.
@@ -87,7 +92,8 @@ def main():
         for r in range(a.repeats):
             amp = ["--amp", a.amp] if a.amp else []
             s = last_json([a.bench, w] + common + amp, env=snug_env)
-            f32 = last_json([a.bench, w] + common, env=snug_env) if a.amp else None
+            # amp against f32: both models' steps by turns in one process (snug-bench gpt --paired-f32)
+            f32 = last_json([a.bench, w] + common + amp + ["--paired-f32"], env=snug_env) if a.amp else None
             if a.peer_bench:
                 t = last_json([a.peer_bench, w] + common + amp, env=torch_env)
                 torch_desc = f"snug {a.peer_bench} ({t.get('cpu_isa', '?')})"
@@ -103,11 +109,13 @@ def main():
                          "snug_peak_allocated_bytes": s["peak_allocated_bytes"],
                          "torch_peak_rss_growth_bytes": t["peak_rss_growth_bytes"]})
             if f32:
-                runs[-1]["snug_f32_ms"] = f32["ms_per_step"]
-                runs[-1]["amp_over_f32"] = s["ms_per_step"] / f32["ms_per_step"]
+                runs[-1]["snug_f32_ms"] = f32["f32_ms_per_step"]
+                runs[-1]["snug_paired_amp_ms"] = f32["ms_per_step"]
+                runs[-1]["amp_over_f32"] = f32["amp_over_f32"]
             print(f"{w} repeat {r + 1}: snug {s['ms_per_step']:.2f} ms, torch {t['ms_per_step']:.2f} ms, "
                   f"ratio {runs[-1]['ratio']:.3f}"
-                  + (f", snug f32 {f32['ms_per_step']:.2f} ms, amp/f32 {runs[-1]['amp_over_f32']:.3f}" if f32 else ""),
+                  + (f"; by turns: snug amp {f32['ms_per_step']:.2f} ms, f32 {f32['f32_ms_per_step']:.2f} ms, "
+                     f"amp/f32 {runs[-1]['amp_over_f32']:.3f}" if f32 else ""),
                   file=sys.stderr, flush=True)
         ratios = [x["ratio"] for x in runs]
         results[w] = {
@@ -121,6 +129,7 @@ def main():
             results[w].update({
                 "amp": a.amp, "peer_amp": a.peer_amp,
                 "snug_f32_ms_median": statistics.median(x["snug_f32_ms"] for x in runs),
+                "snug_paired_amp_ms_median": statistics.median(x["snug_paired_amp_ms"] for x in runs),
                 "amp_over_f32": statistics.median(x["amp_over_f32"] for x in runs),
                 "amp_over_f32_max": max(x["amp_over_f32"] for x in runs)})
     if a.json:
@@ -137,7 +146,8 @@ def main():
               f"{r['ratio_min']:7.3f} {r['ratio_max']:7.3f} {r['snug_peak_allocated_bytes'] / 2**20:13.1f} MiB "
               f"{r['torch_peak_rss_growth_bytes'] / 2**20:14.1f} MiB")
         if "amp_over_f32" in r:
-            print(f"{'':8} snug f32 {r['snug_f32_ms_median']:.2f} ms: --amp {r['amp']} / f32 = "
+            print(f"{'':8} by turns, snug f32 {r['snug_f32_ms_median']:.2f} ms, --amp {r['amp']} "
+                  f"{r['snug_paired_amp_ms_median']:.2f} ms: --amp {r['amp']} / f32 = "
                   f"{r['amp_over_f32']:.3f} (max {r['amp_over_f32_max']:.3f})")
 
 
