@@ -83,6 +83,27 @@ Common common(const Args& a) {
   return c;
 }
 
+// One training step as the benchmarks time it: the batch copied to the
+// device (part of the step, as in training), zero_grad, forward + loss under
+// autocast to `amp` (none for f32), backward scaled by `scaler` (the identity
+// unless enabled: f16), the optimizer step. Returns the loss (waiting for the
+// step on any device).
+template <class LossFn>
+double train_step(const Common& c, nn::optim::Optimizer& opt, nn::amp::GradScaler& scaler, const Batch& hb,
+                  LossFn loss_of, DType amp) {
+  const Batch b{hb.x.to(c.device), hb.y.to(c.device)};
+  opt.zero_grad();
+  Tensor loss;
+  {
+    AutocastGuard ac(amp == DType::f32 ? DType::bf16 : amp, amp != DType::f32);
+    loss = loss_of(b);
+  }
+  scaler.scale(loss).backward();
+  scaler.step(opt);
+  scaler.update();
+  return loss.item();
+}
+
 // Runs warmup + steps training steps, one batch each, and times the last `steps`.
 // `loss_of` is forward + loss for one batch.
 // `amp` is the autocast dtype of forward + loss (f32: none); f16 scales the loss.
@@ -109,17 +130,7 @@ StepResult run_steps(const Common& c, nn::Module& net, nn::optim::Optimizer& opt
       first_raw_allocs = memory::stats(c.device).num_raw_allocs;
     }
     const double t0 = now_seconds();
-    const Batch b{hb.x.to(c.device), hb.y.to(c.device)};  // the copy is part of the step, as in training
-    opt.zero_grad();
-    Tensor loss;
-    {
-      AutocastGuard ac(amp == DType::f32 ? DType::bf16 : amp, amp != DType::f32);
-      loss = loss_of(b);
-    }
-    scaler.scale(loss).backward();  // the identity unless f16
-    scaler.step(opt);
-    scaler.update();
-    const double l = loss.item();  // waits for the step on any device
+    const double l = train_step(c, opt, scaler, hb, loss_of, amp);
     const double ms = (now_seconds() - t0) * 1e3;
     if (s == 0) r.loss_first = l;
     r.loss_last = l;
@@ -151,7 +162,7 @@ template <class LossFn>
 PairedResult run_paired(const Common& c, nn::Module& amp_net, nn::optim::Optimizer& amp_opt, nn::Module& f32_net,
                         nn::optim::Optimizer& f32_opt, const std::vector<Batch>& batches, LossFn loss_of,
                         DType amp) {
-  nn::amp::GradScaler scaler({.enabled = amp == DType::f16});
+  nn::amp::GradScaler amp_scaler({.enabled = amp == DType::f16}), f32_scaler({.enabled = false});
   PairedResult r;
   r.amp.params = amp_net.num_parameters();
   r.f32.params = f32_net.num_parameters();
@@ -163,22 +174,8 @@ PairedResult run_paired(const Common& c, nn::Module& amp_net, nn::optim::Optimiz
     memory::mark_step(c.device);
     memory::reset_peak(c.device);
     const double t0 = now_seconds();
-    const Batch b{hb.x.to(c.device), hb.y.to(c.device)};
-    opt.zero_grad();
-    Tensor loss;
-    {
-      AutocastGuard ac(amp, autocast);
-      loss = loss_of(net, b);
-    }
-    if (autocast) {
-      scaler.scale(loss).backward();
-      scaler.step(opt);
-      scaler.update();
-    } else {
-      loss.backward();
-      opt.step();
-    }
-    const double l = loss.item();
+    const double l = train_step(c, opt, autocast ? amp_scaler : f32_scaler, hb,
+                                [&](const Batch& b) { return loss_of(net, b); }, autocast ? amp : DType::f32);
     const double ms = (now_seconds() - t0) * 1e3;
     if (first) out.loss_first = l;
     out.loss_last = l;

@@ -534,8 +534,7 @@ void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, St
   }
   if (arena_) {
     if (stream == 0 && arena_->state() == PlannedArena::State::recording) arena_->record_alloc(b->ptr, size);
-    outside_arena_.add(static_cast<int64_t>(b->size));
-    note_need();
+    add_outside(b->size);
   }
   b->state = BlockState::allocated;
   b->requested = nbytes;
@@ -616,7 +615,7 @@ void CachingAllocator::deallocate_locked(void* p) {
     b = *found;
     live_.erase(p);
   }
-  if (arena_) outside_arena_.sub(static_cast<int64_t>(b->size));
+  if (arena_) outside_arena_ -= static_cast<int64_t>(b->size);
   count_free(b->size, b->requested, b->tag);
   if (history_.enabled()) record(Action::free, b, b->requested);
 
@@ -884,7 +883,6 @@ void CachingAllocator::reset_peak() {
   restart(stats_.active, now.active);
   for (Stat* s : {&stats_.inactive_split_bytes, &stats_.reserved_bytes, &stats_.inactive_split, &stats_.segment})
     s->reset_peak();
-  outside_arena_.reset_peak();
   need_peak_ = 0;
   if (arena_) note_need();
   for (int t = 0; t < kNumTags; ++t) {
@@ -997,8 +995,7 @@ void CachingAllocator::make_held(bool adopt) {
       b->state = BlockState::allocated;  // (so no merge takes it; counted nowhere while idle)
       b->held = static_cast<int32_t>(2 * h);
       made[2 * h] = Held{b, false};
-      outside_arena_.add(static_cast<int64_t>(b->size));  // part of what the plan needs
-      note_need();
+      add_outside(b->size);  // part of what the plan needs
       if (policy_->grows() && !map_block(b, false)) break;
     }
   } catch (const OutOfMemoryError&) {
@@ -1014,7 +1011,7 @@ bool CachingAllocator::release_idle_held() {
     if (hd.b && !hd.busy) {
       Block* b = std::exchange(hd.b, nullptr);
       b->held = -1;
-      outside_arena_.sub(static_cast<int64_t>(b->size));
+      outside_arena_ -= static_cast<int64_t>(b->size);
       b->requested = 0;
       b->tag = Tag::other;
       b->op = nullptr;

@@ -222,14 +222,19 @@ class CachingAllocator {
   DeviceStats stats_;
   bool peaks_due_ = false;  // NOTE [ Deferred peaks ]
   uint32_t due_tags_ = 0;   // bit t: tag t was allocated since the last settling
-  Stat outside_arena_;  // policy=planned: bytes allocated by best fit
-  // policy=planned: the most that the arena in place (if any) and best fit's
-  // blocks held at once since the last reset_peak (PlannedStats::planned_peak).
-  // (The arena plus best fit's peak would count a re-recorded step's blocks,
-  // made while no arena was in place, on top of the next arena.)
+  // policy=planned: bytes best fit holds (held blocks included), and the
+  // most that the arena in place (if any) and those held at once since the
+  // last reset_peak (PlannedStats::planned_peak). (The arena plus best fit's
+  // own peak would count a re-recorded step's blocks, made while no arena was
+  // in place, on top of the next arena.)
+  int64_t outside_arena_ = 0;
   int64_t need_peak_ = 0;
   void note_need() {
-    need_peak_ = std::max(need_peak_, outside_arena_.current + static_cast<int64_t>(arena_->base() ? arena_->bytes() : 0));
+    need_peak_ = std::max(need_peak_, outside_arena_ + static_cast<int64_t>(arena_->base() ? arena_->bytes() : 0));
+  }
+  void add_outside(std::size_t bytes) {
+    outside_arena_ += static_cast<int64_t>(bytes);
+    note_need();
   }
   History history_;
 };

@@ -99,6 +99,17 @@ void add_panel_sums(const float* dst, int64_t kc, int m, double* sums) {
   for (int i = 0; i < m; ++i) sums[i] += s[i];
 }
 
+// sums[i] += the sum of row i (i < m) of a row-layout panel (dst[i * AS +
+// k]), k upward in f64.
+template <int64_t AS>
+void add_row_panel_sums(const float* dst, int64_t kc, int m, double* sums) {
+  for (int i = 0; i < m; ++i) {
+    double s = 0;
+    for (int64_t k = 0; k < kc; ++k) s += dst[i * AS + k];
+    sums[i] += s;
+  }
+}
+
 // dst[k * MR + i] (AS 0) or, for a row-major A only, dst[i * AS + k] (AS > 0)
 // = op(A)(i0 + i, p0 + k) for k < kc, i < MR (0 past M); op(A) is M x K:
 // A[i * lda + k], or A[k * lda + i] when transposed. With sums, sums[i0 + i]
@@ -114,12 +125,7 @@ void pack_a_panel(bool ta, const float* A, int64_t lda, int64_t M, int64_t p0, i
       else
         std::fill_n(dst + i * AS, kc, 0.0f);
     }
-    if (sums)
-      for (int i = 0; i < m; ++i) {
-        double s = 0;
-        for (int64_t k = 0; k < kc; ++k) s += dst[i * AS + k];
-        sums[i0 + i] += s;
-      }
+    if (sums) add_row_panel_sums<AS>(dst, kc, m, sums + i0);
     return;
   } else if (!ta && m == MR && !sums) {  // the common case: MR rows read side by side, the panel written in order
     const float* r[MR];

@@ -112,22 +112,6 @@ void pack_b_panel_half(Half16 kind, bool tb, const uint16_t* B, int64_t ldb, int
   pack_b_panel<NR>(true, st, kc, n, 0, kc, 0, dst);
 }
 
-// sums[i] += the sum of row i (i < m) of a widened A panel: in the row
-// layout (by_rows: dst[i * AS + k]) or k-major (dst[k * MR + i]), k upward in
-// f64 as pack_a_panel sums float rows (HalfOut::a_sums).
-template <int MR, int64_t AS>
-void add_widened_sums(bool by_rows, const float* dst, int64_t kc, int m, double* sums) {
-  if (by_rows && AS > 0) {
-    for (int i = 0; i < m; ++i) {
-      double s = 0;
-      for (int64_t k = 0; k < kc; ++k) s += dst[i * AS + k];
-      sums[i] += s;
-    }
-    return;
-  }
-  add_panel_sums<MR>(dst, kc, m, sums);
-}
-
 // gemm_half over an f32 Tile (KU 1) with the packers above.
 template <class Tile>
 void gemm_half_blocked(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
@@ -142,8 +126,13 @@ void gemm_half_blocked(Half16 kind, bool ta, bool tb, int64_t M, int64_t N, int6
           pack_a_panel_half<Tile::MR, AS>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
         else
           pack_a_panel_half<Tile::MR, 0>(kind, ta, A, lda, i_end, pc, kc, i0, dst);
-        if (row_sums) add_widened_sums<Tile::MR, AS>(a_by_rows<Tile>(ta), dst, kc, int(std::min<int64_t>(Tile::MR, i_end - i0)),
-                                                      row_sums + i0);
+        if (row_sums) {  // HalfOut::a_sums, off the widened panel as pack_a_panel sums float rows
+          const int m = int(std::min<int64_t>(Tile::MR, i_end - i0));
+          if (a_by_rows<Tile>(ta))
+            add_row_panel_sums<AS>(dst, kc, m, row_sums + i0);
+          else
+            add_panel_sums<Tile::MR>(dst, kc, m, row_sums + i0);
+        }
       },
       [&](int64_t pc, int64_t kc, int64_t j0, int64_t j_end, float* dst) {
         pack_b_panel_half<Tile::NR>(kind, tb, B, ldb, j_end, pc, kc, j0, dst);

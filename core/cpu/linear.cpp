@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <snug/core/cpu/gemm.h>
-#include <snug/core/cpu/half_convert.h>
+#include <snug/core/cpu/gemm_detail.h>
 #include <snug/core/raw_ops.h>
 #include <snug/memory/allocator.h>
 
@@ -132,8 +132,7 @@ void linear_weight_grad_half(const Tensor& grad_out, const Tensor& x, const Tens
     kernels::gemm_half(kind, true, false, n, in, rows, 1.0f, u16(grad_out) + m0, outf, u16(x), in, 0.0f, f32_out(r32),
                        in, nullptr, &st);
   }
-  // rounded once into 16 bits
-  (kind == Half16::f16 ? float_to_half_array : float_to_bf16_array)(sums.data(), u16_out(grad_bias), outf);
+  kernels::detail::narrow16(kind, sums.data(), u16_out(grad_bias), outf);  // rounded once into 16 bits
 }
 
 }  // namespace
