@@ -157,7 +157,7 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
         "\"peak_reserved_bytes\":%lld,\"reserved_over_allocated\":%.4f,\"reserved_over_requested\":%.4f,"
         "\"fragmentation\":%.4f,\"raw_allocs\":%lld,\"steps\":%lld,\"steady_peak_reserved_bytes\":%lld,"
         "\"steady_raw_allocs\":%lld,\"num_ooms\":%lld,\"skipped_frees\":%lld,\"ns_per_op\":%.1f,"
-        "\"ns_per_alloc_free\":%.1f,\"steady_ns_per_alloc_free\":%.1f,\"planned_peak_bytes\":%zu,\"planned_hits\":%lld,\"planned_fallbacks\":%lld,\"planned_kept_out\":%lld,"
+        "\"ns_per_alloc_free\":%.1f,\"steady_ns_per_alloc_free\":%.1f,\"steady_ns_per_alloc_free_mean\":%.1f,\"steady_steps_timed\":%lld,\"planned_peak_bytes\":%zu,\"planned_hits\":%lld,\"planned_fallbacks\":%lld,\"planned_kept_out\":%lld,"
         "\"planned_held_hits\":%lld,\"planned_arena_bytes\":%zu,\"planned_lower_bound_bytes\":%zu,"
         "\"planned_replans\":%lld,\"planned_bounded_steps\":%lld,\"planned_suspended_steps\":%lld,\"planned_gave_up\":%s,\"planned_plan_ms\":%.3f}\n",
         path.c_str(), dev->device.c_str(), policy.c_str(), settings.c_str(), dev->events.size(),
@@ -167,7 +167,8 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
         static_cast<long long>(r.raw_allocs), static_cast<long long>(r.steps),
         static_cast<long long>(r.steady_peak_reserved_bytes), static_cast<long long>(r.steady_raw_allocs),
         static_cast<long long>(r.num_ooms), static_cast<long long>(r.skipped_frees), r.ns_per_op, r.ns_per_alloc_free,
-        r.steady_ns_per_alloc_free, r.planned.planned_peak,
+        r.steady_ns_per_alloc_free, r.steady_ns_per_alloc_free_mean, static_cast<long long>(r.steady_steps_timed),
+        r.planned.planned_peak,
         static_cast<long long>(r.planned.hits), static_cast<long long>(r.planned.fallbacks),
         static_cast<long long>(r.planned.kept_out), static_cast<long long>(r.planned.held_hits), r.planned.arena_bytes,
         r.planned.lower_bound, static_cast<long long>(r.planned.replans),
@@ -182,9 +183,10 @@ SNUG_BENCH(replay, "replay a memory trace (snapshot JSON) against other allocato
                 format_bytes(static_cast<std::size_t>(r.peak_reserved_bytes)).c_str(),
                 ratio(r.peak_reserved_bytes, r.peak_requested_bytes), 100.0 * frag);
     std::printf("%lld device allocations (%lld after the first step), %lld OOMs, %.1f ns per allocate+free "
-                "(%.1f after the first step)\n",
+                "(after the first step: %.1f the median step, %.1f the mean)\n",
                 static_cast<long long>(r.raw_allocs), static_cast<long long>(r.steady_raw_allocs),
-                static_cast<long long>(r.num_ooms), r.ns_per_alloc_free, r.steady_ns_per_alloc_free);
+                static_cast<long long>(r.num_ooms), r.ns_per_alloc_free, r.steady_ns_per_alloc_free,
+                r.steady_ns_per_alloc_free_mean);
     if (s.policy == AllocPolicy::planned && policy != "malloc")
       std::printf("planned arena %s (lower bound %s), planned peak %s: %lld hits, %lld fallbacks, %lld left to best fit, "
                   "%lld replans, %lld bounded steps, %.2f ms planning\n",

@@ -52,8 +52,7 @@ Block* CachingAllocator::new_block() {
 
 void CachingAllocator::delete_block(Block* b) { spare_blocks_.push_back(b); }
 
-const char* CachingAllocator::intern_op(const char* op) {
-  if (!op) return nullptr;
+const char* CachingAllocator::intern_op_name(const char* op) {
   // Fast path: the same pointer with the same text as last time (a pointer
   // may be reused for other text once its scope ends, hence the compare).
   const char** seen = op_seen_.find(op);
@@ -400,7 +399,8 @@ std::size_t CachingAllocator::policy_block_size(std::size_t n) const { return po
 // which merged() adds to stats_ for every reader; stats_'s peaks for these
 // counts are the peaks of the sums. (The arena's path is a few dozen
 // instructions; these counts were a third of them.)
-void CachingAllocator::settle(DeviceStats& st) const {
+// settle's body, inline where it must make no call (NOTE [ Planned fast path ]).
+[[gnu::always_inline]] inline void CachingAllocator::settle_into(DeviceStats& st) const {
   static const PlannedArena::Counts kNone;
   const PlannedArena::Counts& a = arena_ ? arena_->counts() : kNone;
   // tag_at_peak: the breakdown when allocated_bytes reaches (or meets again) its peak.
@@ -419,6 +419,8 @@ void CachingAllocator::settle(DeviceStats& st) const {
   for (uint32_t due = due_tags_, t = 0; due != 0; due >>= 1, ++t)
     if (due & 1u) up(st.tag_bytes[t], a.tag[t]);
 }
+
+void CachingAllocator::settle(DeviceStats& st) const { settle_into(st); }
 
 // stats_ with the arena's blocks added in: what every reader sees.
 DeviceStats CachingAllocator::merged() const {
@@ -468,13 +470,40 @@ inline void CachingAllocator::count_free(std::size_t size, std::size_t requested
   stats_.tag_bytes[static_cast<int>(tag)].sub(bytes);
 }
 
-// allocate and deallocate are the planned arena's path, kept small (a short
-// prologue, nothing spilled); everything else is out of line, under the same lock.
+// NOTE [ Planned fast path ]: a planned step's arena block is taken and given
+// back by allocate and deallocate themselves, under one lock exchange, and
+// that path calls nothing, so the compiler saves no registers for it (when
+// the slow paths were calls inside allocate, its prologue and epilogue were
+// a sixth of a planned pair's instructions: callgrind). Every other case,
+// the lock taken or not, is a tail call to a *_slow function, which holds
+// the lock through whatever the allocator does.
 void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, const char* op) {
-  const std::size_t size = round_size(nbytes);
-  std::lock_guard<SpinLock> lock(mu_);
+  if (!mu_.try_lock()) [[unlikely]]
+    return allocate_slow(nbytes, stream, tag, op);
   // NOTE [ Planned arena ]: a planned step's block, with no search (its
   // stream is the default one: the plan records one stream's step).
+  if (arena_ && stream == 0 && nbytes <= (SIZE_MAX >> 2) && !own_rounding_ &&
+      arena_->state() == PlannedArena::State::planned && !history_.enabled()) {
+    const std::size_t r = settings_.round;  // round_size, without the policy's rounding (none here)
+    if (char* p = arena_->take_ready(nbytes < r ? r : (nbytes + r - 1) & ~(r - 1), nbytes, tag)) {
+      peaks_due_ = true;  // the arena counted it (NOTE [ Deferred peaks ])
+      due_tags_ |= 1u << static_cast<int>(tag);
+      mu_.unlock();
+      return p;
+    }
+  }
+  return allocate_slow_locked(nbytes, stream, tag, op);
+}
+
+void* CachingAllocator::allocate_slow(std::size_t nbytes, StreamId stream, Tag tag, const char* op) {
+  mu_.lock();
+  return allocate_slow_locked(nbytes, stream, tag, op);
+}
+
+// Called with the lock held: it is released on the way out.
+void* CachingAllocator::allocate_slow_locked(std::size_t nbytes, StreamId stream, Tag tag, const char* op) {
+  std::lock_guard<SpinLock> lock(mu_, std::adopt_lock);
+  const std::size_t size = round_size(nbytes);
   if (arena_ && stream == 0 && arena_->state() == PlannedArena::State::planned) {
     if (char* p = arena_->take(size, nbytes, tag)) {
       peaks_due_ = true;  // the arena counted it (NOTE [ Deferred peaks ])
@@ -557,7 +586,33 @@ void* CachingAllocator::allocate_locked(std::size_t size, std::size_t nbytes, St
 
 void CachingAllocator::deallocate(void* p) {
   if (!p) return;
-  std::lock_guard<SpinLock> lock(mu_);
+  if (!mu_.try_lock()) [[unlikely]]
+    return deallocate_slow(p);
+  // NOTE [ Planned fast path ]: the arena block the plan expects back next.
+  if (arena_ && arena_->contains(p) && !history_.enabled() && arena_uses_.empty())
+    if (const int32_t s = arena_->expected_free(p); s >= 0) {
+      if (peaks_due_) {  // settle_peaks(), inline: before the arena's counts go down
+        settle_into(stats_);
+        peaks_due_ = false;
+        due_tags_ = 0;
+      }
+      std::size_t requested;
+      Tag tag;
+      arena_->release(s, &requested, &tag);
+      mu_.unlock();
+      return;
+    }
+  return deallocate_slow_locked(p);
+}
+
+void CachingAllocator::deallocate_slow(void* p) {
+  mu_.lock();
+  return deallocate_slow_locked(p);
+}
+
+// Called with the lock held: it is released on the way out.
+void CachingAllocator::deallocate_slow_locked(void* p) {
+  std::lock_guard<SpinLock> lock(mu_, std::adopt_lock);
   if (arena_ && arena_->contains(p)) {
     settle_peaks();  // before the arena's counts go down (NOTE [ Deferred peaks ])
     std::size_t requested = 0;

@@ -151,6 +151,12 @@ class CachingAllocator {
   [[gnu::noinline]] void* allocate_locked(std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
                                           const char* op, int32_t held_miss);
   [[gnu::noinline]] void deallocate_locked(void* p);
+  // NOTE [ Planned fast path ]: the rest of allocate and deallocate, the lock
+  // taken first (*_slow) or already held (*_slow_locked: released on return).
+  [[gnu::noinline]] void* allocate_slow(std::size_t nbytes, StreamId stream, Tag tag, const char* op);
+  [[gnu::noinline]] void* allocate_slow_locked(std::size_t nbytes, StreamId stream, Tag tag, const char* op);
+  [[gnu::noinline]] void deallocate_slow(void* p);
+  [[gnu::noinline]] void deallocate_slow_locked(void* p);
   void wait_arena_uses(void* p);
   Block* alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   [[noreturn]] void throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
@@ -161,6 +167,7 @@ class CachingAllocator {
   // count_alloc leaves peaks due; settle them before anything decreases (NOTE [ Deferred peaks ]).
   void count_alloc(std::size_t size, std::size_t nbytes, Tag tag);
   void settle(DeviceStats& st) const;
+  void settle_into(DeviceStats& st) const;
   DeviceStats merged() const;  // stats_ with the planned arena's counts added in
   static void add_counts(DeviceStats& st, const PlannedArena::Counts& a);
   void settle_peaks() {
@@ -204,7 +211,9 @@ class CachingAllocator {
 
   Block* new_block();
   void delete_block(Block* b);
-  const char* intern_op(const char* op);
+  // The op name's interned copy (nullptr stays nullptr: a replay's, inline).
+  const char* intern_op(const char* op) { return op ? intern_op_name(op) : nullptr; }
+  const char* intern_op_name(const char* op);
 
   mutable SpinLock mu_;
   // The node pool first: the sets using it are destroyed before it.

@@ -227,6 +227,12 @@ std::string snapshot_to_json(const Snapshot& snap, int indent) {
 
 Snapshot snapshot_from_json(const std::string& text, const std::string& what) {
   Snapshot snap;
+  // A pickle (protocol 2 and later start with 0x80) is most likely PyTorch's
+  // own snapshot: say how to bring it in rather than quote the JSON parser.
+  SNUG_CHECK(text.empty() || static_cast<unsigned char>(text[0]) != 0x80, IOError, what,
+             ": a pickle, not a snug memory snapshot (JSON); a PyTorch snapshot converts with "
+             "`python3 tools/torch_snapshot.py import ",
+             what, " -o TRACE.json`");
   try {
     json root = json::parse(text);
     SNUG_CHECK(root.value("format", std::string()) == "snug-memory-snapshot", IOError, what,

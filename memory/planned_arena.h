@@ -155,17 +155,38 @@ class PlannedArena {
     }
     return take_slow(size, requested, tag);
   }
+  // take() where it hands out an arena block, else nullptr with nothing
+  // changed (the caller then calls take()): the allocator's fast path, which
+  // must make no call (NOTE [ Planned fast path ] in caching_allocator.cpp).
+  char* take_ready(std::size_t size, std::size_t requested, Tag tag) {
+    const std::size_t k = cursor_;
+    if (!active_ || k < probation_ || k >= entries_.size()) return nullptr;
+    const Entry& e = entries_[k];
+    if ((e.size != size && !(bounded_ && size < e.size)) || e.slot < 0 ||
+        freed_prefix_ < slots_[static_cast<std::size_t>(e.slot)].frees_before)
+      return nullptr;
+    cursor_ = k + 1;
+    return hand_out(e.slot, requested, tag);
+  }
   bool contains(const void* p) const { return p >= base_ && p < base_ + bytes_; }
   // Frees an arena block (p: contains(p)); returns its size. Throws
   // ValueError for an address that is not a live arena block.
   std::size_t give_back(const void* p, std::size_t* requested, Tag* tag) {
+    int32_t s = expected_free(p);
+    if (s < 0) s = live_slot_at(p);  // throws unless p is a live arena block
+    return release(s, requested, tag);
+  }
+  // The free the plan expects next, if p is its block: in a step that
+  // follows the plan it is, and its slot is warm (done() below just read
+  // it), so the address table is not looked up. -1 otherwise.
+  int32_t expected_free(const void* p) const {
     const auto off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
-    // The free the plan expects next first: in a step that follows the plan
-    // it is this one, and its slot is warm (done() below just read it), so
-    // the address table is not looked up.
-    int32_t s = freed_prefix_ < free_order_.size() ? free_order_[freed_prefix_] : -1;
-    if (s < 0 || slots_[static_cast<std::size_t>(s)].offset != off || !slots_[static_cast<std::size_t>(s)].live)
-      s = live_slot_at(p);  // throws unless p is a live arena block
+    const int32_t s = freed_prefix_ < free_order_.size() ? free_order_[freed_prefix_] : -1;
+    return s >= 0 && slots_[static_cast<std::size_t>(s)].offset == off && slots_[static_cast<std::size_t>(s)].live ? s
+                                                                                                                   : -1;
+  }
+  // Slot s's live block freed (give_back, or the caller found s with expected_free).
+  std::size_t release(int32_t s, std::size_t* requested, Tag* tag) {
     Slot& sl = slots_[static_cast<std::size_t>(s)];
     sl.live = 0;
     counts_.bytes -= static_cast<int64_t>(sl.size);

@@ -27,6 +27,16 @@ struct Op {
   std::size_t requested;
 };
 
+// The middle value (the mean of the two middle ones for an even count; 0 for none).
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const std::size_t h = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h), v.end());
+  if (v.size() % 2) return v[h];
+  const double hi = v[h];
+  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h)) + hi) / 2;
+}
+
 struct Compiled {
   std::vector<Op> ops;
   std::size_t slots = 0;
@@ -93,6 +103,10 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
   const bool pass_steps = passes > 1 && !c.stepped;
   int64_t steady_allocs = 0;
   std::chrono::steady_clock::time_point t_steady;
+  // Each steady step's start (time, allocations so far): the figure is the
+  // median step's ns per allocation, which a preempted step (this is often
+  // a shared machine) does not move, as it moves the mean.
+  std::vector<std::pair<std::chrono::steady_clock::time_point, int64_t>> step_marks;
   int64_t peak_before_steady = 0, peak_requested_before = 0, peak_allocated_before = 0;
   bool steady = false;
   auto begin_step = [&] {
@@ -108,8 +122,8 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
       steady = true;
       t_steady = std::chrono::steady_clock::now();
     }
+    if (steady) step_marks.emplace_back(std::chrono::steady_clock::now(), allocs);
   };
-  auto t0 = std::chrono::steady_clock::now();
   // A later pass of a trace with steps replays its steps from the second on
   // (the first one set the pool up: parameters, optimizer state), so every
   // pass is steady steps; a trace without steps replays whole, one step a pass.
@@ -137,13 +151,13 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
   constexpr uint32_t kNone = ~uint32_t{0};
   std::vector<uint32_t> wrap(c.slots, kNone);  // a slot from before the replayed steps -> the leftover its free frees
   std::vector<bool> wrapped(c.slots, false);    // leftovers freed that way
+  std::vector<bool> freed(c.slots, false);      // slots the trace frees
+  for (const Op& op : c.ops)
+    if (op.action == Action::free) freed[op.slot] = true;
   if (c.stepped && passes > 1) {
     std::vector<std::size_t> size(c.slots, 0);
-    std::vector<bool> freed(c.slots, false);
-    for (const Op& op : c.ops) {
+    for (const Op& op : c.ops)
       if (op.action == Action::alloc) size[op.slot] = op.requested;
-      if (op.action == Action::free) freed[op.slot] = true;
-    }
     std::vector<uint32_t> left;  // leftovers of the replayed steps, in allocation order
     for (uint32_t k = again_slot; k < c.slots; ++k)
       if (!freed[k]) left.push_back(k);
@@ -160,22 +174,34 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
         }
     }
   }
+  // What a pass's end frees (below), listed now: a walk over every slot at
+  // each pass's end would be timed with the allocator.
+  std::vector<uint32_t> pass_leftovers;
+  for (uint32_t k = c.stepped ? again_slot : 0; k < c.slots; ++k)
+    if (!freed[k] && !wrapped[k]) pass_leftovers.push_back(k);
+  const auto t0 = std::chrono::steady_clock::now();  // the replay's own setup (above) is not timed
+  // The loop keeps its counts and the trace's arrays in locals, so that
+  // little but the allocator's calls is timed.
+  const Op* ops = c.ops.data();
+  const std::size_t n_ops = c.ops.size();
+  void** live = ptr.data();
+  int64_t calls = 0;  // allocate and deallocate calls made (r.ops)
   for (int pass = 0; pass < passes; ++pass) {
     if (pass_steps) begin_step();
-    for (std::size_t i = pass > 0 ? again : 0; i < c.ops.size(); ++i) {
-      const Op& op = c.ops[i];
+    for (std::size_t i = pass > 0 ? again : 0; i < n_ops; ++i) {
+      const Op& op = ops[i];
       if (op.action == Action::alloc) {
-        if (ptr[op.slot]) [[unlikely]]  // a wrapped leftover not freed before its slot came again
-          a.deallocate(std::exchange(ptr[op.slot], nullptr));
+        if (live[op.slot]) [[unlikely]]  // a wrapped leftover not freed before its slot came again
+          a.deallocate(std::exchange(live[op.slot], nullptr));
         try {
-          ptr[op.slot] = a.allocate(op.requested, op.stream, op.tag, nullptr);
+          live[op.slot] = a.allocate(op.requested, op.stream, op.tag, nullptr);
         } catch (const OutOfMemoryError&) {
           ++r.num_ooms;
           continue;
         }
-        ++r.ops;
+        ++calls;
         ++allocs;
-        if (snapshot_at_peak) {
+        if (snapshot_at_peak) [[unlikely]] {
           DeviceStats st = a.stats();
           if (st.allocated_bytes.current >= best_peak) {
             best_peak = st.allocated_bytes.current;
@@ -183,16 +209,17 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
           }
         }
       } else if (op.action == Action::free) {
-        if (!ptr[op.slot]) {  // its alloc ran out of memory, or came before this pass: the wrap's free
-          if (pass > 0 && wrap[op.slot] != kNone && ptr[wrap[op.slot]]) {
-            a.deallocate(std::exchange(ptr[wrap[op.slot]], nullptr));
-            ++r.ops;
+        void* p = live[op.slot];
+        if (!p) [[unlikely]] {  // its alloc ran out of memory, or came before this pass: the wrap's free
+          if (pass > 0 && wrap[op.slot] != kNone && live[wrap[op.slot]]) {
+            a.deallocate(std::exchange(live[wrap[op.slot]], nullptr));
+            ++calls;
           }
           continue;
         }
-        a.deallocate(ptr[op.slot]);
-        ptr[op.slot] = nullptr;
-        ++r.ops;
+        live[op.slot] = nullptr;
+        a.deallocate(p);
+        ++calls;
       } else {
         begin_step();
       }
@@ -200,17 +227,28 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
     // The pass's leftovers go at its end: all of them for a trace without
     // steps; for one with steps, those its later passes allocate again.
     if (passes > 1 && pass + 1 < passes)
-      for (std::size_t k = c.stepped ? again_slot : 0; k < ptr.size(); ++k)
-        if (ptr[k] && !wrapped[k]) a.deallocate(std::exchange(ptr[k], nullptr));
+      for (uint32_t k : pass_leftovers)
+        if (ptr[k]) a.deallocate(std::exchange(ptr[k], nullptr));
   }
   auto t1 = std::chrono::steady_clock::now();
+  r.ops += calls;
   const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
   r.ns_per_op = r.ops ? ns / static_cast<double>(r.ops) : 0;
   r.ns_per_alloc_free = allocs ? ns / static_cast<double>(allocs) : 0;
   r.steady_ns_per_alloc_free = r.ns_per_alloc_free;
-  if (steady && allocs > steady_allocs)
-    r.steady_ns_per_alloc_free = std::chrono::duration<double, std::nano>(t1 - t_steady).count() /
-                                 static_cast<double>(allocs - steady_allocs);
+  r.steady_ns_per_alloc_free_mean = r.ns_per_alloc_free;
+  if (steady && allocs > steady_allocs) {
+    r.steady_ns_per_alloc_free_mean = std::chrono::duration<double, std::nano>(t1 - t_steady).count() /
+                                      static_cast<double>(allocs - steady_allocs);
+    step_marks.emplace_back(t1, allocs);
+    std::vector<double> per_step;  // ns per allocation of each steady step that allocated
+    for (std::size_t i = 0; i + 1 < step_marks.size(); ++i)
+      if (const int64_t n = step_marks[i + 1].second - step_marks[i].second; n > 0)
+        per_step.push_back(std::chrono::duration<double, std::nano>(step_marks[i + 1].first - step_marks[i].first).count() /
+                           static_cast<double>(n));
+    r.steady_steps_timed = static_cast<int64_t>(per_step.size());
+    r.steady_ns_per_alloc_free = median(per_step);
+  }
   for (void* p : ptr)
     if (p) a.deallocate(p);
   if (options.record_history) r.history = a.snapshot();
@@ -253,7 +291,7 @@ ReplayResult replay_malloc(const std::vector<TraceEntry>& events) {
   const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
   r.ns_per_op = r.ops ? ns / static_cast<double>(r.ops) : 0;
   r.ns_per_alloc_free = allocs ? ns / static_cast<double>(allocs) : 0;
-  r.steady_ns_per_alloc_free = r.ns_per_alloc_free;
+  r.steady_ns_per_alloc_free = r.steady_ns_per_alloc_free_mean = r.ns_per_alloc_free;
   for (void*& p : ptr) std::free(std::exchange(p, nullptr));
   malloc_trim(0);
 

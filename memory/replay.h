@@ -28,7 +28,11 @@ struct ReplayResult {
   int64_t steady_raw_allocs = 0;
   int64_t steps = 0;                 // "step" events seen (planned, step-less: the 2 passes)
   double ns_per_alloc_free = 0;      // wall time of the replay / allocations
-  double steady_ns_per_alloc_free = 0;  // the same from the second step on
+  // From the second step on: the median over those steps of each step's wall
+  // time / its allocations (the step's mark included), and the plain mean.
+  double steady_ns_per_alloc_free = 0;
+  double steady_ns_per_alloc_free_mean = 0;
+  int64_t steady_steps_timed = 0;  // the steps the median is over (0: the whole replay's mean)
   PlannedStats planned;              // policy=planned: hits, fallbacks, arena and its lower bound
   int64_t num_ooms = 0;       // allocations that failed under `capacity`
   int64_t ops = 0;            // allocate + deallocate calls made

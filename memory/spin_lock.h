@@ -22,6 +22,8 @@ class SpinLock {
     wait_and_lock();
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+  // One exchange, no waiting: true if the lock is now held.
+  bool try_lock() noexcept { return !locked_.exchange(true, std::memory_order_acquire); }
 
  // One round of waiting: a pause hint for the first 64, then a yield.
   static void relax(int& spins) noexcept {

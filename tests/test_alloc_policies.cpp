@@ -503,6 +503,50 @@ TEST_CASE("replay: the variable-length and W-GPT step traces hold the lab's figu
   CHECK(static_cast<double>(p.steady_peak_reserved_bytes) <= 1.02 * static_cast<double>(p.planned.planned_peak));
 }
 
+// NOTE [ Planned fast path ]: allocate and deallocate serve the arena
+// blocks a plan expects on a path of their own; with the history recorded,
+// every call takes the slow path. Both roads must count alike: every
+// statistic and peak, and the arena's figures, on the variable-length trace
+// (bounded steps, a replan, held blocks) replayed over and over.
+TEST_CASE("planned: the fast path and the slow path give the same statistics") {
+  const char* src = std::getenv("SNUG_SOURCE_DIR");
+  const std::string dir = std::string(src ? src : ".") + "/bench/traces/";
+  for (const char* name : {"wgpt_varlen.json", "wgpt_steps.json"}) {
+    CAPTURE(name);
+    const Snapshot snap = load_snapshot(dir + name);
+    const auto& ev = snap.devices.at(0).events;
+    const ReplayResult fast = replay(ev, with(AllocPolicy::planned), ReplayOptions{kNoLimit, false, 3, false});
+    const ReplayResult slow = replay(ev, with(AllocPolicy::planned), ReplayOptions{kNoLimit, false, 3, true});
+    CHECK(fast.planned.hits > 0);
+    auto same = [](const Stat& a, const Stat& b) {
+      CHECK(a.current == b.current);
+      CHECK(a.peak == b.peak);
+      CHECK(a.allocated == b.allocated);
+      CHECK(a.freed == b.freed);
+    };
+    const DeviceStats& f = fast.stats;
+    const DeviceStats& s = slow.stats;
+    same(f.allocated_bytes, s.allocated_bytes);
+    same(f.requested_bytes, s.requested_bytes);
+    same(f.active_bytes, s.active_bytes);
+    same(f.reserved_bytes, s.reserved_bytes);
+    same(f.allocation, s.allocation);
+    same(f.active, s.active);
+    for (int t = 0; t < kNumTags; ++t) {
+      CAPTURE(t);
+      same(f.tag_bytes[t], s.tag_bytes[t]);
+      CHECK(f.tag_at_peak[t] == s.tag_at_peak[t]);
+    }
+    CHECK(fast.peak_allocated_bytes == slow.peak_allocated_bytes);
+    CHECK(fast.peak_reserved_bytes == slow.peak_reserved_bytes);
+    CHECK(fast.planned.hits == slow.planned.hits);
+    CHECK(fast.planned.held_hits == slow.planned.held_hits);
+    CHECK(fast.planned.fallbacks == slow.planned.fallbacks);
+    CHECK(fast.planned.replans == slow.planned.replans);
+    CHECK(fast.planned.bounded_steps == slow.planned.bounded_steps);
+  }
+}
+
 TEST_CASE("expandable segments on a GPU: cuMemMap'd granules hold tensors (skips without a GPU)") {
   if (cuda::device_count() == 0) {
     MESSAGE("skipped: no CUDA GPU (", cuda::compiled() ? "none visible" : cuda::plugin_error(), ")");

@@ -173,6 +173,15 @@ TEST_CASE("bad snapshot files throw IOError naming the file") {
   } catch (const IOError& e) {
     CHECK(std::string(e.what()).find("unknown action \"explode\"") != std::string::npos);
   }
+  // A pickle (PyTorch's own snapshot format): the error says how to convert it.
+  std::ofstream(path, std::ios::binary) << std::string("\x80\x04\x95\x10\x00", 5) << "}q\x00.";
+  try {
+    load_snapshot(path);
+    FAIL("expected IOError");
+  } catch (const IOError& e) {
+    CHECK(std::string(e.what()).find("a pickle") != std::string::npos);
+    CHECK(std::string(e.what()).find("tools/torch_snapshot.py import") != std::string::npos);
+  }
   std::remove(path.c_str());
 }
 
