@@ -16,7 +16,7 @@ binary.
 From `objdump -d -C`, each function (by address) gets
   * the level it needs: avx512 if it touches AVX-512 (zmm, mask registers,
     xmm16-31 / ymm16-31, embedded broadcasts), avx2 if it has any VEX
-    instruction, ymm, or BMI1/BMI2/LZCNT/POPCNT/MOVBE, else baseline;
+    instruction, ymm, or BMI1/BMI2/LZCNT/POPCNT/MOVBE (not tzcnt: below), else baseline;
   * the level it may use: its namespace's (snug::avx512::, snug::avx2::)
     when its name is in one; otherwise the lowest level among its direct
     callers (calls, tail jumps, calls through the PLT, and code that takes its address), or baseline when
@@ -33,8 +33,12 @@ import subprocess
 import sys
 
 AVX512_ONLY = re.compile(r"%zmm\d|%k[0-7]\b|%[xy]mm(1[6-9]|2\d|3[01])\b|\{%k|\{1to")
+# Not tzcnt: its encoding is rep bsf, which a CPU without BMI1 runs as bsf,
+# the same result for a nonzero source; GCC emits it at the baseline for a
+# count of trailing zeros whose source is nonzero (__builtin_ctz, or the de
+# Bruijn idiom it recognizes), never relying on tzcnt's answer for zero.
 BEYOND_V1 = {"andn", "bextr", "blsi", "blsmsk", "blsr", "bzhi", "pdep", "pext", "mulx", "rorx", "sarx", "shlx",
-             "shrx", "lzcnt", "tzcnt", "popcnt", "movbe"}
+             "shrx", "lzcnt", "popcnt", "movbe"}
 LEVELS = ["baseline", "avx2", "avx512"]
 RANK = {l: i for i, l in enumerate(LEVELS)}
 FUNC = re.compile(r"^([0-9a-f]+) <(.*)>:$")
