@@ -448,7 +448,7 @@ void CachingAllocator::add_counts(DeviceStats& st, const PlannedArena::Counts& a
   for (int t = 0; t < kNumTags; ++t) add(st.tag_bytes[t], a.tag[t], a.tag_total[t]);
 }
 
-inline void CachingAllocator::count_alloc(std::size_t size, std::size_t nbytes, Tag tag) {
+[[gnu::always_inline]] inline void CachingAllocator::count_alloc(std::size_t size, std::size_t nbytes, Tag tag) {
   const auto bytes = static_cast<int64_t>(size);
   for (Stat* x : {&stats_.allocated_bytes, &stats_.active_bytes, &stats_.tag_bytes[static_cast<int>(tag)]}) {
     x->current += bytes;
@@ -464,13 +464,35 @@ inline void CachingAllocator::count_alloc(std::size_t size, std::size_t nbytes, 
   due_tags_ |= 1u << static_cast<int>(tag);
 }
 
-inline void CachingAllocator::count_free(std::size_t size, std::size_t requested, Tag tag) {
+[[gnu::always_inline]] inline void CachingAllocator::count_free(std::size_t size, std::size_t requested, Tag tag) {
   settle_peaks();
   const auto bytes = static_cast<int64_t>(size);
   stats_.allocated_bytes.sub(bytes);
   stats_.allocation.sub(1);
   stats_.requested_bytes.sub(static_cast<int64_t>(requested));
   stats_.tag_bytes[static_cast<int>(tag)].sub(bytes);
+}
+
+// held_table_: an open-addressing table of the held blocks by address
+// (Fibonacci hashing, linear probing, at most a quarter full), rebuilt when
+// the set of held blocks changes (a plan, an adoption, a release: rare), so a
+// free finds its held block, or learns it has none, in a probe or two.
+namespace {
+std::size_t held_home(const void* p, unsigned bits) {
+  const auto k = reinterpret_cast<std::uintptr_t>(p) >> 9;  // blocks are 512-byte aligned
+  return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+}  // namespace
+
+// (Inline: the fast path of deallocate finds held blocks with it, NOTE [ Planned fast path ].)
+[[gnu::always_inline]] inline CachingAllocator::Held* CachingAllocator::held_at(const void* p) {
+  if (held_table_.empty()) return nullptr;
+  const std::size_t mask = held_table_.size() - 1;
+  for (std::size_t at = held_home(p, held_bits_);; at = (at + 1) & mask) {
+    const int32_t i = held_table_[at];
+    if (i < 0) return nullptr;
+    if (held_[static_cast<std::size_t>(i)].b->ptr == p) return &held_[static_cast<std::size_t>(i)];
+  }
 }
 
 // NOTE [ Planned fast path ]: a planned step's arena block is taken and given
@@ -488,12 +510,30 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   if (arena_ && stream == 0 && nbytes <= (SIZE_MAX >> 2) && !own_rounding_ &&
       arena_->state() == PlannedArena::State::planned && !history_.enabled()) {
     const std::size_t r = settings_.round;  // round_size, without the policy's rounding (none here)
-    if (char* p = arena_->take_ready(nbytes < r ? r : (nbytes + r - 1) & ~(r - 1), nbytes, tag)) {
+    const std::size_t size = nbytes < r ? r : (nbytes + r - 1) & ~(r - 1);
+    if (char* p = arena_->take_ready(size, nbytes, tag)) {
       peaks_due_ = true;  // the arena counted it (NOTE [ Deferred peaks ])
       due_tags_ |= 1u << static_cast<int>(tag);
       mu_.unlock();
       return p;
     }
+    // A held entry's idle block, as take() + serve_held() give it (an op
+    // name to intern, which calls, goes the slow way).
+    if (const int32_t h = op ? -1 : arena_->held_entry_ready(size); h >= 0)
+      for (std::size_t i = 2 * static_cast<std::size_t>(h); i < 2 * static_cast<std::size_t>(h) + 2 && i < held_.size();
+           ++i)
+        if (Held& hd = held_[i]; hd.b && !hd.busy && hd.b->stream == 0 && hd.b->size >= size) {
+          arena_->take_held_entry();
+          Block* b = hd.b;
+          hd.busy = true;
+          b->requested = nbytes;
+          b->tag = tag;
+          b->op = nullptr;
+          count_alloc(b->size, nbytes, tag);
+          ++held_hits_;
+          mu_.unlock();
+          return b->ptr;
+        }
   }
   return allocate_slow_locked(nbytes, stream, tag, op);
 }
@@ -591,20 +631,29 @@ void CachingAllocator::deallocate(void* p) {
   if (!p) return;
   if (!mu_.try_lock()) [[unlikely]]
     return deallocate_slow(p);
-  // NOTE [ Planned fast path ]: the arena block the plan expects back next.
-  if (arena_ && arena_->contains(p) && !history_.enabled() && arena_uses_.empty())
-    if (const int32_t s = arena_->expected_free(p); s >= 0) {
-      if (peaks_due_) {  // settle_peaks(), inline: before the arena's counts go down
-        settle_into(stats_);
-        peaks_due_ = false;
-        due_tags_ = 0;
+  // NOTE [ Planned fast path ]: the arena block the plan expects back next,
+  // or a held block (NOTE [ Held blocks ]) going idle.
+  if (!history_.enabled()) {
+    if (arena_ && arena_->contains(p)) {
+      if (const int32_t s = arena_uses_.empty() ? arena_->expected_free(p) : -1; s >= 0) {
+        settle_peaks();  // before the arena's counts go down (NOTE [ Deferred peaks ])
+        std::size_t requested;
+        Tag tag;
+        arena_->release(s, &requested, &tag);
+        mu_.unlock();
+        return;
       }
-      std::size_t requested;
-      Tag tag;
-      arena_->release(s, &requested, &tag);
+    } else if (Held* hd = held_table_.empty() ? nullptr : held_at(p);
+               hd && hd->busy && hd->b->stream_uses.empty()) {
+      Block* b = hd->b;
+      hd->busy = false;
+      count_free(b->size, b->requested, b->tag);
+      stats_.active_bytes.sub(static_cast<int64_t>(b->size));
+      stats_.active.sub(1);
       mu_.unlock();
       return;
     }
+  }
   return deallocate_slow_locked(p);
 }
 
@@ -1089,16 +1138,6 @@ void CachingAllocator::unhold(Held& hd) {
   index_held();
 }
 
-// held_table_: an open-addressing table of the held blocks by address
-// (Fibonacci hashing, linear probing, at most a quarter full), rebuilt when
-// the set of held blocks changes (a plan, an adoption, a release: rare), so a
-// free finds its held block, or learns it has none, in a probe or two.
-namespace {
-std::size_t held_home(const void* p, unsigned bits) {
-  const auto k = reinterpret_cast<std::uintptr_t>(p) >> 9;  // blocks are 512-byte aligned
-  return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ull) >> (64 - bits));
-}
-}  // namespace
 
 void CachingAllocator::index_held() {
   std::size_t n = 0;
@@ -1115,15 +1154,6 @@ void CachingAllocator::index_held() {
     }
 }
 
-CachingAllocator::Held* CachingAllocator::held_at(const void* p) {
-  if (held_table_.empty()) return nullptr;
-  const std::size_t mask = held_table_.size() - 1;
-  for (std::size_t at = held_home(p, held_bits_);; at = (at + 1) & mask) {
-    const int32_t i = held_table_[at];
-    if (i < 0) return nullptr;
-    if (held_[static_cast<std::size_t>(i)].b->ptr == p) return &held_[static_cast<std::size_t>(i)];
-  }
-}
 
 // Idle held blocks go back to the base policy; handed-out ones become
 // ordinary blocks, pooled when freed.

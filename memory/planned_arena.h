@@ -168,6 +168,24 @@ class PlannedArena {
     cursor_ = k + 1;
     return hand_out(e.slot, requested, tag);
   }
+  // take() where the next entry is a held one (the probation window's, or
+  // one not in the arena) and this allocation is it: the held entry, else -1;
+  // nothing changed. take_held_entry() then moves on as take() would have.
+  int32_t held_entry_ready(std::size_t size) const {
+    const std::size_t k = cursor_;
+    if (!active_ || k >= entries_.size()) return -1;
+    const Entry& e = entries_[k];
+    if (e.size != size && !(bounded_ && size < e.size)) return -1;
+    return k < probation_ || e.slot < 0 ? e.held : -1;
+  }
+  void take_held_entry() {
+    if (cursor_++ < probation_) {
+      if (cursor_ == probation_) step_matched_ = true;
+      ++stats_.probation;
+    } else {
+      ++stats_.kept_out;
+    }
+  }
   bool contains(const void* p) const { return p >= base_ && p < base_ + bytes_; }
   // Frees an arena block (p: contains(p)); returns its size. Throws
   // ValueError for an address that is not a live arena block.
