@@ -448,6 +448,57 @@ TEST_CASE("f16/bf16 inputs compute in f32 and keep their dtype") {
   CHECK(vals(make1({300}, kBFloat16) * make1({300}, kBFloat16))[0] == doctest::Approx(90000).epsilon(0.01));
 }
 
+// NOTE [ Half-precision elementwise loops ] (core/cpu/loop.h): bf16 and f32
+// operands, all contiguous, are converted in registers, the rest through the
+// chunked converters. Either way each result is the f32 value rounded once:
+// checked bit for bit against the scalar conversions of core/half.h, on
+// tensors long enough to be split across threads, with the values rounding
+// treats specially (ties, the largest finite, infinities, NaNs, subnormals).
+TEST_CASE("bf16 elementwise results are the f32 results rounded once, bit for bit") {
+  const int64_t n = 3 * 65536 + 77;
+  std::vector<uint16_t> ab(n), bb(n);
+  std::vector<float> bf(n);
+  uint32_t st = 12345;
+  auto next = [&] { return st = st * 1664525u + 1013904223u; };
+  const uint16_t special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0x0001, 0x807f,
+                              0x7f7f, 0xff7f, 0x3f80, 0x3f81, 0x4000, 0xc000};
+  for (int64_t i = 0; i < n; ++i) {
+    ab[i] = i % 97 < 14 ? special[i % 97] : static_cast<uint16_t>(next() >> 16);
+    bb[i] = i % 89 < 14 ? special[(i + 3) % 14] : static_cast<uint16_t>(next() >> 16);
+    bf[i] = bf16_to_float(static_cast<uint16_t>(next() >> 16));
+  }
+  const Tensor a = from_blob_copy(ab.data(), {n}, kBFloat16, TensorOptions(kBFloat16));
+  const Tensor b = from_blob_copy(bb.data(), {n}, kBFloat16, TensorOptions(kBFloat16));
+  const Tensor f = from_blob_copy(bf.data(), {n}, kFloat32);
+  auto same = [](float got, float want) { return std::isnan(want) ? std::isnan(got) : got == want; };
+  auto check_bf16 = [&](const Tensor& t, auto op, const char* what) {
+    INFO(std::string(what));
+    REQUIRE(t.dtype() == kBFloat16);
+    const auto* out = static_cast<const uint16_t*>(t.contiguous().data_ptr());
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = bf16_to_float(float_to_bf16(op(bf16_to_float(ab[i]), bf16_to_float(bb[i]))));
+      if (!same(bf16_to_float(out[i]), want) || (!std::isnan(want) && out[i] != float_to_bf16(want))) {
+        if (bad < 3) MESSAGE(i, ": ", ab[i], " ", bb[i], " -> ", out[i], ", want ", float_to_bf16(want));
+        ++bad;
+      }
+    }
+    CHECK(bad == 0);
+  };
+  check_bf16(a + b, [](float x, float y) { return x + y; }, "add");
+  check_bf16(a - b, [](float x, float y) { return x - y; }, "sub");
+  check_bf16(a * b, [](float x, float y) { return x * y; }, "mul");
+  check_bf16(a / b, [](float x, float y) { return x / y; }, "div");
+  // bf16 with f32: an f32 result, not rounded.
+  const Tensor m = a + f;
+  REQUIRE(m.dtype() == kFloat32);
+  const auto* mo = static_cast<const float*>(m.contiguous().data_ptr());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (!same(mo[i], bf16_to_float(ab[i]) + bf[i])) ++bad;
+  CHECK(bad == 0);
+}
+
 // ---- in-place ops ----------------------------------------------------------------
 
 TEST_CASE("in-place ops: values, broadcasting, return self, version bump") {
