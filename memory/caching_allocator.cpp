@@ -495,6 +495,32 @@ std::size_t held_home(const void* p, unsigned bits) {
   }
 }
 
+[[gnu::always_inline]] inline CachingAllocator::Held* CachingAllocator::find_idle_held(int32_t h, std::size_t size,
+                                                                                      StreamId stream) {
+  for (std::size_t i = 2 * static_cast<std::size_t>(h); i < 2 * static_cast<std::size_t>(h) + 2 && i < held_.size(); ++i)
+    if (Held& hd = held_[i]; hd.b && !hd.busy && hd.b->stream == stream && hd.b->size >= size) return &hd;
+  return nullptr;
+}
+
+[[gnu::always_inline]] inline void CachingAllocator::hand_out_held(Held& hd, std::size_t nbytes, Tag tag,
+                                                                   const char* interned_op) {
+  Block* b = hd.b;
+  hd.busy = true;
+  b->requested = nbytes;
+  b->tag = tag;
+  b->op = interned_op;
+  count_alloc(b->size, nbytes, tag);
+  ++held_hits_;
+}
+
+[[gnu::always_inline]] inline void CachingAllocator::take_back_held(Held& hd) {
+  Block* b = hd.b;
+  hd.busy = false;
+  count_free(b->size, b->requested, b->tag);
+  stats_.active_bytes.sub(static_cast<int64_t>(b->size));
+  stats_.active.sub(1);
+}
+
 // NOTE [ Planned fast path ]: a planned step's arena block is taken and given
 // back by allocate and deallocate themselves, under one lock exchange, and
 // that path calls nothing, so the compiler saves no registers for it (when
@@ -520,20 +546,12 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
     // A held entry's idle block, as take() + serve_held() give it (an op
     // name to intern, which calls, goes the slow way).
     if (const int32_t h = op ? -1 : arena_->held_entry_ready(size); h >= 0)
-      for (std::size_t i = 2 * static_cast<std::size_t>(h); i < 2 * static_cast<std::size_t>(h) + 2 && i < held_.size();
-           ++i)
-        if (Held& hd = held_[i]; hd.b && !hd.busy && hd.b->stream == 0 && hd.b->size >= size) {
-          arena_->take_held_entry();
-          Block* b = hd.b;
-          hd.busy = true;
-          b->requested = nbytes;
-          b->tag = tag;
-          b->op = nullptr;
-          count_alloc(b->size, nbytes, tag);
-          ++held_hits_;
-          mu_.unlock();
-          return b->ptr;
-        }
+      if (Held* hd = find_idle_held(h, size, 0)) {
+        arena_->take_held_entry();
+        hand_out_held(*hd, nbytes, tag, nullptr);
+        mu_.unlock();
+        return hd->b->ptr;
+      }
   }
   return allocate_slow_locked(nbytes, stream, tag, op);
 }
@@ -645,11 +663,7 @@ void CachingAllocator::deallocate(void* p) {
       }
     } else if (Held* hd = held_table_.empty() ? nullptr : held_at(p);
                hd && hd->busy && hd->b->stream_uses.empty()) {
-      Block* b = hd->b;
-      hd->busy = false;
-      count_free(b->size, b->requested, b->tag);
-      stats_.active_bytes.sub(static_cast<int64_t>(b->size));
-      stats_.active.sub(1);
+      take_back_held(*hd);
       mu_.unlock();
       return;
     }
@@ -679,13 +693,9 @@ void CachingAllocator::deallocate_slow_locked(void* p) {
   }
   if (!held_table_.empty())  // a held block back to its entry, idle (NOTE [ Held blocks ])
     if (Held* hd = held_at(p); hd && hd->busy && hd->b->stream_uses.empty()) {
-      Block* b = hd->b;
-      hd->busy = false;
-      count_free(b->size, b->requested, b->tag);
-      stats_.active_bytes.sub(static_cast<int64_t>(b->size));
-      stats_.active.sub(1);
+      take_back_held(*hd);
       if (history_.enabled()) [[unlikely]]
-        record(Action::free, b, b->requested);
+        record(Action::free, hd->b, hd->b->requested);
       return;
     }
   deallocate_locked(p);  // (held blocks reach it only freed twice, or used on another stream)
@@ -1170,22 +1180,11 @@ void CachingAllocator::release_held() {
 
 Block* CachingAllocator::serve_held(int32_t h, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
                                     const char* op) {
-  Held* hd = nullptr;
-  for (std::size_t i = 2 * static_cast<std::size_t>(h); i < 2 * static_cast<std::size_t>(h) + 2 && i < held_.size(); ++i)
-    if (held_[i].b && !held_[i].busy && held_[i].b->stream == stream && held_[i].b->size >= size) {
-      hd = &held_[i];
-      break;
-    }
+  Held* hd = find_idle_held(h, size, stream);
   if (!hd) return nullptr;
-  Block* b = hd->b;
-  hd->busy = true;
-  b->requested = nbytes;
-  b->tag = tag;
-  b->op = intern_op(op);
-  count_alloc(b->size, nbytes, tag);
-  ++held_hits_;
-  if (history_.enabled()) record(Action::alloc, b, nbytes);
-  return b;
+  hand_out_held(*hd, nbytes, tag, intern_op(op));
+  if (history_.enabled()) record(Action::alloc, hd->b, nbytes);
+  return hd->b;
 }
 
 // The arena's memory from the device. Without it (nothing to plan, or no

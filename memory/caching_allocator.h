@@ -203,6 +203,10 @@ class CachingAllocator {
   Held* held_at(const void* p);  // p's held block (handed out or idle), or nullptr
   const Held* held_at(const void* p) const { return const_cast<CachingAllocator*>(this)->held_at(p); }
   void unhold(Held& hd);
+  // serve_held's and deallocate's steps, shared with the fast path (inline, no call):
+  Held* find_idle_held(int32_t h, std::size_t size, StreamId stream);  // entry h's idle block that fits, or nullptr
+  void hand_out_held(Held& hd, std::size_t nbytes, Tag tag, const char* interned_op);
+  void take_back_held(Held& hd);  // handed out -> idle (its stream uses none)
   int64_t held_hits_ = 0;
   std::unordered_map<const void*, std::vector<StreamId>> arena_uses_;  // record_stream on planned blocks
   std::map<std::pair<StreamId, bool>, Expanse> expanses_;  // policy=expandable only
