@@ -399,7 +399,7 @@ std::size_t CachingAllocator::policy_block_size(std::size_t n) const { return po
 // which merged() adds to stats_ for every reader; stats_'s peaks for these
 // counts are the peaks of the sums. (The arena's path is a few dozen
 // instructions; these counts were a third of them.)
-// settle's body, inline where it must make no call (NOTE [ Planned fast path ]).
+// Inline: settle_peaks() runs it on the fast path, which makes no call (NOTE [ Planned fast path ]).
 [[gnu::always_inline]] inline void CachingAllocator::settle_into(DeviceStats& st) const {
   static const PlannedArena::Counts kNone;
   const PlannedArena::Counts& a = arena_ ? arena_->counts() : kNone;
@@ -423,12 +423,10 @@ std::size_t CachingAllocator::policy_block_size(std::size_t n) const { return po
   }
 }
 
-void CachingAllocator::settle(DeviceStats& st) const { settle_into(st); }
-
 // stats_ with the arena's blocks added in: what every reader sees.
 DeviceStats CachingAllocator::merged() const {
   DeviceStats st = stats_;
-  if (peaks_due_) settle(st);
+  if (peaks_due_) settle_into(st);
   if (arena_) add_counts(st, arena_->counts());
   st.capacity = capacity_;
   return st;
@@ -533,10 +531,9 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
     return allocate_slow(nbytes, stream, tag, op);
   // NOTE [ Planned arena ]: a planned step's block, with no search (its
   // stream is the default one: the plan records one stream's step).
-  if (arena_ && stream == 0 && nbytes <= (SIZE_MAX >> 2) && !own_rounding_ &&
+  if (arena_ && stream == 0 && valid_size(nbytes) && !own_rounding_ &&
       arena_->state() == PlannedArena::State::planned && !history_.enabled()) {
-    const std::size_t r = settings_.round;  // round_size, without the policy's rounding (none here)
-    const std::size_t size = nbytes < r ? r : (nbytes + r - 1) & ~(r - 1);
+    const std::size_t size = round_to_setting(nbytes);  // round_size (no policy rounding here)
     if (char* p = arena_->take_ready(size, nbytes, tag)) {
       peaks_due_ = true;  // the arena counted it (NOTE [ Deferred peaks ])
       due_tags_ |= 1u << static_cast<int>(tag);

@@ -104,10 +104,14 @@ class CachingAllocator {
   // policy's size (size_class, buddy). Inline: every allocation asks.
   std::size_t round_size(std::size_t nbytes) const {
     // Room for the policy's rounding too (at most a doubling, buddy's).
-    SNUG_CHECK(nbytes <= (SIZE_MAX >> 2), ValueError, "memory::allocate: ", nbytes, " bytes is not a valid size");
-    const std::size_t r = settings_.round;
-    const std::size_t n = nbytes < r ? r : (nbytes + r - 1) & ~(r - 1);
+    SNUG_CHECK(valid_size(nbytes), ValueError, "memory::allocate: ", nbytes, " bytes is not a valid size");
+    const std::size_t n = round_to_setting(nbytes);
     return own_rounding_ ? policy_block_size(n) : n;
+  }
+  static bool valid_size(std::size_t nbytes) { return nbytes <= (SIZE_MAX >> 2); }
+  std::size_t round_to_setting(std::size_t nbytes) const {  // up to a multiple of settings_.round
+    const std::size_t r = settings_.round;
+    return nbytes < r ? r : (nbytes + r - 1) & ~(r - 1);
   }
   std::size_t block_size(void* p) const;  // rounded size of a live allocation
   bool owns(const void* p) const;         // p is a live allocation of this allocator
@@ -166,7 +170,6 @@ class CachingAllocator {
   std::size_t policy_block_size(std::size_t n) const;
   // count_alloc leaves peaks due; settle them before anything decreases (NOTE [ Deferred peaks ]).
   void count_alloc(std::size_t size, std::size_t nbytes, Tag tag);
-  void settle(DeviceStats& st) const;
   void settle_into(DeviceStats& st) const;
   DeviceStats merged() const;  // stats_ with the planned arena's counts added in
   static void add_counts(DeviceStats& st, const PlannedArena::Counts& a);

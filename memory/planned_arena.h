@@ -132,25 +132,15 @@ class PlannedArena {
   // this size, planned with every block planned to be gone by now gone, or
   // held. take_slow() has every other case.
   char* take(std::size_t size, std::size_t requested, Tag tag) {
-    const std::size_t k = cursor_;
-    if (active_ && k < entries_.size() && (entries_[k].size == size || (bounded_ && size < entries_[k].size))) {
-      const Entry& e = entries_[k];
-      if (k < probation_) {  // the recorded step's, as it should be: its held block
-        cursor_ = k + 1;
-        if (cursor_ == probation_) step_matched_ = true;
-        ++stats_.probation;
-        held_request_ = e.held;
+    if (const Entry* e = next_entry(size)) {
+      if (cursor_ < probation_ || e->slot < 0) {  // the recorded step's window, or not in the arena: its held block
+        take_held_entry();
+        held_request_ = e->held;
         return nullptr;
       }
-      if (e.slot < 0) {  // not in the arena: its held block
-        cursor_ = k + 1;
-        ++stats_.kept_out;
-        held_request_ = e.held;
-        return nullptr;
-      }
-      if (freed_prefix_ >= slots_[static_cast<std::size_t>(e.slot)].frees_before) {
-        cursor_ = k + 1;
-        return hand_out(e.slot, requested, tag);
+      if (freed_prefix_ >= slots_[static_cast<std::size_t>(e->slot)].frees_before) {
+        ++cursor_;
+        return hand_out(e->slot, requested, tag);
       }
     }
     return take_slow(size, requested, tag);
@@ -159,24 +149,19 @@ class PlannedArena {
   // changed (the caller then calls take()): the allocator's fast path, which
   // must make no call (NOTE [ Planned fast path ] in caching_allocator.cpp).
   char* take_ready(std::size_t size, std::size_t requested, Tag tag) {
-    const std::size_t k = cursor_;
-    if (!active_ || k < probation_ || k >= entries_.size()) return nullptr;
-    const Entry& e = entries_[k];
-    if ((e.size != size && !(bounded_ && size < e.size)) || e.slot < 0 ||
-        freed_prefix_ < slots_[static_cast<std::size_t>(e.slot)].frees_before)
+    const Entry* e = next_entry(size);
+    if (!e || cursor_ < probation_ || e->slot < 0 ||
+        freed_prefix_ < slots_[static_cast<std::size_t>(e->slot)].frees_before)
       return nullptr;
-    cursor_ = k + 1;
-    return hand_out(e.slot, requested, tag);
+    ++cursor_;
+    return hand_out(e->slot, requested, tag);
   }
   // take() where the next entry is a held one (the probation window's, or
   // one not in the arena) and this allocation is it: the held entry, else -1;
   // nothing changed. take_held_entry() then moves on as take() would have.
   int32_t held_entry_ready(std::size_t size) const {
-    const std::size_t k = cursor_;
-    if (!active_ || k >= entries_.size()) return -1;
-    const Entry& e = entries_[k];
-    if (e.size != size && !(bounded_ && size < e.size)) return -1;
-    return k < probation_ || e.slot < 0 ? e.held : -1;
+    const Entry* e = next_entry(size);
+    return e && (cursor_ < probation_ || e->slot < 0) ? e->held : -1;
   }
   void take_held_entry() {
     if (cursor_++ < probation_) {
@@ -281,6 +266,13 @@ class PlannedArena {
     counts_.total_requested += static_cast<int64_t>(requested);
     counts_.tag_total[static_cast<int>(tag)] += bytes;
     return base_ + sl.offset;
+  }
+  // The next entry, if an allocation of `size` is it (its size, or smaller
+  // in a bounded step); nullptr otherwise or when the plan is not active.
+  const Entry* next_entry(std::size_t size) const {
+    if (!active_ || cursor_ >= entries_.size()) return nullptr;
+    const Entry& e = entries_[cursor_];
+    return e.size == size || (bounded_ && size < e.size) ? &e : nullptr;
   }
   char* take_slow(std::size_t size, std::size_t requested, Tag tag);
   // The live slot whose block starts at p (ValueError if none): a binary

@@ -228,7 +228,7 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
     // steps; for one with steps, those its later passes allocate again.
     if (passes > 1 && pass + 1 < passes)
       for (uint32_t k : pass_leftovers)
-        if (ptr[k]) a.deallocate(std::exchange(ptr[k], nullptr));
+        if (live[k]) a.deallocate(std::exchange(live[k], nullptr));
   }
   auto t1 = std::chrono::steady_clock::now();
   r.ops += calls;

@@ -17,7 +17,7 @@ class SpinLock {
  public:
   // The uncontended case inline (one exchange); waiting out of line.
   void lock() noexcept {
-    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]]
+    if (try_lock()) [[likely]]
       return;
     wait_and_lock();
   }
