@@ -67,7 +67,7 @@ test -f "$out/prefix/include/snug/version.h"
 test -f "$out/prefix/include/snug/core/tensor.h"
 fail() { echo "build_consumer: $*" >&2; exit 1; }
 # Internal headers stay out of the prefix; the exported files carry no build flags.
-if find "$out/prefix/include" -path '*/core/cpu/*' | grep -q .; then fail "the CPU backend's internal headers (core/cpu/) were installed"; fi
+if [ -n "$(find "$out/prefix/include" -path '*/core/cpu/*')" ]; then fail "the CPU backend's internal headers (core/cpu/) were installed"; fi
 exported="$(cat "$out"/prefix/lib*/cmake/snug/snugTargets*.cmake "$out"/prefix/lib*/pkgconfig/snug.pc)"
 for bad in -march -fsanitize -Wall Eigen eigen3; do
   if grep -q -- "$bad" <<<"$exported"; then fail "the installed package mentions '$bad'"; fi

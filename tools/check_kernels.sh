@@ -32,7 +32,11 @@ for cu in "$ROOT"/cuda/*.cu; do
   if ! (cd "$build" && eval "$cmd -arch=${arch:-compute_90} -ptx -o $ptx") > "$tmp/$name.log" 2>&1; then
     echo "check_kernels: could not compile $name to PTX:"; cat "$tmp/$name.log"; fail=1; continue
   fi
-  entries="$(grep -E '^\.(visible )?\.?entry|\.entry ' "$ptx")"
+  # The entries go to a file, not through a pipe into `grep -q`: grep -q exits
+  # at its first match, and under pipefail the writer's SIGPIPE then reads as
+  # "not found" (it did, once, in CI).
+  entries="$tmp/$name.entries"
+  grep -E '^\.(visible )?\.?entry|\.entry ' "$ptx" > "$entries"
   # The kernels this file defines, and the elementwise body types (struct
   # ...Body) it defines: each of those exists to be launched.
   wanted="$(grep -oE '__global__ void [A-Za-z_][A-Za-z0-9_]*' "$cu" | awk '{print $3}')
@@ -40,7 +44,7 @@ $(grep -oE 'struct [A-Z][A-Za-z0-9]*Body\b' "$cu" | awk '{print $2}')"
   for k in $(printf '%s\n' "$wanted" | sort -u); do
     checked=$((checked + 1))
     # Mangled names carry the identifier with its length in front.
-    if ! printf '%s\n' "$entries" | grep -q "${#k}$k"; then
+    if ! grep -q -- "${#k}$k" "$entries"; then
       echo "check_kernels: $name launches $k, but its device code has no such kernel"
       fail=1
     fi
