@@ -179,51 +179,81 @@ ReplayResult replay(const std::vector<TraceEntry>& events, const AllocatorSettin
   std::vector<uint32_t> pass_leftovers;
   for (uint32_t k = c.stepped ? again_slot : 0; k < c.slots; ++k)
     if (!freed[k] && !wrapped[k]) pass_leftovers.push_back(k);
-  const auto t0 = std::chrono::steady_clock::now();  // the replay's own setup (above) is not timed
-  // The loop keeps its counts and the trace's arrays in locals, so that
-  // little but the allocator's calls is timed.
-  const Op* ops = c.ops.data();
-  const std::size_t n_ops = c.ops.size();
-  void** live = ptr.data();
+  // The loop's unusual cases, out of its way: a step's mark, a snapshot at
+  // the peak, an allocation that runs out of memory, a wrapped leftover.
+  // (Out of line: the loop keeps its counts and pointers in registers.)
   int64_t calls = 0;  // allocate and deallocate calls made (r.ops)
+  void** live = ptr.data();
+  auto odd = [&](const Op& op, int pass) __attribute__((noinline)) {
+    if (op.action == Action::alloc) {
+      if (live[op.slot]) {  // a wrapped leftover not freed before its slot came again
+        a.deallocate(std::exchange(live[op.slot], nullptr));
+        ++calls;
+      }
+      try {
+        live[op.slot] = a.allocate(op.requested, op.stream, op.tag, nullptr);
+      } catch (const OutOfMemoryError&) {
+        ++r.num_ooms;
+        return;
+      }
+      ++calls;
+      ++allocs;
+      if (snapshot_at_peak) {
+        DeviceStats st = a.stats();
+        if (st.allocated_bytes.current >= best_peak) {
+          best_peak = st.allocated_bytes.current;
+          r.at_peak = a.snapshot();
+        }
+      }
+    } else if (op.action == Action::free) {
+      // Its alloc ran out of memory, or came before this pass: the wrap's free.
+      if (pass > 0 && wrap[op.slot] != kNone && live[wrap[op.slot]]) {
+        a.deallocate(std::exchange(live[wrap[op.slot]], nullptr));
+        ++calls;
+      }
+    } else {
+      begin_step();
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();  // the replay's own setup (above) is not timed
+  // The common cases: an allocation into an empty slot, a free of a live
+  // one. The counts live in locals, written back around odd(), so that
+  // little but the allocator's calls is timed.
+  const Op* const first = c.ops.data();
+  const Op* const end = first + c.ops.size();
   for (int pass = 0; pass < passes; ++pass) {
     if (pass_steps) begin_step();
-    for (std::size_t i = pass > 0 ? again : 0; i < n_ops; ++i) {
-      const Op& op = ops[i];
-      if (op.action == Action::alloc) {
-        if (live[op.slot]) [[unlikely]]  // a wrapped leftover not freed before its slot came again
-          a.deallocate(std::exchange(live[op.slot], nullptr));
-        try {
-          live[op.slot] = a.allocate(op.requested, op.stream, op.tag, nullptr);
-        } catch (const OutOfMemoryError&) {
-          ++r.num_ooms;
-          continue;
-        }
-        ++calls;
-        ++allocs;
-        if (snapshot_at_peak) [[unlikely]] {
-          DeviceStats st = a.stats();
-          if (st.allocated_bytes.current >= best_peak) {
-            best_peak = st.allocated_bytes.current;
-            r.at_peak = a.snapshot();
+    int64_t n_calls = calls, n_allocs = allocs;
+    for (const Op* op = pass > 0 ? first + again : first; op != end; ++op) {
+      if (op->action == Action::alloc && !snapshot_at_peak) {
+        void*& slot = live[op->slot];
+        if (!slot) [[likely]] {
+          try {
+            slot = a.allocate(op->requested, op->stream, op->tag, nullptr);
+            ++n_calls;
+            ++n_allocs;
+            continue;
+          } catch (const OutOfMemoryError&) {
+            ++r.num_ooms;
+            continue;
           }
         }
-      } else if (op.action == Action::free) {
-        void* p = live[op.slot];
-        if (!p) [[unlikely]] {  // its alloc ran out of memory, or came before this pass: the wrap's free
-          if (pass > 0 && wrap[op.slot] != kNone && live[wrap[op.slot]]) {
-            a.deallocate(std::exchange(live[wrap[op.slot]], nullptr));
-            ++calls;
-          }
+      } else if (op->action == Action::free) {
+        if (void* p = live[op->slot]) [[likely]] {
+          live[op->slot] = nullptr;
+          a.deallocate(p);
+          ++n_calls;
           continue;
         }
-        live[op.slot] = nullptr;
-        a.deallocate(p);
-        ++calls;
-      } else {
-        begin_step();
       }
+      calls = n_calls;
+      allocs = n_allocs;
+      odd(*op, pass);
+      n_calls = calls;
+      n_allocs = allocs;
     }
+    calls = n_calls;
+    allocs = n_allocs;
     // The pass's leftovers go at its end: all of them for a trace without
     // steps; for one with steps, those its later passes allocate again.
     if (passes > 1 && pass + 1 < passes)

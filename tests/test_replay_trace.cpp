@@ -69,3 +69,21 @@ TEST_CASE("snapshot_at_peak captures the layout at the peak of allocated bytes")
   CHECK(static_cast<int64_t>(reserved) <= r.peak_reserved_bytes);
   CHECK(r.at_peak.stats.allocated_bytes.current == r.peak_allocated_bytes);
 }
+
+TEST_CASE("a replay that runs out of memory counts each refused allocation once and skips its free") {
+  // Three 4 MiB blocks live together on an 8 MiB device: the third is
+  // refused. Each pass then frees the two that exist; the refused one's free
+  // is no call. Over three passes: 3 refusals, 2 x (2 allocations + 2 frees) a pass.
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  std::vector<TraceEntry> ev;
+  for (std::uintptr_t a : {0x1000u, 0x2000u, 0x3000u})
+    ev.push_back(TraceEntry{Action::alloc, 0, a, 4 * MiB, 4 * MiB, 0, Tag::activation, ""});
+  for (std::uintptr_t a : {0x1000u, 0x2000u, 0x3000u})
+    ev.push_back(TraceEntry{Action::free, 0, a, 4 * MiB, 4 * MiB, 0, Tag::activation, ""});
+  ReplayResult r = replay(ev, AllocatorSettings{}, 8 * MiB, false, 3);
+  CHECK(r.num_ooms == 3);
+  CHECK(r.stats.num_ooms == 3);  // the allocator was asked once for each
+  CHECK(r.ops == 3 * 4);
+  CHECK(r.stats.allocated_bytes.current == 0);
+  CHECK(r.peak_allocated_bytes == 8 * MiB);
+}
