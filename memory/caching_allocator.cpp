@@ -1145,7 +1145,6 @@ void CachingAllocator::unhold(Held& hd) {
   index_held();
 }
 
-
 void CachingAllocator::index_held() {
   std::size_t n = 0;
   for (const Held& hd : held_) n += hd.b != nullptr;
@@ -1160,7 +1159,6 @@ void CachingAllocator::index_held() {
       held_table_[at] = static_cast<int32_t>(i);
     }
 }
-
 
 // Idle held blocks go back to the base policy; handed-out ones become
 // ordinary blocks, pooled when freed.
