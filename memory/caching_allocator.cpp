@@ -399,10 +399,9 @@ std::size_t CachingAllocator::policy_block_size(std::size_t n) const { return po
 // which merged() adds to stats_ for every reader; stats_'s peaks for these
 // counts are the peaks of the sums. (The arena's path is a few dozen
 // instructions; these counts were a third of them.)
-// Inline: settle_peaks() runs it on the fast path, which makes no call (NOTE [ Planned fast path ]).
-[[gnu::always_inline]] inline void CachingAllocator::settle_into(DeviceStats& st) const {
-  static const PlannedArena::Counts kNone;
-  const PlannedArena::Counts& a = arena_ ? arena_->counts() : kNone;
+// `a`: the arena's counts (kNoArena without one). Inline: settling is the one
+// job of free_expected_settling (NOTE [ Planned fast path ]).
+[[gnu::always_inline]] inline void CachingAllocator::settle_into(DeviceStats& st, const PlannedArena::Counts& a) const {
   // tag_at_peak: the breakdown when allocated_bytes reaches (or meets again) its peak.
   if (st.allocated_bytes.current + a.bytes >= st.allocated_bytes.peak) [[unlikely]]
     for (int t = 0; t < kNumTags; ++t) st.tag_at_peak[t] = st.tag_bytes[t].current + a.tag[t];
@@ -426,7 +425,7 @@ std::size_t CachingAllocator::policy_block_size(std::size_t n) const { return po
 // stats_ with the arena's blocks added in: what every reader sees.
 DeviceStats CachingAllocator::merged() const {
   DeviceStats st = stats_;
-  if (peaks_due_) settle_into(st);
+  if (peaks_due_) settle_into(st, arena_ ? arena_->counts() : kNoArena);
   if (arena_) add_counts(st, arena_->counts());
   st.capacity = capacity_;
   return st;
@@ -521,11 +520,16 @@ std::size_t held_home(const void* p, unsigned bits) {
 
 // NOTE [ Planned fast path ]: a planned step's arena block is taken and given
 // back by allocate and deallocate themselves, under one lock exchange, and
-// that path calls nothing, so the compiler saves no registers for it (when
-// the slow paths were calls inside allocate, its prologue and epilogue were
-// a sixth of a planned pair's instructions: callgrind). Every other case,
-// the lock taken or not, is a tail call to a *_slow function, which holds
-// the lock through whatever the allocator does.
+// that path calls nothing, so the compiler saves almost no registers for it
+// (when the slow paths were calls inside allocate, its prologue and epilogue
+// were a sixth of a planned pair's instructions: callgrind). Each case that
+// needs more registers is a tail call, the lock held, to a function of its
+// own: a held block handed out (allocate_held_locked) or taken back
+// (free_held_locked), the expected free with peaks to settle first
+// (free_expected_settling); each of them falls back to a *_slow_locked
+// function. Every other case is a tail call to allocate_slow /
+// deallocate_slow (the lock still to take) or *_slow_locked (the lock held),
+// which hold the lock through whatever the allocator does.
 void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, const char* op) {
   if (!mu_.try_lock()) [[unlikely]]
     return allocate_slow(nbytes, stream, tag, op);
@@ -534,23 +538,30 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
   if (arena_ && stream == 0 && valid_size(nbytes) && !own_rounding_ &&
       arena_->state() == PlannedArena::State::planned && !history_.enabled()) {
     const std::size_t size = round_to_setting(nbytes);  // round_size (no policy rounding here)
-    if (char* p = arena_->take_ready(size, nbytes, tag)) {
+    int32_t h = -1;
+    if (const int32_t s = arena_->ready(size, &h); s >= 0) {
+      char* p = arena_->hand_out_next(s, nbytes, tag);
       peaks_due_ = true;  // the arena counted it (NOTE [ Deferred peaks ])
       due_tags_ |= 1u << static_cast<int>(tag);
       mu_.unlock();
       return p;
+    } else if (s == PlannedArena::kHeld && !op) {  // a held entry's block (an op name to intern goes the slow way)
+      return allocate_held_locked(h, size, nbytes, tag);
     }
-    // A held entry's idle block, as take() + serve_held() give it (an op
-    // name to intern, which calls, goes the slow way).
-    if (const int32_t h = op ? -1 : arena_->held_entry_ready(size); h >= 0)
-      if (Held* hd = find_idle_held(h, size, 0)) {
-        arena_->take_held_entry();
-        hand_out_held(*hd, nbytes, tag, nullptr);
-        mu_.unlock();
-        return hd->b->ptr;
-      }
   }
   return allocate_slow_locked(nbytes, stream, tag, op);
+}
+
+// Called with the lock held (released on the way out): held entry h's idle
+// block, as take() + serve_held() give it, else the slow way.
+void* CachingAllocator::allocate_held_locked(int32_t h, std::size_t size, std::size_t nbytes, Tag tag) {
+  if (Held* hd = find_idle_held(h, size, 0)) {
+    arena_->take_held_entry();
+    hand_out_held(*hd, nbytes, tag, nullptr);
+    mu_.unlock();
+    return hd->b->ptr;
+  }
+  return allocate_slow_locked(nbytes, 0, tag, nullptr);
 }
 
 void* CachingAllocator::allocate_slow(std::size_t nbytes, StreamId stream, Tag tag, const char* op) {
@@ -651,19 +662,37 @@ void CachingAllocator::deallocate(void* p) {
   if (!history_.enabled()) {
     if (arena_ && arena_->contains(p)) {
       if (const int32_t s = arena_uses_.empty() ? arena_->expected_free(p) : -1; s >= 0) {
-        settle_peaks();  // before the arena's counts go down (NOTE [ Deferred peaks ])
-        std::size_t requested;
-        Tag tag;
-        arena_->release(s, &requested, &tag);
+        if (peaks_due_) return free_expected_settling(s);
+        arena_->release_expected(s);
         mu_.unlock();
         return;
       }
-    } else if (Held* hd = held_table_.empty() ? nullptr : held_at(p);
-               hd && hd->busy && hd->b->stream_uses.empty()) {
-      take_back_held(*hd);
-      mu_.unlock();
-      return;
+    } else if (!held_table_.empty()) {
+      return free_held_locked(p);
     }
+  }
+  return deallocate_slow_locked(p);
+}
+
+// Called with the lock held (released on the way out): arena slot s's block,
+// the free the plan expects, with peaks due: they are settled before the
+// arena's counts go down (NOTE [ Deferred peaks ]).
+void CachingAllocator::free_expected_settling(int32_t s) {
+  settle_into(stats_, arena_->counts());
+  peaks_due_ = false;
+  due_tags_ = 0;
+  arena_->release_expected(s);
+  mu_.unlock();
+}
+
+// Called with the lock held (released on the way out): a block that is not
+// the arena's; a held one going idle (NOTE [ Held blocks ]) is taken back
+// here, anything else the slow way.
+void CachingAllocator::free_held_locked(void* p) {
+  if (Held* hd = held_at(p); hd && hd->busy && hd->b->stream_uses.empty()) {
+    take_back_held(*hd);
+    mu_.unlock();
+    return;
   }
   return deallocate_slow_locked(p);
 }

@@ -161,6 +161,9 @@ class CachingAllocator {
   [[gnu::noinline]] void* allocate_slow_locked(std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   [[gnu::noinline]] void deallocate_slow(void* p);
   [[gnu::noinline]] void deallocate_slow_locked(void* p);
+  [[gnu::noinline]] void* allocate_held_locked(int32_t h, std::size_t size, std::size_t nbytes, Tag tag);
+  [[gnu::noinline]] void free_expected_settling(int32_t s);
+  [[gnu::noinline]] void free_held_locked(void* p);
   void wait_arena_uses(void* p);
   Block* alloc_slow(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag, const char* op);
   [[noreturn]] void throw_oom(bool small, std::size_t size, std::size_t nbytes, StreamId stream, Tag tag,
@@ -170,12 +173,13 @@ class CachingAllocator {
   std::size_t policy_block_size(std::size_t n) const;
   // count_alloc leaves peaks due; settle them before anything decreases (NOTE [ Deferred peaks ]).
   void count_alloc(std::size_t size, std::size_t nbytes, Tag tag);
-  void settle_into(DeviceStats& st) const;
+  void settle_into(DeviceStats& st, const PlannedArena::Counts& a) const;
   DeviceStats merged() const;  // stats_ with the planned arena's counts added in
   static void add_counts(DeviceStats& st, const PlannedArena::Counts& a);
+  static inline const PlannedArena::Counts kNoArena{};  // an allocator without an arena adds these
   [[gnu::always_inline]] void settle_peaks() {  // (no call: NOTE [ Planned fast path ])
     if (peaks_due_) {
-      settle_into(stats_);
+      settle_into(stats_, arena_ ? arena_->counts() : kNoArena);
       peaks_due_ = false;
       due_tags_ = 0;
     }

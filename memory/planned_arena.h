@@ -145,23 +145,26 @@ class PlannedArena {
     }
     return take_slow(size, requested, tag);
   }
-  // take() where it hands out an arena block, else nullptr with nothing
-  // changed (the caller then calls take()): the allocator's fast path, which
-  // must make no call (NOTE [ Planned fast path ] in caching_allocator.cpp).
-  char* take_ready(std::size_t size, std::size_t requested, Tag tag) {
+  // The allocator's fast path (NOTE [ Planned fast path ] in
+  // caching_allocator.cpp), which must make no call: what take() would do
+  // with an allocation of `size`, nothing changed yet. A slot (>= 0): take()
+  // would hand it out, and hand_out_next(slot) does. kHeld: the next entry is
+  // a held one (the probation window's, or one not in the arena) and this
+  // allocation is it, entry *held; take_held_entry() then moves on as take()
+  // would have. kOther: anything else, for take().
+  static constexpr int32_t kHeld = -1, kOther = -2;
+  int32_t ready(std::size_t size, int32_t* held) const {
     const Entry* e = next_entry(size);
-    if (!e || cursor_ < probation_ || e->slot < 0 ||
-        freed_prefix_ < slots_[static_cast<std::size_t>(e->slot)].frees_before)
-      return nullptr;
-    ++cursor_;
-    return hand_out(e->slot, requested, tag);
+    if (!e) return kOther;
+    if (cursor_ < probation_ || e->slot < 0) {
+      *held = e->held;
+      return kHeld;
+    }
+    return freed_prefix_ >= slots_[static_cast<std::size_t>(e->slot)].frees_before ? e->slot : kOther;
   }
-  // take() where the next entry is a held one (the probation window's, or
-  // one not in the arena) and this allocation is it: the held entry, else -1;
-  // nothing changed. take_held_entry() then moves on as take() would have.
-  int32_t held_entry_ready(std::size_t size) const {
-    const Entry* e = next_entry(size);
-    return e && (cursor_ < probation_ || e->slot < 0) ? e->held : -1;
+  char* hand_out_next(int32_t s, std::size_t requested, Tag tag) {
+    ++cursor_;
+    return hand_out(s, requested, tag);
   }
   void take_held_entry() {
     if (cursor_++ < probation_) {
@@ -200,6 +203,21 @@ class PlannedArena {
     *tag = sl.tag;
     if (active_) done(s);
     return sl.size;
+  }
+  // release(s) for the free expected_free() found: s is free_order_'s next,
+  // so the done prefix moves past it at once; nothing is returned.
+  void release_expected(int32_t s) {
+    Slot& sl = slots_[static_cast<std::size_t>(s)];
+    sl.live = 0;
+    counts_.bytes -= static_cast<int64_t>(sl.size);
+    --counts_.blocks;
+    counts_.requested -= static_cast<int64_t>(sl.requested);
+    counts_.tag[static_cast<int>(sl.tag)] -= static_cast<int64_t>(sl.size);
+    if (!active_) return;  // (as release())
+    sl.done = 1;
+    std::size_t k = freed_prefix_ + 1;  // expected_free() found s at free_order_[freed_prefix_]
+    while (k < free_order_.size() && slots_[static_cast<std::size_t>(free_order_[k])].done) ++k;
+    freed_prefix_ = k;
   }
   std::size_t size_of(const void* p) const;  // a live arena block's size (ValueError otherwise)
 
