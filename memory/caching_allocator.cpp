@@ -535,8 +535,9 @@ void* CachingAllocator::allocate(std::size_t nbytes, StreamId stream, Tag tag, c
     return allocate_slow(nbytes, stream, tag, op);
   // NOTE [ Planned arena ]: a planned step's block, with no search (its
   // stream is the default one: the plan records one stream's step).
-  if (arena_ && stream == 0 && valid_size(nbytes) && !own_rounding_ &&
-      arena_->state() == PlannedArena::State::planned && !history_.enabled()) {
+  // (No own rounding to ask about: policy=planned rounds as best fit does.)
+  if (arena_ && stream == 0 && valid_size(nbytes) && arena_->state() == PlannedArena::State::planned &&
+      !history_.enabled()) {
     const std::size_t size = round_to_setting(nbytes);  // round_size (no policy rounding here)
     int32_t h = -1;
     if (const int32_t s = arena_->ready(size, &h); s >= 0) {

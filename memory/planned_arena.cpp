@@ -82,6 +82,7 @@ std::size_t PlannedArena::plan() {
       held_plan_.push_back(HeldPlan{rec_[i].size, it == live_addr.end() ? 0 : it->second});
     }
   }
+  n_entries_ = entries_.size();
   stats_.held_blocks = static_cast<int64_t>(held_plan_.size());
   const std::size_t n = slots_.size();
   auto t_alloc = [&](std::size_t s) { return rec_[rec_of[s]].t_alloc; };
@@ -127,6 +128,7 @@ std::size_t PlannedArena::plan() {
   // frees_before: how many of the step's frees came before each allocation;
   // free_order_: the slots in the order they were freed.
   free_order_.resize(n);
+  n_free_order_ = n;
   std::iota(free_order_.begin(), free_order_.end(), 0);
   std::sort(free_order_.begin(), free_order_.end(), [&](int32_t a, int32_t b) { return t_free(a) < t_free(b); });
   std::vector<int64_t> free_times(n);

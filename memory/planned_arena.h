@@ -187,7 +187,7 @@ class PlannedArena {
   // it), so the address table is not looked up. -1 otherwise.
   int32_t expected_free(const void* p) const {
     const auto off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
-    const int32_t s = freed_prefix_ < free_order_.size() ? free_order_[freed_prefix_] : -1;
+    const int32_t s = freed_prefix_ < n_free_order_ ? free_order_[freed_prefix_] : -1;
     return s >= 0 && slots_[static_cast<std::size_t>(s)].offset == off && slots_[static_cast<std::size_t>(s)].live ? s
                                                                                                                    : -1;
   }
@@ -216,7 +216,7 @@ class PlannedArena {
     if (!active_) return;  // (as release())
     sl.done = 1;
     std::size_t k = freed_prefix_ + 1;  // expected_free() found s at free_order_[freed_prefix_]
-    while (k < free_order_.size() && slots_[static_cast<std::size_t>(free_order_[k])].done) ++k;
+    while (k < n_free_order_ && slots_[static_cast<std::size_t>(free_order_[k])].done) ++k;
     freed_prefix_ = k;
   }
   std::size_t size_of(const void* p) const;  // a live arena block's size (ValueError otherwise)
@@ -288,7 +288,7 @@ class PlannedArena {
   // The next entry, if an allocation of `size` is it (its size, or smaller
   // in a bounded step); nullptr otherwise or when the plan is not active.
   const Entry* next_entry(std::size_t size) const {
-    if (!active_ || cursor_ >= entries_.size()) return nullptr;
+    if (!active_ || cursor_ >= n_entries_) return nullptr;
     const Entry& e = entries_[cursor_];
     return e.size == size || (bounded_ && size < e.size) ? &e : nullptr;
   }
@@ -314,6 +314,10 @@ class PlannedArena {
   int32_t held_request_ = -1;
   std::vector<Slot> slots_;
   std::vector<int32_t> free_order_;  // slots by recorded free time
+  // entries_.size() and free_order_.size(), kept beside the fast path's other
+  // fields (plan() sets them where it fills the vectors): a compare, not a
+  // subtraction and a shift, on each planned allocation and free.
+  std::size_t n_entries_ = 0, n_free_order_ = 0;
   char* base_ = nullptr;
   std::size_t bytes_ = 0;
 
