@@ -193,12 +193,7 @@ class PlannedArena {
   }
   // Slot s's live block freed (give_back, or the caller found s with expected_free).
   std::size_t release(int32_t s, std::size_t* requested, Tag* tag) {
-    Slot& sl = slots_[static_cast<std::size_t>(s)];
-    sl.live = 0;
-    counts_.bytes -= static_cast<int64_t>(sl.size);
-    --counts_.blocks;
-    counts_.requested -= static_cast<int64_t>(sl.requested);
-    counts_.tag[static_cast<int>(sl.tag)] -= static_cast<int64_t>(sl.size);
+    const Slot& sl = uncount(s);
     *requested = sl.requested;
     *tag = sl.tag;
     if (active_) done(s);
@@ -207,12 +202,7 @@ class PlannedArena {
   // release(s) for the free expected_free() found: s is free_order_'s next,
   // so the done prefix moves past it at once; nothing is returned.
   void release_expected(int32_t s) {
-    Slot& sl = slots_[static_cast<std::size_t>(s)];
-    sl.live = 0;
-    counts_.bytes -= static_cast<int64_t>(sl.size);
-    --counts_.blocks;
-    counts_.requested -= static_cast<int64_t>(sl.requested);
-    counts_.tag[static_cast<int>(sl.tag)] -= static_cast<int64_t>(sl.size);
+    Slot& sl = uncount(s);
     if (!active_) return;  // (as release())
     sl.done = 1;
     std::size_t k = freed_prefix_ + 1;  // expected_free() found s at free_order_[freed_prefix_]
@@ -262,6 +252,16 @@ class PlannedArena {
     Tag tag = Tag::other;
     std::size_t requested = 0;
   };
+  // Slot s's live block no longer live, and out of the counts (hand_out's reverse).
+  Slot& uncount(int32_t s) {
+    Slot& sl = slots_[static_cast<std::size_t>(s)];
+    sl.live = 0;
+    counts_.bytes -= static_cast<int64_t>(sl.size);
+    --counts_.blocks;
+    counts_.requested -= static_cast<int64_t>(sl.requested);
+    counts_.tag[static_cast<int>(sl.tag)] -= static_cast<int64_t>(sl.size);
+    return sl;
+  }
   // Slot s's block is freed (or will not be used this step): the prefix of
   // free_order_ that is all done grows.
   void done(int32_t s) {
