@@ -399,8 +399,9 @@ std::size_t CachingAllocator::policy_block_size(std::size_t n) const { return po
 // which merged() adds to stats_ for every reader; stats_'s peaks for these
 // counts are the peaks of the sums. (The arena's path is a few dozen
 // instructions; these counts were a third of them.)
-// `a`: the arena's counts (kNoArena without one). Inline: settling is the one
-// job of free_expected_settling (NOTE [ Planned fast path ]).
+// `a`: the arena's counts (kNoArena without one). Inline: it is most of
+// free_expected_settling's work (NOTE [ Planned fast path ]), and of
+// settle_peaks() wherever a count goes down.
 [[gnu::always_inline]] inline void CachingAllocator::settle_into(DeviceStats& st, const PlannedArena::Counts& a) const {
   // tag_at_peak: the breakdown when allocated_bytes reaches (or meets again) its peak.
   if (st.allocated_bytes.current + a.bytes >= st.allocated_bytes.peak) [[unlikely]]
