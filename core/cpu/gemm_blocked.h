@@ -34,6 +34,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace snug::inline SNUG_CPU_LEVEL::kernels::detail {
@@ -46,8 +47,10 @@ inline thread_local Scratch tl_blocked_a, tl_blocked_b;
 template <int NR>
 void pack_b_panel(bool tb, const float* B, int64_t ldb, int64_t N, int64_t p0, int64_t kc, int64_t j0, float* dst) {
   const int n = int(std::min<int64_t>(NR, N - j0));
-  if (!tb && n == NR) {  // whole rows of the panel: copies the compiler turns into vector moves
-    for (int64_t k = 0; k < kc; ++k) std::copy_n(B + (p0 + k) * ldb + j0, NR, dst + k * NR);
+  if (!tb && n == NR) {  // whole rows of the panel: vector moves
+    // memcpy of a constant size, which GCC inlines (std::copy_n became a call
+    // to memmove through the PLT for each k).
+    for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * NR, B + (p0 + k) * ldb + j0, sizeof(float) * NR);
     return;
   }
   for (int64_t k = 0; k < kc; ++k)
