@@ -680,9 +680,7 @@ void CachingAllocator::deallocate(void* p) {
 // the free the plan expects, with peaks due: they are settled before the
 // arena's counts go down (NOTE [ Deferred peaks ]).
 void CachingAllocator::free_expected_settling(int32_t s) {
-  settle_into(stats_, arena_->counts());
-  peaks_due_ = false;
-  due_tags_ = 0;
+  settle_peaks();
   arena_->release_expected(s);
   mu_.unlock();
 }

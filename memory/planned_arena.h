@@ -205,9 +205,7 @@ class PlannedArena {
     Slot& sl = uncount(s);
     if (!active_) return;  // (as release())
     sl.done = 1;
-    std::size_t k = freed_prefix_ + 1;  // expected_free() found s at free_order_[freed_prefix_]
-    while (k < n_free_order_ && slots_[static_cast<std::size_t>(free_order_[k])].done) ++k;
-    freed_prefix_ = k;
+    pass_done(freed_prefix_ + 1);  // expected_free() found s at free_order_[freed_prefix_]
   }
   std::size_t size_of(const void* p) const;  // a live arena block's size (ValueError otherwise)
 
@@ -266,8 +264,12 @@ class PlannedArena {
   // free_order_ that is all done grows.
   void done(int32_t s) {
     slots_[static_cast<std::size_t>(s)].done = 1;
-    while (freed_prefix_ < free_order_.size() && slots_[static_cast<std::size_t>(free_order_[freed_prefix_])].done)
-      ++freed_prefix_;
+    pass_done(freed_prefix_);
+  }
+  // freed_prefix_ from k (all of free_order_ before k done) past every done slot.
+  void pass_done(std::size_t k) {
+    while (k < n_free_order_ && slots_[static_cast<std::size_t>(free_order_[k])].done) ++k;
+    freed_prefix_ = k;
   }
   char* hand_out(int32_t s, std::size_t requested, Tag tag) {
     Slot& sl = slots_[static_cast<std::size_t>(s)];
